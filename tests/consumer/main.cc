@@ -1,0 +1,16 @@
+// Uses the installed gryph: encodes an event and decodes it again.
+#include <cstdio>
+
+#include "gryph/event.h"
+
+int main() {
+  gryph::Event e;
+  e.SetTopic("orders/IBM").SetInt64("quantity", 1200).SetString("side", "buy");
+  auto decoded = gryph::Event::Decode(e.Encode());
+  if (!decoded.ok() || !(*decoded == e)) {
+    std::fprintf(stderr, "round trip failed\n");
+    return 1;
+  }
+  std::puts("consumer ok");
+  return 0;
+}
