@@ -85,6 +85,8 @@ bool ByteReader::ReadVarint64(uint64_t* v, absl::string_view what) {
     if (i == 9 && b > 1) return Fail(absl::StrCat("varint overflow in ", what));
     result |= static_cast<uint64_t>(b & 0x7f) << (7 * i);
     if ((b & 0x80) == 0) {
+      // Only the shortest encoding is accepted, so that every value has one encoding.
+      if (b == 0 && i > 0) return Fail(absl::StrCat("non-minimal varint in ", what));
       rest_.remove_prefix(i + 1);
       *v = result;
       return true;

@@ -1,6 +1,7 @@
 // Internal: byte encodings shared by every gryph format (docs/format.md).
 //
-// Varints are LEB128 (7 bits a byte, low group first), at most 10 bytes for a uint64.
+// Varints are LEB128 (7 bits a byte, low group first), at most 10 bytes for a uint64, and only
+// the shortest encoding of a value is accepted.
 // Keys use big-endian fixed-width integers so that memcmp order is numeric order.
 // ByteReader consumes an input with bounds checks; its first failure is sticky.
 

@@ -1,0 +1,140 @@
+// The messages gryph's nodes exchange through a Channel, and their wire encoding.
+//
+// Between brokers (paper §3):
+//   KnowledgeMessage  downstream: a pubend's ticks as S, D (with events) and L spans;
+//   CuriosityMessage  upstream: nack ranges (ticks that are Q downstream);
+//   ReleaseMessage    upstream: per pubend, the downstream node's released and latestDelivered.
+// Between a subscriber and its subscriber hosting broker (paper §2):
+//   ConnectMessage, ConnectedMessage, DeliveryMessage (Event / Silence / Gap), AckMessage,
+//   DisconnectMessage, SessionErrorMessage.
+//
+// Encoding (docs/format.md, "Messages"): a version byte, a kind byte, then the kind's fields with
+// varints. DecodeMessage accepts exactly what EncodeMessage produces; anything else yields
+// InvalidArgument, never a crash or a read past the input.
+//
+// Thread-safety: plain values (thread-compatible); events inside are immutable and shared.
+
+#ifndef GRYPH_MESSAGE_H_
+#define GRYPH_MESSAGE_H_
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "gryph/checkpoint_token.h"
+#include "gryph/knowledge_stream.h"
+#include "gryph/tick.h"
+
+namespace gryph {
+
+// Knowledge about one pubend. REQUIRES (checked by decoding): spans in increasing tick order,
+// not overlapping, each S, D or L.
+struct KnowledgeMessage {
+  PubendId pubend;
+  std::vector<KnowledgeSpan> spans;
+  friend bool operator==(const KnowledgeMessage&, const KnowledgeMessage&) = default;
+};
+
+// Nacks for one pubend: ranges in increasing order, not overlapping.
+struct CuriosityMessage {
+  PubendId pubend;
+  std::vector<TickRange> ranges;
+  friend bool operator==(const CuriosityMessage&, const CuriosityMessage&) = default;
+};
+
+struct ReleaseEntry {
+  PubendId pubend;
+  Tick released = 0;          // everything at or below is acknowledged by all subscribers
+  Tick latest_delivered = 0;  // REQUIRES: released <= latest_delivered
+  friend bool operator==(const ReleaseEntry&, const ReleaseEntry&) = default;
+};
+
+// Release information from a downstream node, one entry per pubend in increasing pubend order.
+struct ReleaseMessage {
+  std::vector<ReleaseEntry> entries;
+  friend bool operator==(const ReleaseMessage&, const ReleaseMessage&) = default;
+};
+
+// A subscriber opens (or creates) the durable subscription `subscription` and asks for delivery
+// after `checkpoint`. A higher `epoch` fences an older live session of the same subscription.
+struct ConnectMessage {
+  std::string subscription;
+  std::string selector;
+  std::string topic_filter;
+  CheckpointToken checkpoint;
+  uint64_t epoch = 0;
+  bool create = true;  // create the subscription when the broker does not know it
+  friend bool operator==(const ConnectMessage&, const ConnectMessage&) = default;
+};
+
+// The broker accepted a connection; delivery resumes after `start` (a new subscription starts at
+// the broker's latestDelivered).
+struct ConnectedMessage {
+  std::string subscription;
+  CheckpointToken start;
+  uint64_t epoch = 0;
+  friend bool operator==(const ConnectedMessage&, const ConnectedMessage&) = default;
+};
+
+// The three messages a subscriber receives, relative to t0, the tick of the previous message
+// from the same pubend (or CT(s, p) for the first). DO NOT CHANGE the values: sent on the wire.
+enum class DeliveryKind : uint8_t {
+  kEvent = 0,    // `event` matched at `tick`; nothing matched in (t0, tick)
+  kSilence = 1,  // nothing matched in (t0, tick]
+  kGap = 2,      // (t0, tick] may have held matches that early release discarded
+};
+
+const char* DeliveryKindName(DeliveryKind k);
+
+struct DeliveryMessage {
+  std::string subscription;
+  PubendId pubend;
+  DeliveryKind kind = DeliveryKind::kSilence;
+  Tick tick = 0;
+  EventRef event;  // set iff kind == kEvent
+  friend bool operator==(const DeliveryMessage& a, const DeliveryMessage& b);
+};
+
+// The subscriber has consumed everything at or below `checkpoint`.
+struct AckMessage {
+  std::string subscription;
+  CheckpointToken checkpoint;
+  friend bool operator==(const AckMessage&, const AckMessage&) = default;
+};
+
+struct DisconnectMessage {
+  std::string subscription;
+  friend bool operator==(const DisconnectMessage&, const DisconnectMessage&) = default;
+};
+
+// The broker refused or ended a session (bad selector, CT from the future, fenced, ...).
+struct SessionErrorMessage {
+  std::string subscription;
+  absl::StatusCode code = absl::StatusCode::kUnknown;
+  std::string message;
+  friend bool operator==(const SessionErrorMessage&, const SessionErrorMessage&) = default;
+};
+
+using Message = std::variant<KnowledgeMessage, CuriosityMessage, ReleaseMessage, ConnectMessage,
+                             ConnectedMessage, DeliveryMessage, AckMessage, DisconnectMessage,
+                             SessionErrorMessage>;
+
+// The name of the message's kind ("knowledge", "curiosity", ...), for logs.
+const char* MessageKindName(const Message& m);
+
+inline constexpr uint8_t kMessageEncodingVersion = 1;
+
+// Appends the encoding of `m` to *out. REQUIRES: m satisfies its type's REQUIRES.
+void EncodeMessage(const Message& m, std::string* out);
+std::string EncodeMessage(const Message& m);
+
+// Parses one encoded message. Fails with InvalidArgument naming what is malformed and where.
+absl::StatusOr<Message> DecodeMessage(absl::string_view bytes);
+
+}  // namespace gryph
+
+#endif  // GRYPH_MESSAGE_H_

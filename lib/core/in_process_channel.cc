@@ -1,0 +1,85 @@
+#include "gryph/in_process_channel.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace gryph {
+
+class InProcessNetwork::Endpoint final : public Channel {
+ public:
+  Endpoint(InProcessNetwork* network, std::string name)
+      : network_(network), name_(std::move(name)) {}
+  ~Endpoint() override { network_->Disconnect(name_); }
+
+  const std::string& name() const override { return name_; }
+
+  absl::Status Send(absl::string_view peer, Message message) override {
+    return network_->Enqueue(name_, peer, std::move(message));
+  }
+
+  void SetReceiver(Receiver receiver) override {
+    network_->SetReceiver(name_, std::move(receiver));
+  }
+
+ private:
+  InProcessNetwork* const network_;
+  const std::string name_;
+};
+
+absl::StatusOr<std::unique_ptr<Channel>> InProcessNetwork::Connect(absl::string_view name) {
+  absl::MutexLock lock(&mu_);
+  if (receivers_.contains(name)) {
+    return absl::AlreadyExistsError(absl::StrCat("an endpoint named '", name, "' is connected"));
+  }
+  receivers_[name] = nullptr;
+  return std::unique_ptr<Channel>(std::make_unique<Endpoint>(this, std::string(name)));
+}
+
+void InProcessNetwork::SetReceiver(const std::string& name, Channel::Receiver receiver) {
+  auto shared = std::make_shared<const Channel::Receiver>(std::move(receiver));
+  absl::MutexLock lock(&mu_);
+  receivers_[name] = std::move(shared);
+}
+
+void InProcessNetwork::Disconnect(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  receivers_.erase(name);
+  std::erase_if(queue_, [&](const Envelope& e) { return e.to == name; });
+}
+
+absl::Status InProcessNetwork::Enqueue(absl::string_view from, absl::string_view to,
+                                       Message message) {
+  absl::MutexLock lock(&mu_);
+  if (!receivers_.contains(to)) {
+    return absl::UnavailableError(absl::StrCat("no endpoint named '", to, "'"));
+  }
+  queue_.push_back(Envelope{std::string(from), std::string(to), std::move(message)});
+  return absl::OkStatus();
+}
+
+size_t InProcessNetwork::Deliver(size_t max_messages) {
+  absl::MutexLock deliver_lock(&deliver_mu_);
+  size_t delivered = 0;
+  while (delivered < max_messages) {
+    Envelope envelope;
+    std::shared_ptr<const Channel::Receiver> receiver;
+    {
+      absl::MutexLock lock(&mu_);
+      if (queue_.empty()) break;
+      envelope = std::move(queue_.front());
+      queue_.pop_front();
+      auto it = receivers_.find(envelope.to);
+      if (it == receivers_.end() || it->second == nullptr || !*it->second) continue;
+      receiver = it->second;  // shared: the receiver may replace itself while running
+    }
+    (*receiver)(envelope.from, std::move(envelope.message));
+    ++delivered;
+  }
+  return delivered;
+}
+
+size_t InProcessNetwork::pending() const {
+  absl::MutexLock lock(&mu_);
+  return queue_.size();
+}
+
+}  // namespace gryph

@@ -1,0 +1,109 @@
+#include "gryph/message.h"
+
+#include <vector>
+
+#include "tests/test_util.h"
+
+namespace gryph {
+namespace {
+
+using testing::Rng;
+
+EventRef Order(int64_t qty) {
+  Event e;
+  e.SetTopic("orders/IBM").SetString("symbol", "IBM").SetInt64("quantity", qty).SetPayload("p");
+  return MakeEventRef(std::move(e));
+}
+
+CheckpointToken Ct(uint32_t p, Tick t) {
+  CheckpointToken ct;
+  ct.Set(PubendId{p}, t);
+  return ct;
+}
+
+std::vector<Message> Samples() {
+  return {
+      KnowledgeMessage{PubendId{3},
+                       {KnowledgeSpan::Lost({1, 99}), KnowledgeSpan::Silence({100, 104}),
+                        KnowledgeSpan::Data(105, Order(10)), KnowledgeSpan::Data(106, Order(20)),
+                        KnowledgeSpan::Silence({107, kMaxTick})}},
+      KnowledgeMessage{PubendId{0}, {}},
+      CuriosityMessage{PubendId{7}, {{5, 9}, {12, 12}, {1000, 1u << 30}}},
+      ReleaseMessage{{{PubendId{1}, 10, 20}, {PubendId{2}, 0, 0}}},
+      ConnectMessage{"audit", "symbol = 'IBM' AND quantity > 1000", "orders/#", Ct(1, 500), 3,
+                     true},
+      ConnectedMessage{"audit", Ct(1, 500), 3},
+      DeliveryMessage{"audit", PubendId{1}, DeliveryKind::kEvent, 501, Order(1500)},
+      DeliveryMessage{"audit", PubendId{1}, DeliveryKind::kSilence, 600, nullptr},
+      DeliveryMessage{"audit", PubendId{1}, DeliveryKind::kGap, 700, nullptr},
+      AckMessage{"audit", Ct(1, 700)},
+      DisconnectMessage{"audit"},
+      SessionErrorMessage{"audit", absl::StatusCode::kOutOfRange, "checkpoint is ahead"},
+  };
+}
+
+TEST_CASE("every message kind round-trips through its encoding", "[message]") {
+  for (const Message& m : Samples()) {
+    INFO(MessageKindName(m));
+    absl::StatusOr<Message> decoded = DecodeMessage(EncodeMessage(m));
+    REQUIRE_OK(decoded);
+    REQUIRE(*decoded == m);
+  }
+}
+
+TEST_CASE("every truncation of every message is rejected", "[message]") {
+  for (const Message& m : Samples()) {
+    const std::string bytes = EncodeMessage(m);
+    for (size_t n = 0; n < bytes.size(); ++n) {
+      INFO(MessageKindName(m) << " prefix " << n);
+      REQUIRE_CODE(DecodeMessage(bytes.substr(0, n)), absl::StatusCode::kInvalidArgument);
+    }
+  }
+}
+
+TEST_CASE("malformed messages are rejected with a reason", "[message]") {
+  auto reason = [](const std::string& bytes) {
+    absl::StatusOr<Message> m = DecodeMessage(bytes);
+    REQUIRE_FALSE(m.ok());
+    REQUIRE(m.status().code() == absl::StatusCode::kInvalidArgument);
+    return std::string(m.status().message());
+  };
+  REQUIRE_THAT(reason(std::string("\x02\x01", 2)), Catch::Contains("unsupported version 2"));
+  REQUIRE_THAT(reason(std::string("\x01\x63", 2)), Catch::Contains("unknown message kind 99"));
+  // Knowledge with a Q span: version, kind 1, pubend 0, count 1, value 0, gap 0, length 0.
+  REQUIRE_THAT(reason(std::string("\x01\x01\x00\x01\x00\x00\x00", 7)),
+               Catch::Contains("is not S, D or L"));
+  // Release with released above latest delivered.
+  REQUIRE_THAT(reason(std::string("\x01\x03\x01\x01\x05\x04", 6)),
+               Catch::Contains("above latest delivered"));
+  // A delivery of an unknown kind.
+  REQUIRE_THAT(reason(std::string("\x01\x06\x00\x01\x07\x05", 6)),
+               Catch::Contains("unknown delivery kind"));
+  // A range that runs past the last tick.
+  std::string past_end = EncodeMessage(CuriosityMessage{PubendId{1}, {{kMaxTick, kMaxTick}}});
+  past_end[3] = 2;  // claim two ranges; the second must fail
+  past_end += std::string("\x00\x00", 2);
+  REQUIRE_THAT(reason(past_end), Catch::Contains("after the last tick"));
+  REQUIRE_THAT(reason(EncodeMessage(DisconnectMessage{"x"}) + "!"), Catch::Contains("trailing"));
+}
+
+TEST_CASE("random mutations of messages never crash the decoder", "[message][fuzz]") {
+  const std::vector<Message> samples = Samples();
+  for (uint64_t seed : testing::Seeds(10, 20)) {
+    INFO("seed " << seed << " (rerun with GRYPH_SEED=" << seed << ")");
+    Rng rng(seed);
+    for (int i = 0; i < 2000; ++i) {
+      std::string bytes = EncodeMessage(samples[rng.Uniform(samples.size())]);
+      const int flips = 1 + static_cast<int>(rng.Uniform(3));
+      for (int f = 0; f < flips; ++f) {
+        bytes[rng.Uniform(bytes.size())] = static_cast<char>(rng.Next());
+      }
+      if (rng.OneIn(4)) bytes.resize(rng.Uniform(bytes.size() + 1));
+      absl::StatusOr<Message> m = DecodeMessage(bytes);
+      if (m.ok()) REQUIRE(EncodeMessage(*m) == bytes);  // only canonical encodings decode
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gryph
