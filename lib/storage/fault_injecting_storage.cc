@@ -1,0 +1,131 @@
+#include "gryph/fault_injecting_storage.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace gryph {
+
+namespace {
+absl::Status CrashedError() {
+  return absl::UnavailableError("FaultInjectingStorage: the storage has crashed; reopen it");
+}
+}  // namespace
+
+void FaultInjectingStorage::FailCommitNumber(uint64_t n, absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  fail_number_ = n;
+  fail_number_status_ = std::move(status);
+}
+
+void FaultInjectingStorage::FailCommitsAfter(uint64_t n, absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  fail_after_ = n;
+  fail_after_status_ = std::move(status);
+}
+
+void FaultInjectingStorage::FailNextCommitWithMapFull() {
+  absl::MutexLock lock(&mu_);
+  fail_number_ = attempted_ + 1;
+  fail_number_status_ = absl::ResourceExhaustedError(
+      "mdb_put: MDB_MAP_FULL: Environment mapsize limit reached (injected by "
+      "FaultInjectingStorage)");
+}
+
+void FaultInjectingStorage::FailReads(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  read_status_ = std::move(status);
+}
+
+void FaultInjectingStorage::ClearFaults() {
+  absl::MutexLock lock(&mu_);
+  fail_number_ = 0;
+  fail_number_status_ = absl::OkStatus();
+  fail_after_.reset();
+  fail_after_status_ = absl::OkStatus();
+  read_status_ = absl::OkStatus();
+  crash_after_ = 0;
+}
+
+void FaultInjectingStorage::SimulateCrash() {
+  absl::MutexLock lock(&mu_);
+  crashed_ = true;
+}
+
+void FaultInjectingStorage::CrashAfterCommitNumber(uint64_t n) {
+  absl::MutexLock lock(&mu_);
+  crash_after_ = n;
+}
+
+bool FaultInjectingStorage::crashed() const {
+  absl::MutexLock lock(&mu_);
+  return crashed_;
+}
+
+uint64_t FaultInjectingStorage::commits_attempted() const {
+  absl::MutexLock lock(&mu_);
+  return attempted_;
+}
+
+uint64_t FaultInjectingStorage::commits_succeeded() const {
+  absl::MutexLock lock(&mu_);
+  return succeeded_;
+}
+
+absl::Status FaultInjectingStorage::Commit(const WriteBatch& batch) {
+  bool crash_after = false;
+  {
+    absl::MutexLock lock(&mu_);
+    const uint64_t number = ++attempted_;
+    if (crashed_) return CrashedError();
+    if (number == fail_number_) return fail_number_status_;
+    if (fail_after_ && number > *fail_after_) return fail_after_status_;
+    crash_after = number == crash_after_;
+  }
+  absl::Status status = StorageWrapper::Commit(batch);
+  absl::MutexLock lock(&mu_);
+  if (crash_after) {
+    crashed_ = true;
+    return CrashedError();
+  }
+  if (crashed_) return CrashedError();  // crashed while the commit ran: its caller never hears
+  if (status.ok()) ++succeeded_;
+  return status;
+}
+
+absl::Status FaultInjectingStorage::ReadFault() const {
+  absl::MutexLock lock(&mu_);
+  if (crashed_) return CrashedError();
+  return read_status_;
+}
+
+absl::StatusOr<std::optional<std::string>> FaultInjectingStorage::Get(absl::string_view table,
+                                                                      absl::string_view key) {
+  if (absl::Status s = ReadFault(); !s.ok()) return s;
+  return StorageWrapper::Get(table, key);
+}
+
+absl::StatusOr<std::unique_ptr<Cursor>> FaultInjectingStorage::NewCursor(
+    absl::string_view table) {
+  if (absl::Status s = ReadFault(); !s.ok()) return s;
+  return StorageWrapper::NewCursor(table);
+}
+
+absl::Status FaultInjectingStorage::Scan(absl::string_view table, absl::string_view begin,
+                                         absl::string_view end, ScanFn fn) {
+  if (absl::Status s = ReadFault(); !s.ok()) return s;
+  return StorageWrapper::Scan(table, begin, end, fn);
+}
+
+absl::StatusOr<uint64_t> FaultInjectingStorage::ApproximateBytesUsed() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (crashed_) return CrashedError();
+  }
+  return StorageWrapper::ApproximateBytesUsed();
+}
+
+}  // namespace gryph

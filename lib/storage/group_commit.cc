@@ -1,0 +1,162 @@
+#include "gryph/group_commit.h"
+
+#include <utility>
+
+namespace gryph {
+
+GroupCommitter::GroupCommitter(Storage* storage, GroupCommitOptions options)
+    : storage_(storage), options_(std::move(options)) {}
+
+GroupCommitter::~GroupCommitter() {
+  StopThread(/*flush=*/false);
+  // pending_ (batch and callbacks) is destroyed without running anything: a crash.
+}
+
+absl::Time GroupCommitter::Now() const {
+  return options_.clock ? options_.clock() : absl::Now();
+}
+
+void GroupCommitter::Submit(WriteBatch batch, size_t records, Done done) {
+  const absl::Time now = Now();
+  absl::MutexLock lock(&mu_);
+  if (pending_.callbacks.empty()) {
+    first_pending_ = now;
+    pending_.batch = std::move(batch);
+  } else {
+    pending_.batch.Append(batch);
+  }
+  pending_.records += records;
+  pending_.callbacks.push_back(std::move(done));
+}
+
+bool GroupCommitter::DueLocked(absl::Time now) const {
+  if (pending_.callbacks.empty()) return false;
+  return pending_.records >= options_.max_records || now >= first_pending_ + options_.max_delay;
+}
+
+GroupCommitter::Group GroupCommitter::TakePendingLocked() {
+  Group group = std::move(pending_);
+  pending_ = Group();
+  return group;
+}
+
+absl::Status GroupCommitter::CommitGroupLocked(Group group) {
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    status = status_;
+  }
+  if (status.ok()) {
+    status = storage_->Commit(group.batch);
+    absl::MutexLock lock(&mu_);
+    ++stats_.groups;
+    if (!status.ok() && status_.ok()) status_ = status;
+  }
+  for (Done& done : group.callbacks) std::move(done)(status);
+  absl::MutexLock lock(&mu_);
+  stats_.submissions += group.callbacks.size();
+  stats_.records += group.records;
+  return status;
+}
+
+absl::Status GroupCommitter::Flush() {
+  // The group is taken only once commit_mu_ is held, so groups commit in the order they were
+  // formed. Submitters never wait for commit_mu_: they only append under mu_.
+  absl::MutexLock commit_lock(&commit_mu_);
+  Group group;
+  {
+    absl::MutexLock lock(&mu_);
+    if (pending_.callbacks.empty()) return status_;
+    group = TakePendingLocked();
+  }
+  return CommitGroupLocked(std::move(group));
+}
+
+absl::Status GroupCommitter::FlushIfDue(absl::Time now) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!DueLocked(now)) return absl::OkStatus();
+  }
+  return Flush();
+}
+
+std::optional<absl::Time> GroupCommitter::NextDeadline() const {
+  absl::MutexLock lock(&mu_);
+  if (pending_.callbacks.empty()) return std::nullopt;
+  if (pending_.records >= options_.max_records) return absl::InfinitePast();
+  return first_pending_ + options_.max_delay;
+}
+
+void GroupCommitter::Start() {
+  absl::MutexLock lock(&mu_);
+  if (started_) return;
+  started_ = true;
+  stop_requested_ = false;
+  thread_ = std::thread([this] { ThreadMain(); });
+}
+
+void GroupCommitter::Stop() { StopThread(/*flush=*/true); }
+
+void GroupCommitter::StopThread(bool flush) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!started_) return;
+    stop_requested_ = true;
+    flush_on_stop_ = flush;
+  }
+  thread_.join();
+  absl::MutexLock lock(&mu_);
+  started_ = false;
+  stop_requested_ = false;
+}
+
+void GroupCommitter::ThreadMain() {
+  for (;;) {
+    Group group;
+    {
+      absl::MutexLock lock(&mu_);
+      // Sleep until the pending group is due or a stop is requested.
+      for (;;) {
+        if (stop_requested_) break;
+        if (pending_.callbacks.empty()) {
+          auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+            return stop_requested_ || !pending_.callbacks.empty();
+          };
+          mu_.Await(absl::Condition(&has_work));
+          continue;
+        }
+        const absl::Duration left = first_pending_ + options_.max_delay - Now();
+        if (pending_.records >= options_.max_records || left <= absl::ZeroDuration()) break;
+        auto full = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stop_requested_ || pending_.records >= options_.max_records;
+        };
+        mu_.AwaitWithTimeout(absl::Condition(&full), left);
+      }
+      if (stop_requested_ && (!flush_on_stop_ || pending_.callbacks.empty())) return;
+    }
+    absl::MutexLock commit_lock(&commit_mu_);
+    {
+      absl::MutexLock lock(&mu_);
+      group = TakePendingLocked();  // empty if a Flush() took it meanwhile
+    }
+    // Submissions arriving from here on form the next group while this one commits.
+    if (!group.callbacks.empty()) CommitGroupLocked(std::move(group)).IgnoreError();
+  }
+}
+
+absl::Status GroupCommitter::status() const {
+  absl::MutexLock lock(&mu_);
+  return status_;
+}
+
+size_t GroupCommitter::pending_records() const {
+  absl::MutexLock lock(&mu_);
+  return pending_.records;
+}
+
+GroupCommitter::Stats GroupCommitter::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+}  // namespace gryph

@@ -1,0 +1,759 @@
+// The LMDB implementation of Storage.
+//
+// Layout: one LMDB environment per directory; each table is a named database (MDB_dbi), opened
+// once and cached by name; "gryph.meta" holds the magic and format version (docs/format.md).
+//
+// Locking (see also the Invariants of LmdbStorage):
+//   write_mu_  serializes commits: LMDB allows one write transaction at a time, and map growth
+//              must happen with no write transaction open.
+//   gate_      counts the operations that touch the memory map (read snapshots, the write
+//              transaction, env info). Growing the map (mdb_env_set_mapsize: munmap + mmap) may
+//              only happen with no transaction active in the process, so the grower waits in
+//              the gate until the count is zero and holds new entrants off while it remaps.
+//              Readers are not held back while the grower waits (reader preference): a thread
+//              that takes a second snapshot while holding one cannot deadlock against a waiting
+//              grower. The price is that a grower can wait as long as snapshots overlap; they
+//              are short by contract.
+//   dbi_mu_    protects the table-name -> MDB_dbi cache. Handles are added only after the write
+//              transaction that created them committed, and only the commit path (under
+//              write_mu_) and Open call mdb_dbi_open, as LMDB requires.
+//   pool_mu_   protects the idle read transactions kept for reuse (mdb_txn_reset/renew saves
+//              a malloc and a reader-slot search per read).
+// Lock order: write_mu_ before the gate; dbi_mu_ and pool_mu_ are leaves.
+
+#include <lmdb.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "gryph/storage.h"
+#include "lib/storage/lmdb_handle.h"
+#include "lib/storage/lmdb_storage.h"
+#include "lib/storage/storage_internal.h"
+#include "lib/util/coding.h"
+#include "lib/util/status_macros.h"
+
+namespace gryph {
+
+namespace {
+
+using internal::FromMdbVal;
+using internal::LmdbCursor;
+using internal::LmdbEnv;
+using internal::LmdbTxn;
+using internal::ToMdbVal;
+
+// Idle read transactions kept for reuse. Each keeps its reader slot, so this stays well below
+// StorageOptions::max_readers.
+constexpr size_t kMaxIdleReadTxns = 8;
+// How often an operation re-adopts a map grown by another process before giving up.
+constexpr int kMaxMapResizedRetries = 8;
+
+// ---- One open environment per directory per process -------------------------------------------
+
+// LMDB forbids opening the same environment twice in one process (its locks are per process):
+// directories are tracked by device and inode.
+class OpenDirectories {
+ public:
+  static OpenDirectories& Get() {
+    static auto* dirs = new OpenDirectories();
+    return *dirs;
+  }
+  bool Claim(std::pair<uint64_t, uint64_t> id) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return open_.insert(id).second;
+  }
+  void Release(std::pair<uint64_t, uint64_t> id) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    open_.erase(id);
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_set<std::pair<uint64_t, uint64_t>> open_ ABSL_GUARDED_BY(mu_);
+};
+
+// Releases a claimed directory on destruction.
+class DirectoryClaim {
+ public:
+  DirectoryClaim() = default;
+  explicit DirectoryClaim(std::pair<uint64_t, uint64_t> id) : id_(id) {}
+  DirectoryClaim(DirectoryClaim&& other) noexcept : id_(std::exchange(other.id_, std::nullopt)) {}
+  DirectoryClaim& operator=(DirectoryClaim&&) = delete;
+  ~DirectoryClaim() {
+    if (id_) OpenDirectories::Get().Release(*id_);
+  }
+
+ private:
+  std::optional<std::pair<uint64_t, uint64_t>> id_;
+};
+
+// ---- The map gate -------------------------------------------------------------------------------
+
+// Counts the users of the memory map; Exclusive() runs a function while there are none.
+class MapGate {
+ public:
+  void Enter() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    ++users_;
+  }
+  void Exit() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    --users_;
+  }
+  // Waits until no one is inside, then runs fn() while keeping everyone out.
+  template <typename Fn>
+  int Exclusive(Fn fn) ABSL_LOCKS_EXCLUDED(mu_) {
+    mu_.LockWhen(absl::Condition(this, &MapGate::Empty));
+    const int rc = fn();
+    mu_.Unlock();
+    return rc;
+  }
+
+ private:
+  bool Empty() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return users_ == 0; }
+
+  absl::Mutex mu_;
+  int users_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Holds a place in the gate for its lifetime.
+class GateEntry {
+ public:
+  explicit GateEntry(MapGate* gate) : gate_(gate) { gate_->Enter(); }
+  GateEntry(GateEntry&& other) noexcept : gate_(std::exchange(other.gate_, nullptr)) {}
+  GateEntry& operator=(GateEntry&&) = delete;
+  ~GateEntry() {
+    if (gate_ != nullptr) gate_->Exit();
+  }
+
+ private:
+  MapGate* gate_;
+};
+
+uint64_t RoundUp(uint64_t n, uint64_t unit) { return (n + unit - 1) / unit * unit; }
+
+class LmdbStorage;
+
+// A read snapshot: a place in the gate plus a read transaction borrowed from the pool.
+// Destruction returns the transaction, then leaves the gate.
+class ReadSnapshot {
+ public:
+  ReadSnapshot(LmdbStorage* storage, GateEntry entry, MDB_txn* txn)
+      : storage_(storage), entry_(std::move(entry)), txn_(txn) {}
+  ReadSnapshot(ReadSnapshot&& other) noexcept
+      : storage_(other.storage_),
+        entry_(std::move(other.entry_)),
+        txn_(std::exchange(other.txn_, nullptr)) {}
+  ReadSnapshot& operator=(ReadSnapshot&&) = delete;
+  ~ReadSnapshot();
+
+  MDB_txn* txn() const { return txn_; }
+
+ private:
+  LmdbStorage* storage_;
+  GateEntry entry_;
+  MDB_txn* txn_;
+};
+
+// Invariants:
+//   - dbis_ maps a table name to a handle only once the transaction that opened it committed.
+//   - map_bytes_ is the map size LMDB uses; it only changes under write_mu_ inside
+//     gate_.Exclusive().
+//   - Once failed_ is set, sticky_ holds the first fatal error and every operation returns it.
+//   - Every transaction and cursor is gone before env_ closes (Cursors must not outlive the
+//     storage; idle read transactions are aborted by the destructor).
+class LmdbStorage final : public Storage {
+ public:
+  static absl::StatusOr<std::unique_ptr<Storage>> Open(const StorageOptions& options);
+  ~LmdbStorage() override;
+
+  absl::Status Commit(const WriteBatch& batch) override ABSL_LOCKS_EXCLUDED(write_mu_);
+  absl::StatusOr<std::optional<std::string>> Get(absl::string_view table,
+                                                 absl::string_view key) override;
+  absl::StatusOr<std::unique_ptr<Cursor>> NewCursor(absl::string_view table) override;
+  absl::StatusOr<uint64_t> ApproximateBytesUsed() override;
+
+  internal::LmdbStorageStats stats() ABSL_LOCKS_EXCLUDED(write_mu_) {
+    absl::MutexLock lock(&write_mu_);
+    return stats_;
+  }
+
+  // Translates `rc` for `operation`, recording it as the sticky error if it is fatal.
+  absl::Status Fail(absl::string_view operation, int rc) ABSL_LOCKS_EXCLUDED(sticky_mu_);
+  // Returns a read transaction to the pool.
+  void ReleaseReadTxn(MDB_txn* txn) ABSL_LOCKS_EXCLUDED(pool_mu_);
+
+ private:
+  // The LMDB code of a failed step and the function that returned it.
+  struct Outcome {
+    int rc = MDB_SUCCESS;
+    const char* operation = "";
+  };
+
+  LmdbStorage(StorageOptions options, DirectoryClaim claim)
+      : options_(std::move(options)), claim_(std::move(claim)) {}
+
+  absl::Status Init();
+  // Checks the meta table (writing it into a fresh store) and opens every table.
+  absl::Status CheckFormatAndOpenTables();
+  absl::Status CheckSticky() const ABSL_LOCKS_EXCLUDED(sticky_mu_);
+  std::optional<MDB_dbi> FindDbi(absl::string_view table) const ABSL_LOCKS_EXCLUDED(dbi_mu_);
+
+  absl::StatusOr<ReadSnapshot> BeginRead() ABSL_LOCKS_EXCLUDED(write_mu_, pool_mu_);
+  int AcquireReadTxn(MDB_txn** txn) ABSL_LOCKS_EXCLUDED(pool_mu_);
+
+  // One attempt at committing `batch` in one write transaction.
+  Outcome TryCommit(const WriteBatch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  static Outcome DeleteRange(MDB_txn* txn, MDB_dbi dbi, absl::string_view begin,
+                             absl::string_view end);
+  // Doubles the map (up to the ceiling) after `operation` returned MDB_MAP_FULL.
+  absl::Status GrowMap(absl::string_view operation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // Adopts a map size grown by another process (after MDB_MAP_RESIZED).
+  absl::Status AdoptMapSize() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // Sets the map size with no transaction active; updates map_bytes_.
+  absl::Status SetMapSize(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+
+  // Constant after Open.
+  const StorageOptions options_;
+  const DirectoryClaim claim_;
+  LmdbEnv env_;  // declared before everything that refers to the environment
+  uint64_t os_page_bytes_ = 4096;
+
+  absl::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(dbi_mu_, pool_mu_);
+  uint64_t map_bytes_ ABSL_GUARDED_BY(write_mu_) = 0;
+  internal::LmdbStorageStats stats_ ABSL_GUARDED_BY(write_mu_);
+
+  MapGate gate_;
+
+  mutable absl::Mutex dbi_mu_;
+  absl::flat_hash_map<std::string, MDB_dbi> dbis_ ABSL_GUARDED_BY(dbi_mu_);
+
+  absl::Mutex pool_mu_;
+  std::vector<MDB_txn*> idle_read_txns_ ABSL_GUARDED_BY(pool_mu_);
+
+  std::atomic<bool> failed_{false};
+  mutable absl::Mutex sticky_mu_;
+  absl::Status sticky_ ABSL_GUARDED_BY(sticky_mu_);
+};
+
+ReadSnapshot::~ReadSnapshot() {
+  if (txn_ != nullptr) storage_->ReleaseReadTxn(txn_);
+  // entry_ leaves the gate after the transaction is reset.
+}
+
+// A Cursor over one table of one read snapshot.
+class LmdbStorageCursor final : public Cursor {
+ public:
+  LmdbStorageCursor(LmdbStorage* storage, ReadSnapshot snapshot, LmdbCursor cursor)
+      : storage_(storage), snapshot_(std::move(snapshot)), cursor_(std::move(cursor)) {}
+
+  bool Valid() const override { return valid_; }
+  void SeekToFirst() override { Move(MDB_FIRST, {}); }
+  void SeekToLast() override { Move(MDB_LAST, {}); }
+  void Seek(absl::string_view target) override {
+    if (target.empty()) {
+      Move(MDB_FIRST, {});
+    } else if (target.size() > Storage::kMaxKeyBytes) {
+      valid_ = false;
+      if (status_.ok()) status_ = internal::ValidateKey(target);
+    } else {
+      Move(MDB_SET_RANGE, target);
+    }
+  }
+  void Next() override { Move(MDB_NEXT, {}); }
+  void Prev() override { Move(MDB_PREV, {}); }
+  absl::string_view key() const override { return key_; }
+  absl::string_view value() const override { return value_; }
+  absl::Status status() const override { return status_; }
+
+ private:
+  void Move(MDB_cursor_op op, absl::string_view target) {
+    valid_ = false;
+    if (!status_.ok()) return;
+    MDB_val k = ToMdbVal(target);
+    MDB_val v{0, nullptr};
+    const int rc = cursor_.Get(&k, &v, op);
+    if (rc == MDB_SUCCESS) {
+      valid_ = true;
+      key_ = FromMdbVal(k);
+      value_ = FromMdbVal(v);
+    } else if (rc != MDB_NOTFOUND) {
+      status_ = storage_->Fail("mdb_cursor_get", rc);
+    }
+  }
+
+  LmdbStorage* const storage_;
+  ReadSnapshot snapshot_;
+  LmdbCursor cursor_;  // declared after snapshot_: closed before the transaction is returned
+  bool valid_ = false;
+  absl::string_view key_;
+  absl::string_view value_;
+  absl::Status status_;
+};
+
+// ---- Open and close -----------------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<Storage>> LmdbStorage::Open(const StorageOptions& options) {
+  if (options.path.empty()) return absl::InvalidArgumentError("OpenLmdbStorage: empty path");
+  if (options.initial_map_bytes == 0 || options.initial_map_bytes > options.max_map_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "OpenLmdbStorage: need 0 < initial_map_bytes <= max_map_bytes, got ",
+        options.initial_map_bytes, " and ", options.max_map_bytes));
+  }
+  if (options.max_tables < 1 || options.max_readers < 1) {
+    return absl::InvalidArgumentError("OpenLmdbStorage: max_tables and max_readers must be >= 1");
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(options.path, ec);
+  if (ec) return internal::LmdbStatus("create_directories", ec.value(), options.path);
+  struct stat st;
+  if (::stat(options.path.c_str(), &st) != 0) {
+    return internal::LmdbStatus("stat", errno, options.path);
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return internal::LmdbStatus("OpenLmdbStorage", ENOTDIR, options.path);
+  }
+  const std::pair<uint64_t, uint64_t> id{static_cast<uint64_t>(st.st_dev),
+                                         static_cast<uint64_t>(st.st_ino)};
+  if (!OpenDirectories::Get().Claim(id)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("OpenLmdbStorage: ", options.path,
+                     " is already open in this process (LMDB allows one environment per file "
+                     "per process; close the other Storage first)"));
+  }
+  std::unique_ptr<LmdbStorage> storage(new LmdbStorage(options, DirectoryClaim(id)));
+  GRYPH_RETURN_IF_ERROR(storage->Init());
+  return std::unique_ptr<Storage>(std::move(storage));
+}
+
+absl::Status LmdbStorage::Init() {
+  const std::string& path = options_.path;
+  int rc = env_.Create();
+  if (rc != MDB_SUCCESS) return Fail("mdb_env_create", rc);
+  MDB_env* env = env_.get();
+  if ((rc = mdb_env_set_maxdbs(env, static_cast<MDB_dbi>(options_.max_tables) + 1)) != 0) {
+    return Fail("mdb_env_set_maxdbs", rc);
+  }
+  if ((rc = mdb_env_set_maxreaders(env, static_cast<unsigned>(options_.max_readers))) != 0) {
+    return Fail("mdb_env_set_maxreaders", rc);
+  }
+  const long page = sysconf(_SC_PAGESIZE);
+  os_page_bytes_ = page > 0 ? static_cast<uint64_t>(page) : 4096;
+  // Start at least as large as the data already there, so reopening a grown store does not
+  // regrow it step by step.
+  uint64_t map_bytes = options_.initial_map_bytes;
+  struct stat st;
+  if (::stat((std::filesystem::path(path) / "data.mdb").c_str(), &st) == 0) {
+    map_bytes = std::max(map_bytes, static_cast<uint64_t>(st.st_size));
+  }
+  map_bytes = RoundUp(map_bytes, os_page_bytes_);
+  if ((rc = mdb_env_set_mapsize(env, map_bytes)) != 0) return Fail("mdb_env_set_mapsize", rc);
+  unsigned int flags = MDB_NOTLS;
+  if (options_.durability == Durability::kNoSync) flags |= MDB_NOSYNC;
+  if ((rc = mdb_env_open(env, path.c_str(), flags, 0644)) != 0) return Fail("mdb_env_open", rc);
+  int dead_readers = 0;
+  if ((rc = mdb_reader_check(env, &dead_readers)) != 0) return Fail("mdb_reader_check", rc);
+  MDB_envinfo info;
+  if ((rc = mdb_env_info(env, &info)) != 0) return Fail("mdb_env_info", rc);
+  {
+    absl::MutexLock lock(&write_mu_);
+    map_bytes_ = info.me_mapsize;
+    stats_.map_bytes = map_bytes_;
+  }
+  return CheckFormatAndOpenTables();
+}
+
+absl::Status LmdbStorage::CheckFormatAndOpenTables() {
+  const std::string& path = options_.path;
+  absl::MutexLock lock(&write_mu_);
+  LmdbTxn txn;
+  int rc = txn.Begin(env_.get(), 0);
+  if (rc != MDB_SUCCESS) return Fail("mdb_txn_begin", rc);
+  const std::string meta_name(internal::kMetaTable);
+  MDB_dbi main_dbi;
+  if ((rc = mdb_dbi_open(txn.get(), nullptr, 0, &main_dbi)) != 0) return Fail("mdb_dbi_open", rc);
+  MDB_dbi meta;
+  rc = mdb_dbi_open(txn.get(), meta_name.c_str(), 0, &meta);
+  if (rc == MDB_NOTFOUND) {
+    // No meta table: only an empty environment may become a gryph store.
+    MDB_stat st;
+    if ((rc = mdb_stat(txn.get(), main_dbi, &st)) != 0) return Fail("mdb_stat", rc);
+    if (st.ms_entries != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "OpenLmdbStorage: ", path, " holds an LMDB environment that is not a gryph store (no ",
+          internal::kMetaTable, " table); refusing to change it"));
+    }
+    if ((rc = mdb_dbi_open(txn.get(), meta_name.c_str(), MDB_CREATE, &meta)) != 0) {
+      return Fail("mdb_dbi_open", rc);
+    }
+    const std::string version = internal::EncodeFormatVersion();
+    for (const auto& [k, v] : {std::pair(internal::kMetaMagicKey, internal::kMetaMagic),
+                               std::pair(internal::kMetaFormatVersionKey,
+                                         absl::string_view(version))}) {
+      MDB_val key = ToMdbVal(k);
+      MDB_val value = ToMdbVal(v);
+      if ((rc = mdb_put(txn.get(), meta, &key, &value, 0)) != 0) return Fail("mdb_put", rc);
+    }
+  } else if (rc != MDB_SUCCESS) {
+    return Fail("mdb_dbi_open", rc);
+  } else {
+    MDB_val key = ToMdbVal(internal::kMetaMagicKey);
+    MDB_val value;
+    rc = mdb_get(txn.get(), meta, &key, &value);
+    if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) return Fail("mdb_get", rc);
+    if (rc == MDB_NOTFOUND || FromMdbVal(value) != internal::kMetaMagic) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("OpenLmdbStorage: ", path, " is not a gryph store: its ",
+                       internal::kMetaTable, " table lacks the magic \"", internal::kMetaMagic,
+                       "\""));
+    }
+    key = ToMdbVal(internal::kMetaFormatVersionKey);
+    rc = mdb_get(txn.get(), meta, &key, &value);
+    if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) return Fail("mdb_get", rc);
+    if (rc == MDB_NOTFOUND || value.mv_size != 4) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "OpenLmdbStorage: ", path, " has no valid format version record in ",
+          internal::kMetaTable));
+    }
+    const uint32_t version = internal::DecodeFixed32BE(static_cast<const char*>(value.mv_data));
+    if (version != internal::kStorageFormatVersion) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "OpenLmdbStorage: ", path, " has storage format version ", version,
+          "; this build reads only version ", internal::kStorageFormatVersion,
+          " (the store was left unchanged)"));
+    }
+  }
+
+  // Every key of the main database names a table: open them all now, so that reads never need
+  // mdb_dbi_open.
+  std::vector<std::string> names;
+  {
+    LmdbCursor cursor;
+    if ((rc = cursor.Open(txn.get(), main_dbi)) != 0) return Fail("mdb_cursor_open", rc);
+    MDB_val k, v;
+    for (rc = cursor.Get(&k, &v, MDB_FIRST); rc == MDB_SUCCESS;
+         rc = cursor.Get(&k, &v, MDB_NEXT)) {
+      names.emplace_back(FromMdbVal(k));
+    }
+    if (rc != MDB_NOTFOUND) return Fail("mdb_cursor_get", rc);
+  }
+  std::vector<std::pair<std::string, MDB_dbi>> opened;
+  for (const std::string& name : names) {
+    MDB_dbi dbi;
+    if (name.find('\0') != std::string::npos ||
+        (rc = mdb_dbi_open(txn.get(), name.c_str(), 0, &dbi)) == MDB_INCOMPATIBLE) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "OpenLmdbStorage: ", path, " is not a gryph store: its main database holds \"", name,
+          "\", which is not a table"));
+    }
+    if (rc != MDB_SUCCESS) return Fail("mdb_dbi_open", rc);
+    opened.emplace_back(name, dbi);
+  }
+  if ((rc = txn.Commit()) != 0) return Fail("mdb_txn_commit", rc);
+  absl::MutexLock dbi_lock(&dbi_mu_);
+  for (auto& [name, dbi] : opened) dbis_.emplace(std::move(name), dbi);
+  return absl::OkStatus();
+}
+
+LmdbStorage::~LmdbStorage() {
+  absl::MutexLock lock(&pool_mu_);
+  for (MDB_txn* txn : idle_read_txns_) mdb_txn_abort(txn);
+  idle_read_txns_.clear();
+  // env_ closes after this body; claim_ is released last.
+}
+
+// ---- Errors --------------------------------------------------------------------------------------
+
+absl::Status LmdbStorage::Fail(absl::string_view operation, int rc) {
+  absl::Status status = internal::LmdbStatus(operation, rc, options_.path);
+  if (internal::LmdbErrorIsFatal(rc)) {
+    absl::MutexLock lock(&sticky_mu_);
+    if (sticky_.ok()) sticky_ = status;
+    failed_.store(true, std::memory_order_release);
+  }
+  return status;
+}
+
+absl::Status LmdbStorage::CheckSticky() const {
+  if (!failed_.load(std::memory_order_acquire)) return absl::OkStatus();
+  absl::MutexLock lock(&sticky_mu_);
+  return sticky_;
+}
+
+std::optional<MDB_dbi> LmdbStorage::FindDbi(absl::string_view table) const {
+  absl::ReaderMutexLock lock(&dbi_mu_);
+  auto it = dbis_.find(table);
+  if (it == dbis_.end()) return std::nullopt;
+  return it->second;
+}
+
+// ---- Reads ---------------------------------------------------------------------------------------
+
+int LmdbStorage::AcquireReadTxn(MDB_txn** txn) {
+  MDB_txn* idle = nullptr;
+  {
+    absl::MutexLock lock(&pool_mu_);
+    if (!idle_read_txns_.empty()) {
+      idle = idle_read_txns_.back();
+      idle_read_txns_.pop_back();
+    }
+  }
+  if (idle != nullptr) {
+    const int rc = mdb_txn_renew(idle);
+    if (rc == MDB_SUCCESS) {
+      *txn = idle;
+      return rc;
+    }
+    mdb_txn_abort(idle);
+    if (rc == MDB_MAP_RESIZED) return rc;
+  }
+  return mdb_txn_begin(env_.get(), nullptr, MDB_RDONLY, txn);
+}
+
+void LmdbStorage::ReleaseReadTxn(MDB_txn* txn) {
+  mdb_txn_reset(txn);
+  {
+    absl::MutexLock lock(&pool_mu_);
+    if (idle_read_txns_.size() < kMaxIdleReadTxns) {
+      idle_read_txns_.push_back(txn);
+      return;
+    }
+  }
+  mdb_txn_abort(txn);
+}
+
+absl::StatusOr<ReadSnapshot> LmdbStorage::BeginRead() {
+  for (int attempt = 0;; ++attempt) {
+    GRYPH_RETURN_IF_ERROR(CheckSticky());
+    GateEntry entry(&gate_);
+    MDB_txn* txn = nullptr;
+    const int rc = AcquireReadTxn(&txn);
+    if (rc == MDB_SUCCESS) return ReadSnapshot(this, std::move(entry), txn);
+    if (rc != MDB_MAP_RESIZED || attempt == kMaxMapResizedRetries) {
+      return Fail("mdb_txn_begin", rc);
+    }
+    // Another process grew the map: adopt its size (outside the gate) and retry.
+    { GateEntry leave = std::move(entry); }
+    absl::MutexLock lock(&write_mu_);
+    GRYPH_RETURN_IF_ERROR(AdoptMapSize());
+  }
+}
+
+absl::StatusOr<std::optional<std::string>> LmdbStorage::Get(absl::string_view table,
+                                                            absl::string_view key) {
+  GRYPH_RETURN_IF_ERROR(internal::ValidateTableName(table));
+  GRYPH_RETURN_IF_ERROR(internal::ValidateKey(key));
+  // Look the table up before taking the snapshot: a handle in the cache belongs to a committed
+  // transaction, so the snapshot taken next knows it.
+  const std::optional<MDB_dbi> dbi = FindDbi(table);
+  if (!dbi) {
+    GRYPH_RETURN_IF_ERROR(CheckSticky());
+    return std::nullopt;
+  }
+  GRYPH_ASSIGN_OR_RETURN(ReadSnapshot snapshot, BeginRead());
+  MDB_val k = ToMdbVal(key);
+  MDB_val v;
+  const int rc = mdb_get(snapshot.txn(), *dbi, &k, &v);
+  if (rc == MDB_NOTFOUND) return std::nullopt;
+  if (rc != MDB_SUCCESS) return Fail("mdb_get", rc);
+  return std::string(FromMdbVal(v));
+}
+
+absl::StatusOr<std::unique_ptr<Cursor>> LmdbStorage::NewCursor(absl::string_view table) {
+  GRYPH_RETURN_IF_ERROR(internal::ValidateTableName(table));
+  const std::optional<MDB_dbi> dbi = FindDbi(table);
+  if (!dbi) {
+    GRYPH_RETURN_IF_ERROR(CheckSticky());
+    return internal::NewEmptyCursor();
+  }
+  GRYPH_ASSIGN_OR_RETURN(ReadSnapshot snapshot, BeginRead());
+  LmdbCursor cursor;
+  const int rc = cursor.Open(snapshot.txn(), *dbi);
+  if (rc != MDB_SUCCESS) return Fail("mdb_cursor_open", rc);
+  return std::unique_ptr<Cursor>(
+      std::make_unique<LmdbStorageCursor>(this, std::move(snapshot), std::move(cursor)));
+}
+
+absl::StatusOr<uint64_t> LmdbStorage::ApproximateBytesUsed() {
+  GRYPH_RETURN_IF_ERROR(CheckSticky());
+  GateEntry entry(&gate_);
+  MDB_envinfo info;
+  int rc = mdb_env_info(env_.get(), &info);
+  if (rc != MDB_SUCCESS) return Fail("mdb_env_info", rc);
+  MDB_stat st;
+  rc = mdb_env_stat(env_.get(), &st);
+  if (rc != MDB_SUCCESS) return Fail("mdb_env_stat", rc);
+  return (static_cast<uint64_t>(info.me_last_pgno) + 1) * st.ms_psize;
+}
+
+// ---- Writes --------------------------------------------------------------------------------------
+
+absl::Status LmdbStorage::Commit(const WriteBatch& batch) {
+  GRYPH_RETURN_IF_ERROR(internal::ValidateBatch(batch));
+  absl::MutexLock lock(&write_mu_);
+  GRYPH_RETURN_IF_ERROR(CheckSticky());
+  if (batch.empty()) return absl::OkStatus();
+  int resized = 0;
+  for (;;) {
+    const Outcome outcome = TryCommit(batch);
+    if (outcome.rc == MDB_SUCCESS) return absl::OkStatus();
+    if (outcome.rc == MDB_MAP_FULL) {
+      // The transaction is gone (aborted); grow and replay the whole batch.
+      GRYPH_RETURN_IF_ERROR(GrowMap(outcome.operation));
+    } else if (outcome.rc == MDB_MAP_RESIZED && ++resized <= kMaxMapResizedRetries) {
+      GRYPH_RETURN_IF_ERROR(AdoptMapSize());
+    } else {
+      return Fail(outcome.operation, outcome.rc);
+    }
+    ++stats_.commit_retries;
+  }
+}
+
+LmdbStorage::Outcome LmdbStorage::TryCommit(const WriteBatch& batch) {
+  GateEntry entry(&gate_);
+  LmdbTxn txn;
+  int rc = txn.Begin(env_.get(), 0);
+  if (rc != MDB_SUCCESS) return {rc, "mdb_txn_begin"};
+
+  // Resolve each table once. Only a Put creates a table; deleting from a table that does not
+  // exist is a no-op.
+  const std::vector<std::string>& names = batch.tables();
+  std::vector<bool> has_put(names.size(), false);
+  for (size_t i = 0; i < batch.count(); ++i) {
+    const WriteBatch::Op op = batch.op(i);
+    if (op.type == WriteBatch::OpType::kPut) has_put[op.table_index] = true;
+  }
+  std::vector<std::optional<MDB_dbi>> dbis(names.size());
+  std::vector<std::pair<std::string, MDB_dbi>> created;
+  for (size_t t = 0; t < names.size(); ++t) {
+    dbis[t] = FindDbi(names[t]);
+    if (dbis[t]) continue;
+    MDB_dbi dbi;
+    rc = mdb_dbi_open(txn.get(), names[t].c_str(), has_put[t] ? MDB_CREATE : 0, &dbi);
+    if (rc == MDB_NOTFOUND && !has_put[t]) continue;
+    if (rc != MDB_SUCCESS) return {rc, "mdb_dbi_open"};
+    dbis[t] = dbi;
+    created.emplace_back(names[t], dbi);
+  }
+
+  for (size_t i = 0; i < batch.count(); ++i) {
+    const WriteBatch::Op op = batch.op(i);
+    const std::optional<MDB_dbi> dbi = dbis[op.table_index];
+    if (!dbi) continue;
+    MDB_val key = ToMdbVal(op.key);
+    switch (op.type) {
+      case WriteBatch::OpType::kPut: {
+        MDB_val value = ToMdbVal(op.value);
+        rc = mdb_put(txn.get(), *dbi, &key, &value, 0);
+        if (rc != MDB_SUCCESS) return {rc, "mdb_put"};
+        break;
+      }
+      case WriteBatch::OpType::kDelete:
+        rc = mdb_del(txn.get(), *dbi, &key, nullptr);
+        if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) return {rc, "mdb_del"};
+        break;
+      case WriteBatch::OpType::kDeleteRange: {
+        const Outcome outcome = DeleteRange(txn.get(), *dbi, op.key, op.value);
+        if (outcome.rc != MDB_SUCCESS) return outcome;
+        break;
+      }
+    }
+  }
+  rc = txn.Commit();
+  if (rc != MDB_SUCCESS) return {rc, "mdb_txn_commit"};
+  if (!created.empty()) {
+    absl::MutexLock lock(&dbi_mu_);
+    for (auto& [name, dbi] : created) dbis_.emplace(std::move(name), dbi);
+  }
+  return {};
+}
+
+LmdbStorage::Outcome LmdbStorage::DeleteRange(MDB_txn* txn, MDB_dbi dbi,
+                                              absl::string_view begin, absl::string_view end) {
+  LmdbCursor cursor;
+  int rc = cursor.Open(txn, dbi);
+  if (rc != MDB_SUCCESS) return {rc, "mdb_cursor_open"};
+  MDB_val k = ToMdbVal(begin);
+  MDB_val v;
+  rc = cursor.Get(&k, &v, begin.empty() ? MDB_FIRST : MDB_SET_RANGE);
+  while (rc == MDB_SUCCESS) {
+    if (!end.empty() && FromMdbVal(k) >= end) return {};
+    rc = mdb_cursor_del(cursor.get(), 0);
+    if (rc != MDB_SUCCESS) return {rc, "mdb_cursor_del"};
+    // After a delete the cursor already stands on the following entry; MDB_NEXT returns it.
+    rc = cursor.Get(&k, &v, MDB_NEXT);
+  }
+  if (rc != MDB_NOTFOUND) return {rc, "mdb_cursor_get"};
+  return {};
+}
+
+absl::Status LmdbStorage::SetMapSize(uint64_t bytes) {
+  const int rc = gate_.Exclusive([&] { return mdb_env_set_mapsize(env_.get(), bytes); });
+  if (rc != MDB_SUCCESS) {
+    // A failed remap may leave the environment without a map: make the failure sticky.
+    absl::Status status = internal::LmdbStatus("mdb_env_set_mapsize", rc, options_.path);
+    status = absl::InternalError(
+        absl::StrCat(status.message(), "; the storage must be reopened"));
+    absl::MutexLock lock(&sticky_mu_);
+    if (sticky_.ok()) sticky_ = status;
+    failed_.store(true, std::memory_order_release);
+    return status;
+  }
+  MDB_envinfo info;
+  const int info_rc = mdb_env_info(env_.get(), &info);
+  map_bytes_ = info_rc == MDB_SUCCESS ? info.me_mapsize : bytes;
+  stats_.map_bytes = map_bytes_;
+  return absl::OkStatus();
+}
+
+absl::Status LmdbStorage::GrowMap(absl::string_view operation) {
+  const uint64_t ceiling =
+      std::max(options_.max_map_bytes / os_page_bytes_ * os_page_bytes_, os_page_bytes_);
+  if (map_bytes_ >= ceiling) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        operation, ": MDB_MAP_FULL: the map is at its ceiling of ", map_bytes_,
+        " bytes (StorageOptions::max_map_bytes = ", options_.max_map_bytes,
+        "); the batch was not applied (", options_.path, ")"));
+  }
+  const uint64_t next = map_bytes_ >= ceiling / 2 ? ceiling : map_bytes_ * 2;
+  GRYPH_RETURN_IF_ERROR(SetMapSize(next));
+  ++stats_.map_growths;
+  return absl::OkStatus();
+}
+
+absl::Status LmdbStorage::AdoptMapSize() { return SetMapSize(0); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Storage>> OpenLmdbStorage(const StorageOptions& options) {
+  return LmdbStorage::Open(options);
+}
+
+namespace internal {
+
+bool GetLmdbStorageStats(Storage* storage, LmdbStorageStats* stats) {
+  auto* lmdb = dynamic_cast<LmdbStorage*>(storage);
+  if (lmdb == nullptr) return false;
+  *stats = lmdb->stats();
+  return true;
+}
+
+}  // namespace internal
+
+}  // namespace gryph

@@ -1,0 +1,129 @@
+#include <memory>
+#include <string>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gryph/memory_storage.h"
+#include "gryph/storage.h"
+#include "lib/storage/storage_internal.h"
+#include "lib/util/coding.h"
+#include "lib/util/status_macros.h"
+
+namespace gryph {
+
+namespace internal {
+
+std::string EncodeFormatVersion() {
+  std::string out;
+  PutFixed32BE(&out, kStorageFormatVersion);
+  return out;
+}
+
+absl::Status ValidateTableName(absl::string_view table) {
+  if (table.empty()) return absl::InvalidArgumentError("storage: empty table name");
+  if (table.size() > Storage::kMaxTableNameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("storage: table name of ", table.size(),
+                                                   " bytes; the limit is ",
+                                                   Storage::kMaxTableNameBytes));
+  }
+  if (table.find('\0') != absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("storage: table name \"", absl::CHexEscape(table), "\" contains NUL"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateWritableTableName(absl::string_view table) {
+  GRYPH_RETURN_IF_ERROR(ValidateTableName(table));
+  if (absl::StartsWith(table, Storage::kReservedTablePrefix)) {
+    return absl::InvalidArgumentError(absl::StrCat("storage: table name \"", table,
+                                                   "\" is reserved (prefix \"",
+                                                   Storage::kReservedTablePrefix, "\")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateKey(absl::string_view key) {
+  if (key.empty()) return absl::InvalidArgumentError("storage: empty key");
+  if (key.size() > Storage::kMaxKeyBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("storage: key of ", key.size(),
+                                                   " bytes; the limit is ",
+                                                   Storage::kMaxKeyBytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateRange(absl::string_view begin, absl::string_view end) {
+  if (!begin.empty()) GRYPH_RETURN_IF_ERROR(ValidateKey(begin));
+  if (!end.empty()) GRYPH_RETURN_IF_ERROR(ValidateKey(end));
+  if (!begin.empty() && !end.empty() && begin > end) {
+    return absl::InvalidArgumentError(absl::StrCat("storage: range begin \"",
+                                                   absl::CHexEscape(begin), "\" > end \"",
+                                                   absl::CHexEscape(end), "\""));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateBatch(const WriteBatch& batch) {
+  for (const std::string& table : batch.tables()) {
+    GRYPH_RETURN_IF_ERROR(ValidateWritableTableName(table));
+  }
+  for (size_t i = 0; i < batch.count(); ++i) {
+    const WriteBatch::Op op = batch.op(i);
+    absl::Status s = op.type == WriteBatch::OpType::kDeleteRange ? ValidateRange(op.key, op.value)
+                                                                  : ValidateKey(op.key);
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(s.message(), " (operation ", i, " on table \"",
+                                                 op.table, "\")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+class EmptyCursor final : public Cursor {
+ public:
+  bool Valid() const override { return false; }
+  void SeekToFirst() override {}
+  void SeekToLast() override {}
+  void Seek(absl::string_view target) override {
+    if (status_.ok() && target.size() > Storage::kMaxKeyBytes) status_ = ValidateKey(target);
+  }
+  void Next() override {}
+  void Prev() override {}
+  absl::string_view key() const override { return {}; }
+  absl::string_view value() const override { return {}; }
+  absl::Status status() const override { return status_; }
+
+ private:
+  absl::Status status_;
+};
+
+}  // namespace
+
+std::unique_ptr<Cursor> NewEmptyCursor() { return std::make_unique<EmptyCursor>(); }
+
+}  // namespace internal
+
+absl::Status Storage::Scan(absl::string_view table, absl::string_view begin,
+                           absl::string_view end, ScanFn fn) {
+  GRYPH_RETURN_IF_ERROR(internal::ValidateTableName(table));
+  GRYPH_RETURN_IF_ERROR(internal::ValidateRange(begin, end));
+  GRYPH_ASSIGN_OR_RETURN(std::unique_ptr<Cursor> cursor, NewCursor(table));
+  if (begin.empty()) {
+    cursor->SeekToFirst();
+  } else {
+    cursor->Seek(begin);
+  }
+  for (; cursor->Valid(); cursor->Next()) {
+    if (!end.empty() && cursor->key() >= end) break;
+    if (!fn(cursor->key(), cursor->value())) break;
+  }
+  return cursor->status();
+}
+
+std::unique_ptr<Storage> NewMemoryStorage() { return std::make_unique<MemoryStorage>(); }
+
+}  // namespace gryph

@@ -1,0 +1,49 @@
+// Internal: the checks and helpers every Storage implementation shares, so that LMDB and memory
+// storage accept and reject exactly the same inputs.
+
+#ifndef GRYPH_LIB_STORAGE_STORAGE_INTERNAL_H_
+#define GRYPH_LIB_STORAGE_STORAGE_INTERNAL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "gryph/storage.h"
+
+namespace gryph::internal {
+
+// The storage layer's own table (docs/format.md, "Storage"), and its records.
+inline constexpr absl::string_view kMetaTable = "gryph.meta";
+inline constexpr absl::string_view kMetaMagicKey = "magic";
+inline constexpr absl::string_view kMetaMagic = "gryph-storage";
+inline constexpr absl::string_view kMetaFormatVersionKey = "format_version";
+// The storage format this build reads and writes. Bump it, with docs/format.md and a
+// compatibility test, whenever a stored layout changes.
+inline constexpr uint32_t kStorageFormatVersion = 1;
+// The value of the format_version record: kStorageFormatVersion as 4 big-endian bytes.
+std::string EncodeFormatVersion();
+
+// A table name a caller may read: 1..kMaxTableNameBytes bytes, no NUL.
+absl::Status ValidateTableName(absl::string_view table);
+// A table name a caller may write: as above and not reserved.
+absl::Status ValidateWritableTableName(absl::string_view table);
+// A key: 1..kMaxKeyBytes bytes.
+absl::Status ValidateKey(absl::string_view key);
+// Range bounds: each empty or a valid key, and begin <= end when both are set.
+absl::Status ValidateRange(absl::string_view begin, absl::string_view end);
+// Every table name and key of `batch`.
+absl::Status ValidateBatch(const WriteBatch& batch);
+
+// Whether `key` lies in [begin, end), an empty bound being unbounded.
+inline bool InRange(absl::string_view key, absl::string_view begin, absl::string_view end) {
+  return (begin.empty() || key >= begin) && (end.empty() || key < end);
+}
+
+// The cursor over a table that does not exist: valid, always empty.
+std::unique_ptr<Cursor> NewEmptyCursor();
+
+}  // namespace gryph::internal
+
+#endif  // GRYPH_LIB_STORAGE_STORAGE_INTERNAL_H_
