@@ -28,17 +28,17 @@ const absl::Status& StatusOf(const absl::StatusOr<T>& s) {
 // REQUIRE that a Status or StatusOr is OK, printing the status when it is not.
 #define REQUIRE_OK(expr)                                                      \
   do {                                                                        \
-    const auto& gryph_s_ = (expr);                                            \
-    INFO(::gryph::testing::StatusOf(gryph_s_).ToString());                    \
-    REQUIRE(::gryph::testing::StatusOf(gryph_s_).ok());                       \
+    const ::absl::Status gryph_s_ = ::gryph::testing::StatusOf(expr);         \
+    INFO(gryph_s_.ToString());                                                \
+    REQUIRE(gryph_s_.ok());                                                   \
   } while (0)
 
 // REQUIRE that a Status or StatusOr failed with `code`.
 #define REQUIRE_CODE(expr, expected_code)                                              \
   do {                                                                        \
-    const auto& gryph_s_ = (expr);                                            \
-    INFO(::gryph::testing::StatusOf(gryph_s_).ToString());                    \
-    REQUIRE(::gryph::testing::StatusOf(gryph_s_).code() == (expected_code));           \
+    const ::absl::Status gryph_s_ = ::gryph::testing::StatusOf(expr);         \
+    INFO(gryph_s_.ToString());                                                \
+    REQUIRE(gryph_s_.code() == (expected_code));                              \
   } while (0)
 
 namespace gryph::testing {

@@ -63,6 +63,9 @@ struct GroupCommitOptions {
   // (and drives the committer manually). The background thread sleeps in real time, so it should
   // use the real clock.
   std::function<absl::Time()> clock;
+  // Runs after the callbacks of each group, on the committing thread (e.g. to send downstream,
+  // in one message, what the whole group made durable). Same rules as callbacks.
+  std::function<void()> after_group;
 };
 
 class GroupCommitter {

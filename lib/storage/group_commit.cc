@@ -53,6 +53,7 @@ absl::Status GroupCommitter::CommitGroupLocked(Group group) {
     if (!status.ok() && status_.ok()) status_ = status;
   }
   for (Done& done : group.callbacks) std::move(done)(status);
+  if (options_.after_group) options_.after_group();
   absl::MutexLock lock(&mu_);
   stats_.submissions += group.callbacks.size();
   stats_.records += group.records;

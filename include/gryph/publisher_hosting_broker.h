@@ -1,0 +1,96 @@
+// PublisherHostingBroker (PHB): the pubends of one process, sharing one storage and one group
+// commit, wired to a Channel.
+//
+// The PHB routes each publish to a pubend the application names — explicitly, by key
+// (PubendForKey: one key always on one pubend, hence in order), or by publisher — and dispatches
+// what arrives on its channel: nacks and release messages go to the pubends they name. After
+// every group commit it sends each pubend's new knowledge downstream.
+//
+// Driving it:
+//   - threaded (options.commit_thread, the default): a background thread commits groups; the
+//     application calls OnTimer(now) every few milliseconds for heartbeats and early release;
+//   - manual, for the deterministic simulator: call OnTimer(now) whenever virtual time passes;
+//     it also commits the group when due (NextDeadline() says when).
+//
+// Thread-safety: thread-safe. Messages arrive on whatever thread drives the channel.
+
+#ifndef GRYPH_PUBLISHER_HOSTING_BROKER_H_
+#define GRYPH_PUBLISHER_HOSTING_BROKER_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "gryph/channel.h"
+#include "gryph/group_commit.h"
+#include "gryph/pubend.h"
+#include "gryph/storage.h"
+
+namespace gryph {
+
+struct PublisherHostingBrokerOptions {
+  std::vector<PubendOptions> pubends;  // at least one; distinct ids
+  // Downstream nodes registered with every pubend at open (already registered ones are kept).
+  std::vector<std::string> downstream;
+  // Group commit: N records or T since the first, whichever first. The clock is filled in.
+  GroupCommitOptions group_commit;
+  // Commit groups on a background thread (see the header comment).
+  bool commit_thread = true;
+  // The time source for nacks and release messages; absl::Now when empty.
+  std::function<absl::Time()> clock;
+};
+
+class PublisherHostingBroker {
+ public:
+  // Opens every pubend on `storage` (recovering them) and sets itself as `channel`'s receiver.
+  // `storage` and `channel` must outlive the broker. InvalidArgument for no pubend or repeated
+  // ids; otherwise the pubends' errors.
+  static absl::StatusOr<std::unique_ptr<PublisherHostingBroker>> Open(
+      PublisherHostingBrokerOptions options, Storage* storage, Channel* channel);
+  // Stops the commit thread after committing what is pending.
+  ~PublisherHostingBroker();
+
+  // Publishes to pubend `p` (Pubend::Publish). NotFound through `done` for an unknown pubend.
+  void Publish(PubendId p, absl::string_view publisher, uint64_t sequence, EventRef event,
+               Pubend::PublishDone done);
+  // Publishes to PubendForKey(key, pubend_ids()).
+  void PublishByKey(absl::string_view key, absl::string_view publisher, uint64_t sequence,
+                    EventRef event, Pubend::PublishDone done);
+
+  // Handles one message from the channel (the receiver calls this). Errors (an unknown sender's
+  // release, a nack for an unknown pubend) are returned; nothing changes for them.
+  absl::Status HandleMessage(absl::string_view from, const Message& message);
+
+  // Heartbeats, early release and, in manual mode, the group commit when due.
+  void OnTimer(absl::Time now);
+  // When OnTimer should next run at the latest, in manual mode.
+  absl::Time NextDeadline(absl::Time now) const;
+  // Commits what is pending now (manual mode; harmless otherwise).
+  absl::Status Flush();
+
+  // The pubend `p`, or null. Valid as long as the broker.
+  Pubend* pubend(PubendId p) const;
+  const std::vector<PubendId>& pubend_ids() const { return ids_; }
+  GroupCommitter& committer() { return *committer_; }
+
+ private:
+  PublisherHostingBroker(PublisherHostingBrokerOptions options, Storage* storage,
+                         Channel* channel);
+  absl::Time Now() const;
+
+  const PublisherHostingBrokerOptions options_;
+  Storage* const storage_;
+  Channel* const channel_;
+  std::unique_ptr<GroupCommitter> committer_;
+  std::map<PubendId, std::unique_ptr<Pubend>> pubends_;
+  std::vector<PubendId> ids_;
+};
+
+}  // namespace gryph
+
+#endif  // GRYPH_PUBLISHER_HOSTING_BROKER_H_

@@ -1,0 +1,564 @@
+#include "gryph/pubend.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "lib/pubend/pubend_keys.h"
+#include "lib/util/coding.h"
+#include "lib/util/status_macros.h"
+
+namespace gryph {
+
+using internal::DecodeFixed64BE;
+using internal::EventKey;
+using internal::MetaKey;
+using internal::NamedKey;
+using internal::PutFixed64BE;
+
+namespace {
+
+constexpr uint8_t kPublisherRowVersion = 1;
+
+std::string EncodeFixed64(Tick t) {
+  std::string s;
+  PutFixed64BE(&s, t);
+  return s;
+}
+
+absl::StatusOr<Tick> DecodeTickValue(absl::string_view what, absl::string_view bytes) {
+  if (bytes.size() != 8) {
+    return absl::DataLossError(absl::StrCat("pubend ", what, " is ", bytes.size(), " bytes, not 8"));
+  }
+  return DecodeFixed64BE(bytes.data());
+}
+
+}  // namespace
+
+Pubend::Pubend(const PubendOptions& options, Storage* storage, GroupCommitter* committer,
+               Channel* channel)
+    : options_(options), storage_(storage), committer_(committer), channel_(channel) {}
+
+Pubend::~Pubend() = default;
+
+absl::StatusOr<std::unique_ptr<Pubend>> Pubend::Open(const PubendOptions& options,
+                                                     Storage* storage, GroupCommitter* committer,
+                                                     Channel* channel) {
+  std::unique_ptr<Pubend> p(new Pubend(options, storage, committer, channel));
+  GRYPH_RETURN_IF_ERROR(p->Recover());
+  return p;
+}
+
+absl::Status Pubend::Recover() {
+  absl::MutexLock lock(&mu_);
+  const PubendId p = options_.id;
+  Tick announced = 0;
+  GRYPH_ASSIGN_OR_RETURN(auto t_row, storage_->Get(internal::kMetaTable,
+                                                   MetaKey(p, internal::kMetaAnnouncedTick)));
+  if (t_row) {
+    GRYPH_ASSIGN_OR_RETURN(announced, DecodeTickValue("announced tick", *t_row));
+  }
+  GRYPH_ASSIGN_OR_RETURN(auto l_row,
+                         storage_->Get(internal::kMetaTable, MetaKey(p, internal::kMetaLPrefix)));
+  if (l_row) {
+    GRYPH_ASSIGN_OR_RETURN(l_prefix_, DecodeTickValue("L prefix", *l_row));
+  }
+
+  // The last logged event: the greatest key below the next pubend's prefix.
+  Tick last_event = 0;
+  {
+    GRYPH_ASSIGN_OR_RETURN(std::unique_ptr<Cursor> c, storage_->NewCursor(internal::kEventsTable));
+    const std::string end = internal::PubendEnd(p);
+    if (end.empty()) {
+      c->SeekToLast();
+    } else {
+      c->Seek(end);
+      if (c->Valid()) {
+        c->Prev();
+      } else {
+        c->SeekToLast();
+      }
+    }
+    GRYPH_RETURN_IF_ERROR(c->status());
+    const std::string prefix = internal::PubendPrefix(p);
+    if (c->Valid() && c->key().size() == 12 && c->key().substr(0, 4) == prefix) {
+      last_event = DecodeFixed64BE(c->key().data() + 4);
+    }
+  }
+  committed_ = assigned_ = std::max({announced, last_event, l_prefix_});
+  releasing_ = l_prefix_;
+
+  const std::string begin = internal::PubendPrefix(p);
+  const std::string end = internal::PubendEnd(p);
+  absl::Status parse;
+  GRYPH_RETURN_IF_ERROR(storage_->Scan(
+      internal::kDownstreamTable, begin, end, [&](absl::string_view key, absl::string_view value) {
+        if (value.size() != 16) {
+          parse = absl::DataLossError("pubend downstream row is not 16 bytes");
+          return false;
+        }
+        downstream_[std::string(key.substr(4))] =
+            Downstream{DecodeFixed64BE(value.data()), DecodeFixed64BE(value.data() + 8)};
+        return true;
+      }));
+  GRYPH_RETURN_IF_ERROR(parse);
+  GRYPH_RETURN_IF_ERROR(storage_->Scan(
+      internal::kPublishersTable, begin, end, [&](absl::string_view key, absl::string_view value) {
+        internal::ByteReader in(value, "publisher row");
+        uint8_t version = 0;
+        uint64_t count = 0;
+        Publisher pub;
+        if (in.ReadByte(&version, "version") && version == kPublisherRowVersion &&
+            in.ReadVarintAtMost(kSequenceWindow, &count, "count")) {
+          for (uint64_t i = 0; i < count; ++i) {
+            SequenceEntry e{};
+            if (!in.ReadVarint64(&e.sequence, "sequence") || !in.ReadVarint64(&e.tick, "tick")) {
+              break;
+            }
+            pub.committed.push_back(e);
+          }
+        }
+        if (!in.ExpectEnd() || version != kPublisherRowVersion) {
+          parse = absl::DataLossError(absl::StrCat("pubend publisher row: ", in.status().message()));
+          return false;
+        }
+        pub.last_sequence = pub.committed.empty() ? 0 : pub.committed.back().sequence;
+        publishers_[std::string(key.substr(4))] = std::move(pub);
+        return true;
+      }));
+  return parse;
+}
+
+Tick Pubend::NowTick(absl::Time now) const {
+  const int64_t micros = absl::ToUnixMicros(now);
+  return std::max<Tick>(committed_, micros > 0 ? static_cast<Tick>(micros) : 0);
+}
+
+void Pubend::Fail(const absl::Status& status) {
+  if (status_.ok()) status_ = status;
+}
+
+void Pubend::Publish(absl::string_view publisher, uint64_t sequence, EventRef event,
+                     absl::Time now, PublishDone done) {
+  absl::StatusOr<Tick> immediate;  // the outcome when known without a commit
+  {
+    absl::MutexLock lock(&mu_);
+    if (!status_.ok()) {
+      immediate = status_;
+    } else if (event == nullptr) {
+      immediate = absl::InvalidArgumentError("publish of a null event");
+    } else {
+      Publisher* pub = sequence > 0 ? &publishers_[publisher] : nullptr;
+      if (pub != nullptr && sequence <= pub->last_sequence) {
+        if (auto it = pub->pending.find(sequence); it != pub->pending.end()) {
+          it->second.waiters.push_back(std::move(done));  // answered with the original's commit
+          return;
+        }
+        auto hit = std::find_if(pub->committed.begin(), pub->committed.end(),
+                                [&](const SequenceEntry& e) { return e.sequence == sequence; });
+        if (hit != pub->committed.end()) {
+          immediate = hit->tick;
+        } else if (pub->committed.empty() || sequence < pub->committed.front().sequence) {
+          immediate = absl::AlreadyExistsError(absl::StrCat(
+              "publisher '", publisher, "' sequence ", sequence,
+              " was logged but is older than the retry window of ", kSequenceWindow));
+        } else {
+          immediate = absl::InvalidArgumentError(absl::StrCat(
+              "publisher '", publisher, "' sequence ", sequence, " is below its latest ",
+              pub->last_sequence, " and was never logged"));
+        }
+      } else {
+        const Tick t = std::max(assigned_ + 1, NowTick(now));
+        assigned_ = t;
+        last_activity_ = now;
+        WriteBatch batch;
+        std::string value;
+        event->EncodeTo(&value);
+        batch.Put(internal::kEventsTable, EventKey(options_.id, t), value);
+        if (pub != nullptr) {
+          pub->last_sequence = sequence;
+          pub->pending[sequence].tick = t;
+          // The row holds the latest sequences including this one; everything pending commits
+          // before it (commits are in order), so the row is right whenever it is durable.
+          std::vector<SequenceEntry> window(pub->committed.begin(), pub->committed.end());
+          for (const auto& [seq, entry] : pub->pending) window.push_back({seq, entry.tick});
+          const size_t skip = window.size() > kSequenceWindow ? window.size() - kSequenceWindow : 0;
+          std::string row(1, static_cast<char>(kPublisherRowVersion));
+          internal::PutVarint64(&row, window.size() - skip);
+          for (size_t i = skip; i < window.size(); ++i) {
+            internal::PutVarint64(&row, window[i].sequence);
+            internal::PutVarint64(&row, window[i].tick);
+          }
+          batch.Put(internal::kPublishersTable, NamedKey(options_.id, publisher), row);
+        }
+        ++in_flight_;
+        committer_->Submit(std::move(batch), 1,
+                           [this, t, event, pub_name = std::string(publisher), sequence,
+                            done = std::move(done)](absl::Status s) mutable {
+                             OnCommitted(t, std::move(event), std::move(pub_name), sequence,
+                                         std::move(s), std::move(done));
+                           });
+        return;
+      }
+    }
+  }
+  std::move(done)(std::move(immediate));
+}
+
+void Pubend::OnCommitted(Tick tick, EventRef event, std::string publisher, uint64_t sequence,
+                         absl::Status status, PublishDone done) {
+  std::vector<PublishDone> waiters;
+  absl::StatusOr<Tick> result = tick;
+  {
+    absl::MutexLock lock(&mu_);
+    --in_flight_;
+    if (sequence > 0) {
+      Publisher& pub = publishers_[publisher];
+      auto it = pub.pending.find(sequence);
+      if (it != pub.pending.end()) {
+        waiters = std::move(it->second.waiters);
+        pub.pending.erase(it);
+      }
+      if (status.ok()) {
+        pub.committed.push_back({sequence, tick});
+        if (pub.committed.size() > kSequenceWindow) pub.committed.pop_front();
+      }
+    }
+    if (!status.ok()) {
+      Fail(status);
+      result = status;
+    } else {
+      if (tick > committed_ + 1) unsent_.push_back(KnowledgeSpan::Silence({committed_ + 1, tick - 1}));
+      unsent_.push_back(KnowledgeSpan::Data(tick, std::move(event)));
+      committed_ = tick;
+      if (in_flight_ == 0 || unsent_.size() >= options_.max_spans_per_message) {
+        FlushKnowledgeLocked();
+      }
+    }
+  }
+  std::move(done)(result);
+  for (PublishDone& w : waiters) std::move(w)(result);
+}
+
+void Pubend::FlushKnowledge() {
+  absl::MutexLock lock(&mu_);
+  FlushKnowledgeLocked();
+}
+
+void Pubend::FlushKnowledgeLocked() {
+  if (unsent_.empty()) return;
+  KnowledgeMessage message{options_.id, {}};
+  size_t bytes = 0;
+  for (KnowledgeSpan& span : unsent_) {
+    if (message.spans.size() >= options_.max_spans_per_message ||
+        bytes >= options_.max_bytes_per_message) {
+      SendLocked(std::move(message));
+      message = KnowledgeMessage{options_.id, {}};
+      bytes = 0;
+    }
+    if (span.event != nullptr) bytes += span.event->payload().size();
+    // Consecutive silences merge (a heartbeat after an event gap).
+    if (!message.spans.empty() && span.value == TickValue::kS &&
+        message.spans.back().value == TickValue::kS) {
+      message.spans.back().range.last = span.range.last;
+    } else {
+      message.spans.push_back(std::move(span));
+    }
+  }
+  SendLocked(std::move(message));
+  unsent_.clear();
+}
+
+void Pubend::SendLocked(KnowledgeMessage message) {
+  for (const auto& [node, state] : downstream_) {
+    // A lost or refused message is repaired by the node's nacks.
+    (void)channel_->Send(node, message);
+  }
+}
+
+void Pubend::OnTimer(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  if (!status_.ok()) return;
+  FlushKnowledgeLocked();
+  MaybeRelease(now);
+  if (in_flight_ > 0 || now - last_activity_ < options_.heartbeat) return;
+  last_activity_ = now;
+  const Tick t = NowTick(now);
+  if (t <= assigned_) return;
+  // Announce silence up to now: reserve the ticks durably first, so that no later event (even
+  // after a restart with a clock that went back) lands on a tick announced as S.
+  assigned_ = t;
+  ++in_flight_;
+  WriteBatch batch;
+  batch.Put(internal::kMetaTable, MetaKey(options_.id, internal::kMetaAnnouncedTick),
+            EncodeFixed64(t));
+  committer_->Submit(std::move(batch), 0, [this, t](absl::Status s) {
+    absl::MutexLock l(&mu_);
+    --in_flight_;
+    if (!s.ok()) {
+      Fail(s);
+      return;
+    }
+    if (t > committed_) {
+      unsent_.push_back(KnowledgeSpan::Silence({committed_ + 1, t}));
+      committed_ = t;
+    }
+    if (in_flight_ == 0) FlushKnowledgeLocked();
+  });
+}
+
+void Pubend::MaybeRelease(absl::Time now) {
+  if (downstream_.empty() || !status_.ok()) return;
+  Tick tr = kMaxTick;
+  Tick td = kMaxTick;
+  for (const auto& [node, d] : downstream_) {
+    tr = std::min(tr, d.released);
+    td = std::min(td, d.latest_delivered);
+  }
+  Tick target = tr;
+  if (options_.max_retain != absl::InfiniteDuration()) {
+    // T(p) - t > maxRetain  <=>  t <= T(p) - maxRetain - 1.
+    const Tick now_tick = NowTick(now);
+    const int64_t retain = std::max<int64_t>(0, absl::ToInt64Microseconds(options_.max_retain));
+    if (now_tick > static_cast<Tick>(retain)) {
+      target = std::max(target, std::min(td, now_tick - static_cast<Tick>(retain) - 1));
+    }
+  }
+  target = std::min(target, committed_);
+  if (target <= releasing_) return;
+  WriteBatch batch;
+  batch.DeleteRange(internal::kEventsTable, EventKey(options_.id, releasing_ + 1),
+                    target == kMaxTick ? internal::PubendEnd(options_.id)
+                                       : EventKey(options_.id, target + 1));
+  batch.Put(internal::kMetaTable, MetaKey(options_.id, internal::kMetaLPrefix),
+            EncodeFixed64(target));
+  releasing_ = target;  // nack answers treat ticks up to here as L from now on
+  committer_->Submit(std::move(batch), 0, [this, target](absl::Status s) {
+    absl::MutexLock l(&mu_);
+    if (!s.ok()) {
+      Fail(s);
+      return;
+    }
+    l_prefix_ = std::max(l_prefix_, target);
+    SendLocked(KnowledgeMessage{options_.id, {KnowledgeSpan::Lost({kFirstTick, l_prefix_})}});
+  });
+}
+
+void Pubend::PersistDownstream(const std::string& node) {
+  const Downstream& d = downstream_.at(node);
+  std::string value = EncodeFixed64(d.released) + EncodeFixed64(d.latest_delivered);
+  WriteBatch batch;
+  batch.Put(internal::kDownstreamTable, NamedKey(options_.id, node), value);
+  committer_->Submit(std::move(batch), 0, [this](absl::Status s) {
+    if (s.ok()) return;
+    absl::MutexLock l(&mu_);
+    Fail(s);
+  });
+}
+
+absl::Status Pubend::AddDownstream(absl::string_view node) {
+  absl::MutexLock lock(&mu_);
+  if (!status_.ok()) return status_;
+  if (node.empty()) return absl::InvalidArgumentError("a downstream node needs a name");
+  if (downstream_.contains(node)) {
+    return absl::AlreadyExistsError(absl::StrCat("downstream node '", node, "' is registered"));
+  }
+  downstream_[std::string(node)] = Downstream{releasing_, releasing_};
+  PersistDownstream(std::string(node));
+  return absl::OkStatus();
+}
+
+absl::Status Pubend::RemoveDownstream(absl::string_view node) {
+  absl::MutexLock lock(&mu_);
+  if (!status_.ok()) return status_;
+  auto it = downstream_.find(node);
+  if (it == downstream_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown downstream node '", node, "'"));
+  }
+  downstream_.erase(it);
+  WriteBatch batch;
+  batch.Delete(internal::kDownstreamTable, NamedKey(options_.id, node));
+  committer_->Submit(std::move(batch), 0, [this](absl::Status s) {
+    if (s.ok()) return;
+    absl::MutexLock l(&mu_);
+    Fail(s);
+  });
+  return absl::OkStatus();
+}
+
+absl::Status Pubend::HandleRelease(absl::string_view from, const ReleaseEntry& entry,
+                                   absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  if (!status_.ok()) return status_;
+  if (entry.pubend != options_.id) {
+    return absl::InvalidArgumentError(absl::StrCat("release for pubend ", entry.pubend.value,
+                                                   " sent to pubend ", options_.id.value));
+  }
+  auto it = downstream_.find(from);
+  if (it == downstream_.end()) {
+    return absl::NotFoundError(absl::StrCat("release from unknown downstream node '", from, "'"));
+  }
+  if (entry.released > entry.latest_delivered) {
+    return absl::InvalidArgumentError(absl::StrCat("released ", entry.released,
+                                                   " is above latest delivered ",
+                                                   entry.latest_delivered));
+  }
+  if (entry.latest_delivered > committed_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "node '", from, "' claims delivery through tick ", entry.latest_delivered,
+        " but pubend ", options_.id.value, " has committed only through ", committed_));
+  }
+  Downstream& d = it->second;
+  const Downstream before = d;
+  d.released = std::max(d.released, entry.released);
+  d.latest_delivered = std::max(d.latest_delivered, entry.latest_delivered);
+  if (d.released == before.released && d.latest_delivered == before.latest_delivered) {
+    return absl::OkStatus();
+  }
+  PersistDownstream(it->first);
+  MaybeRelease(now);
+  return absl::OkStatus();
+}
+
+absl::Status Pubend::HandleCuriosity(absl::string_view from, const CuriosityMessage& nack) {
+  if (nack.pubend != options_.id) {
+    return absl::InvalidArgumentError(absl::StrCat("nack for pubend ", nack.pubend.value,
+                                                   " sent to pubend ", options_.id.value));
+  }
+  Tick committed;
+  Tick lost;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!status_.ok()) return status_;
+    committed = committed_;
+    lost = releasing_;
+  }
+  std::vector<KnowledgeMessage> answers;
+  for (TickRange r : nack.ranges) {
+    if (r.first > committed) break;
+    GRYPH_RETURN_IF_ERROR(ReadKnowledge({r.first, std::min(r.last, committed)}, lost, &answers));
+  }
+  // Events reclaimed while we read were released first: answer them as L.
+  Tick lost_now;
+  {
+    absl::MutexLock lock(&mu_);
+    lost_now = releasing_;
+  }
+  for (KnowledgeMessage& m : answers) {
+    if (lost_now > lost) {
+      std::vector<KnowledgeSpan> fixed;
+      auto push = [&fixed](KnowledgeSpan s) {
+        if (!fixed.empty() && s.value == TickValue::kL && fixed.back().value == TickValue::kL) {
+          fixed.back().range.last = s.range.last;
+        } else {
+          fixed.push_back(std::move(s));
+        }
+      };
+      for (KnowledgeSpan& s : m.spans) {
+        if (s.range.first > lost_now) {
+          push(std::move(s));
+        } else if (s.range.last <= lost_now) {
+          push(KnowledgeSpan::Lost(s.range));
+        } else {  // an S range straddling the new L prefix
+          push(KnowledgeSpan::Lost({s.range.first, lost_now}));
+          s.range.first = lost_now + 1;
+          push(std::move(s));
+        }
+      }
+      m.spans = std::move(fixed);
+    }
+    (void)channel_->Send(from, std::move(m));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Pubend::ReadKnowledge(TickRange range, Tick lost,
+                                   std::vector<KnowledgeMessage>* out) {
+  auto message = [&]() -> KnowledgeMessage& {
+    if (out->empty() || out->back().spans.size() >= options_.max_spans_per_message) {
+      out->push_back(KnowledgeMessage{options_.id, {}});
+    }
+    return out->back();
+  };
+  size_t bytes = 0;
+  auto add = [&](KnowledgeSpan span) {
+    if (span.event != nullptr) {
+      bytes += span.event->payload().size();
+      if (bytes > options_.max_bytes_per_message && !out->empty()) {
+        out->push_back(KnowledgeMessage{options_.id, {}});
+        bytes = span.event->payload().size();
+      }
+    }
+    message().spans.push_back(std::move(span));
+  };
+  if (range.first <= lost) {
+    add(KnowledgeSpan::Lost({range.first, std::min(range.last, lost)}));
+    if (range.last <= lost) return absl::OkStatus();
+    range.first = lost + 1;
+  }
+  GRYPH_ASSIGN_OR_RETURN(std::unique_ptr<Cursor> c, storage_->NewCursor(internal::kEventsTable));
+  Tick next = range.first;
+  for (c->Seek(EventKey(options_.id, range.first)); c->Valid(); c->Next()) {
+    absl::string_view key = c->key();
+    if (key.size() != 12 || internal::DecodeFixed32BE(key.data()) != options_.id.value) break;
+    const Tick t = DecodeFixed64BE(key.data() + 4);
+    if (t > range.last) break;
+    absl::StatusOr<Event> event = Event::Decode(c->value());
+    if (!event.ok()) {
+      return absl::DataLossError(absl::StrCat("pubend ", options_.id.value, " event at tick ", t,
+                                              ": ", event.status().message()));
+    }
+    if (t > next) add(KnowledgeSpan::Silence({next, t - 1}));
+    add(KnowledgeSpan::Data(t, MakeEventRef(*std::move(event))));
+    next = t + 1;
+  }
+  GRYPH_RETURN_IF_ERROR(c->status());
+  if (next <= range.last) add(KnowledgeSpan::Silence({next, range.last}));
+  return absl::OkStatus();
+}
+
+Tick Pubend::committed_tick() const {
+  absl::MutexLock lock(&mu_);
+  return committed_;
+}
+
+Tick Pubend::l_prefix() const {
+  absl::MutexLock lock(&mu_);
+  return l_prefix_;
+}
+
+Tick Pubend::released_min() const {
+  absl::MutexLock lock(&mu_);
+  Tick m = downstream_.empty() ? 0 : kMaxTick;
+  for (const auto& [node, d] : downstream_) m = std::min(m, d.released);
+  return m;
+}
+
+Tick Pubend::delivered_min() const {
+  absl::MutexLock lock(&mu_);
+  Tick m = downstream_.empty() ? 0 : kMaxTick;
+  for (const auto& [node, d] : downstream_) m = std::min(m, d.latest_delivered);
+  return m;
+}
+
+std::vector<std::string> Pubend::downstream() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  for (const auto& [node, d] : downstream_) out.push_back(node);
+  return out;
+}
+
+absl::Status Pubend::status() const {
+  absl::MutexLock lock(&mu_);
+  return status_;
+}
+
+PubendId PubendForKey(absl::string_view key, absl::Span<const PubendId> pubends) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a: stable across processes, unlike absl::Hash
+  for (char c : key) {
+    h ^= static_cast<uint8_t>(c);
+    h *= 0x100000001b3ull;
+  }
+  return pubends[h % pubends.size()];
+}
+
+}  // namespace gryph

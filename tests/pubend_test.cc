@@ -1,0 +1,378 @@
+#include "gryph/pubend.h"
+
+#include <map>
+#include <optional>
+
+#include "gryph/fault_injecting_storage.h"
+#include "gryph/in_process_channel.h"
+#include "gryph/memory_storage.h"
+#include "gryph/publisher_hosting_broker.h"
+#include "tests/test_util.h"
+
+namespace gryph {
+namespace {
+
+constexpr PubendId kP{1};
+const absl::Time kT0 = absl::FromUnixMicros(1'000'000);
+
+EventRef Order(int64_t id) {
+  Event e;
+  e.SetInt64("id", id).SetPayload(std::string(50, 'x'));
+  return MakeEventRef(std::move(e));
+}
+
+// What a downstream node sees: the knowledge stream it accumulates from the pubend.
+struct Downstream {
+  explicit Downstream(std::unique_ptr<Channel> c) : channel(std::move(c)) {
+    channel->SetReceiver([this](absl::string_view, Message m) {
+      if (auto* k = std::get_if<KnowledgeMessage>(&m)) {
+        ++messages;
+        max_spans = std::max(max_spans, k->spans.size());
+        for (const KnowledgeSpan& s : k->spans) {
+          absl::Status st = knowledge.Accumulate(s);
+          if (!st.ok()) errors.push_back(st);
+        }
+      }
+    });
+  }
+  std::unique_ptr<Channel> channel;
+  KnowledgeStream knowledge;
+  std::vector<absl::Status> errors;
+  size_t messages = 0;
+  size_t max_spans = 0;
+};
+
+// A PHB with one pubend over a memory storage that survives Restart(), driven by hand.
+struct Harness {
+  explicit Harness(PubendOptions po = {kP}) : options(po) {
+    shb1 = std::make_unique<Downstream>(*net.Connect("shb1"));
+    shb2 = std::make_unique<Downstream>(*net.Connect("shb2"));
+    Open();
+  }
+  void Open() {
+    storage = std::make_unique<MemoryStorage>(state);
+    faults = std::make_unique<FaultInjectingStorage>(storage.get());
+    channel = *net.Connect("phb");
+    PublisherHostingBrokerOptions o;
+    o.pubends = {options};
+    o.downstream = {"shb1", "shb2"};
+    o.commit_thread = false;
+    o.group_commit.max_records = 1000;
+    o.group_commit.max_delay = absl::Milliseconds(1);
+    o.clock = [this] { return now; };
+    auto opened = PublisherHostingBroker::Open(o, faults.get(), channel.get());
+    REQUIRE_OK(opened);
+    phb = *std::move(opened);
+  }
+  // A crash: everything in memory is gone, only committed batches remain.
+  void Restart() {
+    phb.reset();
+    channel.reset();
+    faults.reset();
+    storage.reset();
+    Open();
+  }
+  Pubend& pubend() { return *phb->pubend(kP); }
+
+  // Publishes and returns a slot that the acknowledgement fills.
+  std::shared_ptr<std::optional<absl::StatusOr<Tick>>> Publish(EventRef e, std::string who = "",
+                                                               uint64_t seq = 0) {
+    auto slot = std::make_shared<std::optional<absl::StatusOr<Tick>>>();
+    phb->Publish(kP, who, seq, std::move(e), [slot](absl::StatusOr<Tick> r) { *slot = r; });
+    return slot;
+  }
+  Tick PublishAndCommit(EventRef e) {
+    auto slot = Publish(std::move(e));
+    REQUIRE_OK(phb->Flush());
+    net.DeliverAll();
+    REQUIRE(slot->has_value());
+    REQUIRE_OK(**slot);
+    return ***slot;
+  }
+  // Time passes: timers run and whatever they submitted is committed.
+  void Advance(absl::Duration d) {
+    now += d;
+    phb->OnTimer(now);
+    REQUIRE_OK(phb->Flush());
+    net.DeliverAll();
+  }
+  absl::Status Release(const std::string& from, Tick released, Tick delivered) {
+    return phb->HandleMessage(from, ReleaseMessage{{{kP, released, delivered}}});
+  }
+  size_t StoredEvents() {
+    size_t n = 0;
+    REQUIRE_OK(storage->Scan("pubend.events", "", "", [&](absl::string_view, absl::string_view) {
+      ++n;
+      return true;
+    }));
+    return n;
+  }
+
+  PubendOptions options;
+  absl::Time now = kT0;
+  InProcessNetwork net;
+  std::shared_ptr<MemoryStorage::State> state = MemoryStorage::NewState();
+  std::unique_ptr<MemoryStorage> storage;
+  std::unique_ptr<FaultInjectingStorage> faults;
+  std::unique_ptr<Channel> channel;
+  std::unique_ptr<PublisherHostingBroker> phb;
+  std::unique_ptr<Downstream> shb1;
+  std::unique_ptr<Downstream> shb2;
+};
+
+TEST_CASE("a publish is acknowledged only after its group commit", "[pubend]") {
+  Harness h;
+  auto slot = h.Publish(Order(1));
+  REQUIRE_FALSE(slot->has_value());
+  REQUIRE(h.StoredEvents() == 0);
+  REQUIRE_OK(h.phb->Flush());
+  REQUIRE(slot->has_value());
+  REQUIRE_OK(**slot);
+  REQUIRE(***slot == static_cast<Tick>(absl::ToUnixMicros(kT0)));
+  REQUIRE(h.StoredEvents() == 1);
+}
+
+TEST_CASE("ticks strictly increase, even when the clock stands still or goes back", "[pubend]") {
+  Harness h;
+  const Tick a = h.PublishAndCommit(Order(1));
+  const Tick b = h.PublishAndCommit(Order(2));
+  h.now -= absl::Seconds(5);
+  const Tick c = h.PublishAndCommit(Order(3));
+  REQUIRE(a < b);
+  REQUIRE(b < c);
+  h.Restart();  // and across a restart with a clock that went back
+  const Tick d = h.PublishAndCommit(Order(4));
+  REQUIRE(c < d);
+}
+
+TEST_CASE("the committed stream flows downstream as D ticks and S between them", "[pubend]") {
+  Harness h;
+  Tick last = 0;
+  for (int i = 0; i < 5; ++i) {
+    h.now += absl::Microseconds(10);
+    last = h.PublishAndCommit(Order(i));
+  }
+  for (Downstream* d : {h.shb1.get(), h.shb2.get()}) {
+    REQUIRE(d->errors.empty());
+    REQUIRE(d->knowledge.DoubtHorizon(h.pubend().l_prefix()) == last);
+    std::vector<int64_t> ids;
+    d->knowledge.ForEachData({1, last}, [&](Tick, const EventRef& e) {
+      ids.push_back(std::get<int64_t>(*e->Find("id")));
+      return true;
+    });
+    REQUIRE(ids == std::vector<int64_t>{0, 1, 2, 3, 4});
+  }
+}
+
+TEST_CASE("one group commit sends one knowledge message per node", "[pubend]") {
+  Harness h;
+  for (int i = 0; i < 100; ++i) h.Publish(Order(i));
+  REQUIRE_OK(h.phb->Flush());
+  h.net.DeliverAll();
+  REQUIRE(h.shb1->messages == 1);
+  REQUIRE(h.shb1->knowledge.DoubtHorizon(0) == h.pubend().committed_tick());
+}
+
+TEST_CASE("an idle pubend announces silence, and a restart is repaired by nacks", "[pubend]") {
+  Harness h;
+  const Tick t = h.PublishAndCommit(Order(1));
+  h.Advance(absl::Milliseconds(200));  // idle: the heartbeat announces silence up to now
+  const Tick announced = h.pubend().committed_tick();
+  REQUIRE(announced > t);
+  REQUIRE(h.shb1->knowledge.DoubtHorizon(0) == announced);
+
+  // An event is committed, but its knowledge is lost with a crash of the PHB.
+  h.now += absl::Milliseconds(1);
+  auto slot = h.Publish(Order(2));
+  REQUIRE_OK(h.phb->Flush());
+  const Tick missed = ***slot;
+  h.shb1.reset();  // the queued knowledge dies with the link
+  h.shb1 = std::make_unique<Downstream>(*h.net.Connect("shb1"));
+  REQUIRE_OK(h.shb1->knowledge.AccumulateSilence({1, announced}));  // what it knew before
+  h.Restart();
+  REQUIRE(h.pubend().committed_tick() == missed);
+
+  // The first heartbeat after the restart shows the hole; a nack fills it from the log.
+  h.Advance(absl::Milliseconds(200));
+  REQUIRE(h.shb1->knowledge.QRanges({1, h.pubend().committed_tick()}) ==
+          std::vector<TickRange>{{announced + 1, missed}});
+  REQUIRE_OK(h.phb->HandleMessage("shb1", CuriosityMessage{kP, {{announced + 1, missed}}}));
+  h.net.DeliverAll();
+  REQUIRE(h.shb1->knowledge.ValueAt(missed) == TickValue::kD);
+  REQUIRE(h.shb1->knowledge.DoubtHorizon(0) == h.pubend().committed_tick());
+}
+
+TEST_CASE("a retried publish returns the original tick and logs nothing", "[pubend]") {
+  Harness h;
+  auto first = h.Publish(Order(1), "trader-1", 7);
+  auto retry_pending = h.Publish(Order(1), "trader-1", 7);  // before the commit
+  REQUIRE_OK(h.phb->Flush());
+  REQUIRE_OK(**first);
+  REQUIRE_OK(**retry_pending);
+  REQUIRE(***retry_pending == ***first);
+  auto retry_committed = h.Publish(Order(1), "trader-1", 7);
+  REQUIRE(retry_committed->has_value());  // answered at once
+  REQUIRE(***retry_committed == ***first);
+  REQUIRE(h.StoredEvents() == 1);
+
+  h.Restart();
+  auto retry_after_restart = h.Publish(Order(1), "trader-1", 7);
+  REQUIRE(***retry_after_restart == ***first);
+  REQUIRE(h.StoredEvents() == 1);
+  // A sequence below the latest that was never logged, and one older than the window.
+  auto never = h.Publish(Order(2), "trader-1", 3);
+  REQUIRE_CODE(**never, absl::StatusCode::kAlreadyExists);
+  for (uint64_t s = 8; s < 8 + 2 * Pubend::kSequenceWindow; s += 2) h.Publish(Order(s), "trader-1", s);
+  REQUIRE_OK(h.phb->Flush());
+  REQUIRE_CODE(**h.Publish(Order(9), "trader-1", 9), absl::StatusCode::kInvalidArgument);
+  REQUIRE_CODE(**h.Publish(Order(1), "trader-1", 7), absl::StatusCode::kAlreadyExists);
+  // Another publisher has its own sequences.
+  auto other = h.Publish(Order(1), "trader-2", 7);
+  REQUIRE_OK(h.phb->Flush());
+  REQUIRE_OK(**other);
+  REQUIRE(***other != ***first);
+}
+
+TEST_CASE("nacks are answered from the log in bounded messages", "[pubend]") {
+  PubendOptions po{kP};
+  po.max_spans_per_message = 16;
+  Harness h(po);
+  for (int i = 0; i < 100; ++i) {
+    h.now += absl::Microseconds(3);
+    h.Publish(Order(i));
+  }
+  REQUIRE_OK(h.phb->Flush());
+  const Tick last = h.pubend().committed_tick();
+  auto nacker = std::make_unique<Downstream>(*h.net.Connect("nacker"));
+  REQUIRE_OK(h.phb->HandleMessage("nacker", CuriosityMessage{kP, {{1, last + 1000}}}));
+  h.net.DeliverAll();
+  REQUIRE(nacker->errors.empty());
+  REQUIRE(nacker->max_spans <= 16);
+  REQUIRE(nacker->messages >= 100 * 2 / 16);
+  REQUIRE(nacker->knowledge.DoubtHorizon(0) == last);  // nothing claimed beyond T(p)
+  size_t events = 0;
+  nacker->knowledge.ForEachData({1, last}, [&](Tick, const EventRef&) { return ++events > 0; });
+  REQUIRE(events == 100);
+  REQUIRE_CODE(h.phb->HandleMessage("nacker", CuriosityMessage{PubendId{9}, {{1, 2}}}),
+               absl::StatusCode::kNotFound);
+}
+
+TEST_CASE("release waits for every registered node, then reclaims storage", "[pubend][release]") {
+  Harness h;
+  std::vector<Tick> ticks;
+  for (int i = 0; i < 10; ++i) {
+    h.now += absl::Microseconds(10);
+    ticks.push_back(h.PublishAndCommit(Order(i)));
+  }
+  REQUIRE_OK(h.Release("shb1", ticks[5], ticks[9]));
+  h.Advance(absl::Milliseconds(1));
+  REQUIRE(h.pubend().l_prefix() == 0);  // shb2 has not released anything
+  REQUIRE_OK(h.Release("shb2", ticks[3], ticks[9]));
+  h.Advance(absl::Milliseconds(1));
+  REQUIRE(h.pubend().released_min() == ticks[3]);
+  REQUIRE(h.pubend().l_prefix() == ticks[3]);
+  REQUIRE(h.StoredEvents() == 6);
+  REQUIRE(h.shb1->knowledge.LPrefix() == ticks[3]);
+  // Releases never move back, and restart keeps the table and the L prefix.
+  REQUIRE_OK(h.Release("shb2", ticks[1], ticks[2]));
+  h.Restart();
+  REQUIRE(h.pubend().l_prefix() == ticks[3]);
+  REQUIRE(h.pubend().released_min() == ticks[3]);
+  REQUIRE(h.pubend().delivered_min() == ticks[9]);
+  REQUIRE(h.pubend().downstream() == std::vector<std::string>{"shb1", "shb2"});
+  // A nack below the L prefix is answered L.
+  auto nacker = std::make_unique<Downstream>(*h.net.Connect("nacker"));
+  REQUIRE_OK(h.phb->HandleMessage("nacker", CuriosityMessage{kP, {{1, ticks[5]}}}));
+  h.net.DeliverAll();
+  REQUIRE(nacker->knowledge.LPrefix() == ticks[3]);
+  REQUIRE(nacker->knowledge.ValueAt(ticks[4]) == TickValue::kD);
+  // Removing a node lifts its hold.
+  REQUIRE_OK(h.pubend().RemoveDownstream("shb2"));
+  h.Advance(absl::Milliseconds(1));
+  h.Advance(absl::Milliseconds(1));
+  REQUIRE(h.pubend().l_prefix() == ticks[5]);
+}
+
+TEST_CASE("bad release messages are rejected and change nothing", "[pubend][release]") {
+  Harness h;
+  const Tick t = h.PublishAndCommit(Order(1));
+  REQUIRE_CODE(h.Release("stranger", t, t), absl::StatusCode::kNotFound);
+  REQUIRE_CODE(h.Release("shb1", t, t + 1), absl::StatusCode::kInvalidArgument);
+  REQUIRE_CODE(h.phb->HandleMessage("shb1", ReleaseMessage{{{PubendId{5}, 1, 1}}}),
+               absl::StatusCode::kNotFound);
+  REQUIRE_CODE(h.pubend().AddDownstream("shb1"), absl::StatusCode::kAlreadyExists);
+  REQUIRE_CODE(h.pubend().RemoveDownstream("stranger"), absl::StatusCode::kNotFound);
+  REQUIRE(h.pubend().released_min() == 0);
+  REQUIRE(h.pubend().delivered_min() == 0);
+}
+
+TEST_CASE("early release follows maxRetain exactly at its boundary", "[pubend][release]") {
+  PubendOptions po{kP};
+  po.max_retain = absl::Microseconds(1000);
+  Harness h(po);
+  std::vector<Tick> ticks;
+  for (int i = 0; i < 10; ++i) {
+    h.now += absl::Microseconds(100);
+    ticks.push_back(h.PublishAndCommit(Order(i)));  // ticks 100 us apart
+  }
+  // shb1 delivered everything and released nothing; shb2 delivered through ticks[6].
+  REQUIRE_OK(h.Release("shb1", 0, ticks[9]));
+  REQUIRE_OK(h.Release("shb2", 0, ticks[6]));
+  // Condition: t <= Tr or (t <= Td and T(p) - t > maxRetain). With T(p) = ticks[3] + 1000,
+  // ticks[3] has T - t == maxRetain: not released; ticks[2] is.
+  h.now = absl::FromUnixMicros(static_cast<int64_t>(ticks[3]) + 1000);
+  h.Advance(absl::ZeroDuration());
+  h.Advance(absl::ZeroDuration());
+  REQUIRE(h.pubend().l_prefix() == ticks[3] - 1);
+  // Far in the future: never beyond Td = ticks[6] while a node has not delivered more.
+  h.now += absl::Seconds(10);
+  h.Advance(absl::ZeroDuration());
+  h.Advance(absl::ZeroDuration());
+  REQUIRE(h.pubend().l_prefix() == ticks[6]);
+}
+
+TEST_CASE("a failed commit fails the publisher and acknowledges nothing", "[pubend]") {
+  Harness h;
+  h.PublishAndCommit(Order(1));
+  const uint64_t next = h.faults->commits_attempted() + 1;
+  h.faults->FailCommitNumber(next, absl::DataLossError("disk on fire"));
+  auto a = h.Publish(Order(2));
+  auto b = h.Publish(Order(3));
+  REQUIRE_FALSE(h.phb->Flush().ok());
+  h.net.DeliverAll();
+  REQUIRE_CODE(**a, absl::StatusCode::kDataLoss);
+  REQUIRE_CODE(**b, absl::StatusCode::kDataLoss);
+  REQUIRE(h.StoredEvents() == 1);
+  REQUIRE(h.shb1->knowledge.DoubtHorizon(0) == h.pubend().committed_tick());
+  REQUIRE_CODE(**h.Publish(Order(4)), absl::StatusCode::kDataLoss);  // failed for good
+  h.Restart();  // reopening recovers
+  REQUIRE_OK(h.pubend().status());
+  h.PublishAndCommit(Order(5));
+  REQUIRE(h.StoredEvents() == 2);
+}
+
+TEST_CASE("a crash keeps every acknowledged event and nothing half-done", "[pubend]") {
+  Harness h;
+  std::vector<Tick> acked;
+  for (int i = 0; i < 20; ++i) acked.push_back(h.PublishAndCommit(Order(i)));
+  auto unacked = h.Publish(Order(100));
+  h.Restart();  // the pending group was never committed
+  REQUIRE(h.StoredEvents() == 20);
+  REQUIRE(h.pubend().committed_tick() == acked.back());
+  auto nacker = std::make_unique<Downstream>(*h.net.Connect("nacker"));
+  REQUIRE_OK(h.phb->HandleMessage("nacker", CuriosityMessage{kP, {{1, acked.back()}}}));
+  h.net.DeliverAll();
+  for (Tick t : acked) REQUIRE(nacker->knowledge.ValueAt(t) == TickValue::kD);
+}
+
+TEST_CASE("keys map to pubends stably", "[pubend]") {
+  const std::vector<PubendId> ids = {PubendId{1}, PubendId{2}, PubendId{3}, PubendId{4}};
+  std::map<uint32_t, int> count;
+  for (int i = 0; i < 4000; ++i) ++count[PubendForKey("account-" + std::to_string(i), ids).value];
+  for (auto& [id, n] : count) REQUIRE(n > 800);
+  REQUIRE(PubendForKey("IBM", ids) == PubendForKey("IBM", ids));
+  REQUIRE(PubendForKey("IBM", ids).value == 2);  // fixed forever: the hash is FNV-1a
+}
+
+}  // namespace
+}  // namespace gryph
