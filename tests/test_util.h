@@ -52,6 +52,10 @@ inline std::vector<uint64_t> Seeds(uint64_t base, int count) {
   return seeds;
 }
 
+// Heap allocations (global operator new calls) so far, by all threads; tests/allocation_counter.cc.
+// Compare two readings around code that must not allocate.
+int64_t AllocationCount();
+
 // A deterministic generator (same seed, same numbers on every platform).
 class Rng {
  public:

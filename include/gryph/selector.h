@@ -1,0 +1,102 @@
+// A selector: a JMS 2.0 message selector (JMS 2.0 §3.8.1.1, an SQL-92 subset) that decides
+// whether an event interests a subscriber by testing the event's attributes.
+//
+//   Selector::Parse("symbol = 'IBM' AND price BETWEEN 100 AND 150.5")
+//   Selector::Parse("region IN ('us', 'eu') AND NOT (urgent OR note LIKE 'x\\_%' ESCAPE '\\')")
+//
+// Identifiers name event attributes (Event::Find); a missing attribute is SQL NULL. Evaluation
+// uses SQL's three-valued logic and returns a Truth; an event matches only when the selector is
+// kTrue. The grammar, the typing rules and every choice made where the specification is silent
+// are in docs/selectors.md; the essential ones:
+//
+//   - Only like types compare. int64 and double compare with each other by exact value
+//     (1 = 1.0 is TRUE; 2^53+1 = 2^53 as a double is FALSE), not by a lossy conversion.
+//     Comparing other unlike types (a string with a number, ...) is FALSE, never UNKNOWN.
+//   - A NULL operand makes a comparison, arithmetic, IN, LIKE and BETWEEN UNKNOWN. BETWEEN is
+//     exactly `v >= lo AND v <= hi` (NOT BETWEEN: `v < lo OR v > hi`), so a NULL bound gives
+//     FALSE when the other bound already fails.
+//   - A NaN operand makes a comparison (and IN, BETWEEN) UNKNOWN.
+//   - Strings and booleans compare only with = and <>. An ordering operator (< <= > >=) with an
+//     operand that is a string or boolean *literal or condition* is a parse error; when the
+//     string or boolean only shows up at run time (an attribute), the comparison is FALSE.
+//   - Arithmetic (+ - * /, unary -) follows Java: int64 op int64 gives int64 (division truncates),
+//     anything with a double gives double. Except: an int64 overflow gives the double result
+//     instead of wrapping; division by zero (integer or floating) gives NULL, hence UNKNOWN.
+//     Arithmetic on a string or boolean attribute makes the enclosing comparison FALSE (as a
+//     type mismatch), unless another operand is NULL (NULL wins: UNKNOWN).
+//   - IN and LIKE need a string attribute; on another type the predicate is FALSE, and so is its
+//     NOT IN / NOT LIKE form (as for a mismatched `<>`). IN also accepts a list of numeric
+//     literals (an extension), which then matches numeric attributes by exact value.
+//   - An attribute used directly as a condition (`urgent AND qty > 5`) must hold a boolean;
+//     any other type is UNKNOWN.
+//   - An empty or whitespace-only selector matches every event.
+//
+// Thread-safety: a Selector is immutable after Parse and thread-safe; copies share the parsed
+// tree (copying is a reference-count increment), and any number of threads may evaluate the
+// same Selector concurrently.
+
+#ifndef GRYPH_SELECTOR_H_
+#define GRYPH_SELECTOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "gryph/event.h"
+
+namespace gryph {
+
+namespace selector_ast {
+class Ast;
+}  // namespace selector_ast
+
+// SQL's three truth values.
+enum class Truth : uint8_t { kFalse, kTrue, kUnknown };
+
+class Selector {
+ public:
+  // Parentheses, NOT and unary signs may nest at most this deep, and the parsed expression tree
+  // may be at most this tall (a chain of 300 `+` is too tall): Parse rejects deeper input, so
+  // neither parsing nor evaluation can exhaust the stack.
+  static constexpr int kMaxDepth = 256;
+
+  // The empty selector, which matches every event (same as Parse("")).
+  Selector();
+
+  // Parses `text`. Fails with InvalidArgument on a syntax or type error; the message has the
+  // form "selector:LINE:COLUMN: what was expected and what was found" (1-based, columns count
+  // bytes). Never crashes or reads outside `text`, whatever its bytes.
+  static absl::StatusOr<Selector> Parse(absl::string_view text);
+
+  // Evaluates the selector against `event` with three-valued logic. Does not allocate.
+  Truth Evaluate(const Event& event) const;
+
+  // True only when Evaluate(event) is kTrue.
+  bool Matches(const Event& event) const { return Evaluate(event) == Truth::kTrue; }
+
+  // The text given to Parse, unchanged.
+  const std::string& text() const;
+
+  // True for an empty or whitespace-only selector.
+  bool matches_everything() const;
+
+  // A fully parenthesized rendering with upper-case keywords, e.g. "((a = 1) OR ((b = 2) AND (NOT
+  // c)))": shows how the text was understood. It is itself a selector that parses to the same
+  // tree (unless that would exceed kMaxDepth). The empty selector renders as "".
+  std::string DebugString() const;
+
+  // The parsed tree, for gryph's matcher (lib/selector/ast.h); nullptr only for a
+  // default-constructed Selector. Valid as long as any copy of this Selector lives.
+  const selector_ast::Ast* ast() const { return ast_.get(); }
+
+ private:
+  explicit Selector(std::shared_ptr<const selector_ast::Ast> ast) : ast_(std::move(ast)) {}
+
+  std::shared_ptr<const selector_ast::Ast> ast_;  // null only when default-constructed
+};
+
+}  // namespace gryph
+
+#endif  // GRYPH_SELECTOR_H_

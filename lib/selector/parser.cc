@@ -1,0 +1,574 @@
+#include "lib/selector/parser.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/base/attributes.h"
+#include "absl/strings/str_cat.h"
+#include "gryph/selector.h"
+#include "lib/selector/lexer.h"
+#include "lib/selector/utf8.h"
+#include "lib/util/status_macros.h"
+
+namespace gryph::selector_ast {
+
+namespace {
+
+constexpr uint64_t kTwoTo63 = uint64_t{1} << 63;
+
+// Binding strength of operators, loosest first. The parser is a precedence climber: it recurses
+// only for parentheses, prefix operators and operands of tighter operators, which keeps the
+// stack it needs per nesting level small (two frames per parenthesis).
+enum Precedence : int {
+  kOr = 1,
+  kAnd = 2,
+  kNot = 3,         // prefix NOT: its operand is a comparison or something tighter
+  kComparison = 4,  // = <> < <= > >=, [NOT] BETWEEN, [NOT] IN, [NOT] LIKE, IS [NOT] NULL
+  kSum = 5,         // + -
+  kProduct = 6,     // * /
+  kTightest = 7,
+};
+
+bool CanStartValue(TokenKind k) {
+  switch (k) {
+    case TokenKind::kIdentifier:
+    case TokenKind::kInteger:
+    case TokenKind::kDouble:
+    case TokenKind::kString:
+    case TokenKind::kTrue:
+    case TokenKind::kFalse:
+    case TokenKind::kNull:  // so that Prefix() explains where NULL may appear
+    case TokenKind::kLeftParen:
+    case TokenKind::kPlus:
+    case TokenKind::kMinus:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool CanStartCondition(TokenKind k) { return k == TokenKind::kNot || CanStartValue(k); }
+
+std::optional<NodeKind> ComparisonKind(TokenKind k) {
+  switch (k) {
+    case TokenKind::kEqual: return NodeKind::kEqual;
+    case TokenKind::kNotEqual: return NodeKind::kNotEqual;
+    case TokenKind::kLess: return NodeKind::kLess;
+    case TokenKind::kLessEqual: return NodeKind::kLessEqual;
+    case TokenKind::kGreater: return NodeKind::kGreater;
+    case TokenKind::kGreaterEqual: return NodeKind::kGreaterEqual;
+    default: return std::nullopt;
+  }
+}
+
+// The precedence of `k` as an infix operator; 0 when it is none.
+int InfixPrecedence(TokenKind k) {
+  switch (k) {
+    case TokenKind::kOr: return kOr;
+    case TokenKind::kAnd: return kAnd;
+    case TokenKind::kNot:  // NOT BETWEEN, NOT IN, NOT LIKE
+    case TokenKind::kBetween:
+    case TokenKind::kIn:
+    case TokenKind::kLike:
+    case TokenKind::kIs:
+      return kComparison;
+    case TokenKind::kPlus:
+    case TokenKind::kMinus:
+      return kSum;
+    case TokenKind::kStar:
+    case TokenKind::kSlash:
+      return kProduct;
+    default:
+      return ComparisonKind(k) ? kComparison : 0;
+  }
+}
+
+NodeKind ArithmeticKind(TokenKind k) {
+  switch (k) {
+    case TokenKind::kPlus: return NodeKind::kAdd;
+    case TokenKind::kMinus: return NodeKind::kSubtract;
+    case TokenKind::kStar: return NodeKind::kMultiply;
+    default: return NodeKind::kDivide;
+  }
+}
+
+// "a string", "an arithmetic expression", ...: what a node is, for type errors.
+std::string WhatIs(const Node& n) {
+  switch (n.type()) {
+    case StaticType::kAny:
+      return absl::StrCat("the identifier '", n.As<IdentifierNode>()->name, "'");
+    case StaticType::kString:
+      return "a string";
+    case StaticType::kNumeric:
+      return n.kind() == NodeKind::kLiteral ? "a number" : "an arithmetic expression";
+    case StaticType::kBoolean:
+      return n.kind() == NodeKind::kLiteral ? "a boolean" : "a condition";
+  }
+  return "a value";
+}
+
+// -x for a numeric literal, with the evaluator's overflow rule (int64 overflow gives double).
+AttributeValue Negate(const AttributeValue& v) {
+  if (const auto* i = std::get_if<int64_t>(&v)) {
+    if (*i == INT64_MIN) return -static_cast<double>(*i);
+    return -*i;
+  }
+  return -std::get<double>(v);
+}
+
+class Parser {
+ public:
+  Parser(absl::string_view text, std::vector<Token> tokens)
+      : text_(text), tokens_(std::move(tokens)) {}
+
+  absl::StatusOr<NodePtr> Run() {
+    if (Peek().kind == TokenKind::kEnd) return NodePtr();  // empty: matches everything
+    if (!CanStartCondition(Peek().kind)) return Unexpected("a condition", Peek());
+    GRYPH_ASSIGN_OR_RETURN(NodePtr root, Expression(kOr));
+    if (Peek().kind != TokenKind::kEnd) {
+      return Unexpected(root->type() == StaticType::kBoolean
+                            ? "AND, OR or end of selector"
+                            : "an operator",
+                        Peek());
+    }
+    GRYPH_RETURN_IF_ERROR(CheckCondition(*root, nullptr));
+    return root;
+  }
+
+ private:
+  // Counts one level of recursion (a parenthesis, NOT or unary sign) for its scope.
+  class DepthGuard {
+   public:
+    explicit DepthGuard(int* depth) : depth_(depth) { ++*depth_; }
+    ~DepthGuard() { --*depth_; }
+    DepthGuard(const DepthGuard&) = delete;
+    DepthGuard& operator=(const DepthGuard&) = delete;
+
+   private:
+    int* depth_;
+  };
+
+  const Token& Peek(size_t ahead = 0) const {
+    return tokens_[std::min(pos_ + ahead, tokens_.size() - 1)];  // the last token is kEnd
+  }
+  const Token& Take() {
+    const Token& t = Peek();
+    if (pos_ < tokens_.size() - 1) ++pos_;
+    return t;
+  }
+
+  // Error builders stay out of line, so that the recursive functions keep small frames.
+  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status Error(
+      size_t offset, absl::string_view message) const {
+    return SyntaxError(text_, offset, message);
+  }
+  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status Unexpected(absl::string_view expected,
+                                                                       const Token& found) const {
+    return Error(found.offset, absl::StrCat("expected ", expected, ", found ",
+                                            Describe(text_, found)));
+  }
+  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status TooDeep(size_t offset) const {
+    return Error(offset, absl::StrCat("expression is nested too deeply (more than ",
+                                      Selector::kMaxDepth, " levels)"));
+  }
+
+  // How an operator token is named in messages: keywords in upper case, symbols quoted.
+  std::string OperatorName(const Token& t) const {
+    switch (t.kind) {
+      case TokenKind::kNot: return "NOT";
+      case TokenKind::kAnd: return "AND";
+      case TokenKind::kOr: return "OR";
+      case TokenKind::kBetween: return "BETWEEN";
+      default: return absl::StrCat("'", text_.substr(t.offset, t.length), "'");
+    }
+  }
+
+  // Before parsing the operand of `op`: the next token must be able to start one.
+  absl::Status RequireValueAfter(const Token& op) const {
+    if (CanStartValue(Peek().kind)) return absl::OkStatus();
+    return MissingOperand("a value", op);
+  }
+  absl::Status RequireConditionAfter(const Token& op) const {
+    if (CanStartCondition(Peek().kind)) return absl::OkStatus();
+    return MissingOperand("a condition", op);
+  }
+  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status MissingOperand(
+      absl::string_view what, const Token& op) const {
+    return Unexpected(absl::StrCat(what, " after ", OperatorName(op)), Peek());
+  }
+
+  // Sets the node's height from its operands; fails when it exceeds kMaxDepth.
+  absl::StatusOr<NodePtr> Finish(std::unique_ptr<Node> node, size_t error_offset) const {
+    int height = 0;
+    for (const Node* child : Children(*node)) height = std::max(height, child->height());
+    if (height + 1 > Selector::kMaxDepth) return TooDeep(error_offset);
+    node->set_height(height + 1);
+    return NodePtr(std::move(node));
+  }
+
+  // `n` is a condition operand of `op` (nullptr for the whole selector).
+  absl::Status CheckCondition(const Node& n, const char* op) const {
+    if (n.type() == StaticType::kBoolean || n.type() == StaticType::kAny) return absl::OkStatus();
+    return NotACondition(n, op);
+  }
+  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status NotACondition(const Node& n,
+                                                                          const char* op) const {
+    return Error(n.offset(), op == nullptr
+                                 ? absl::StrCat("expected a condition, found ", WhatIs(n))
+                                 : absl::StrCat(op, " needs conditions, found ", WhatIs(n)));
+  }
+
+  // `n` is an operand of BETWEEN or of the arithmetic operator `op` (unary when `unary`).
+  absl::Status CheckNumeric(const Node& n, const Token& op, bool unary = false) const {
+    if (n.type() == StaticType::kNumeric || n.type() == StaticType::kAny) return absl::OkStatus();
+    return NotANumber(n, op, unary);
+  }
+  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status NotANumber(const Node& n,
+                                                                       const Token& op,
+                                                                       bool unary) const {
+    return Error(n.offset(), absl::StrCat(unary ? "unary " : "", OperatorName(op),
+                                          " needs numbers, found ", WhatIs(n)));
+  }
+
+  // Parses operators of precedence `min` or tighter, starting with a prefix expression.
+  absl::StatusOr<NodePtr> Expression(int min) {
+    // `limit` is the tightest infix operator that may still take `lhs` as its left operand: after NOT x only AND and OR may follow (NOT a = b is NOT (a = b)), and
+    // after a comparison too, since comparisons do not chain (a = b = c is an error).
+    int limit = kTightest;
+    GRYPH_ASSIGN_OR_RETURN(NodePtr lhs, Prefix(&limit));
+    while (true) {
+      const int prec = InfixPrecedence(Peek().kind);
+      if (prec == 0 || prec < min || prec > limit) return lhs;
+      if (prec == kOr || prec == kAnd) {
+        GRYPH_ASSIGN_OR_RETURN(lhs, Logical(std::move(lhs), prec));
+      } else if (prec == kComparison) {
+        GRYPH_ASSIGN_OR_RETURN(lhs, Comparison(std::move(lhs)));
+        limit = kNot;
+      } else {
+        GRYPH_ASSIGN_OR_RETURN(lhs, Arithmetic(std::move(lhs), prec));
+      }
+    }
+  }
+
+  // `lhs` + - * or / the operand that follows.
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<NodePtr> Arithmetic(NodePtr lhs, int prec) {
+    const Token& op = Take();
+    GRYPH_RETURN_IF_ERROR(CheckNumeric(*lhs, op));
+    GRYPH_RETURN_IF_ERROR(RequireValueAfter(op));
+    GRYPH_ASSIGN_OR_RETURN(NodePtr rhs, Expression(prec + 1));  // left-associative
+    GRYPH_RETURN_IF_ERROR(CheckNumeric(*rhs, op));
+    const size_t offset = lhs->offset();
+    return Finish(
+        std::make_unique<BinaryNode>(ArithmeticKind(op.kind), std::move(lhs), std::move(rhs), offset),
+        op.offset);
+  }
+
+  // `first` AND ... AND ..., or the same with OR, as one node.
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<NodePtr> Logical(NodePtr first, int prec) {
+    const TokenKind token = prec == kOr ? TokenKind::kOr : TokenKind::kAnd;
+    const NodeKind kind = prec == kOr ? NodeKind::kOr : NodeKind::kAnd;
+    const char* const name = prec == kOr ? "OR" : "AND";
+    GRYPH_RETURN_IF_ERROR(CheckCondition(*first, name));
+    const size_t offset = first->offset();
+    std::vector<NodePtr> operands;
+    operands.push_back(std::move(first));
+    while (Peek().kind == token) {
+      const Token& op = Take();
+      GRYPH_RETURN_IF_ERROR(RequireConditionAfter(op));
+      GRYPH_ASSIGN_OR_RETURN(NodePtr next, Expression(prec + 1));
+      GRYPH_RETURN_IF_ERROR(CheckCondition(*next, name));
+      operands.push_back(std::move(next));
+    }
+    return Finish(std::make_unique<LogicalNode>(kind, std::move(operands), offset), offset);
+  }
+
+  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status NotOrderable(const Token& op,
+                                                                         const Node& operand) const {
+    return Error(op.offset, absl::StrCat(OperatorName(op), " compares only numbers, found ",
+                                         WhatIs(operand),
+                                         " (strings and booleans allow only = and <>)"));
+  }
+
+  // The comparison-level operator after `lhs`.
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<NodePtr> Comparison(NodePtr lhs) {
+    if (std::optional<NodeKind> kind = ComparisonKind(Peek().kind)) {
+      const Token& op = Take();
+      GRYPH_RETURN_IF_ERROR(RequireValueAfter(op));
+      GRYPH_ASSIGN_OR_RETURN(NodePtr rhs, Expression(kSum));
+      if (*kind != NodeKind::kEqual && *kind != NodeKind::kNotEqual) {
+        for (const Node* operand : {lhs.get(), rhs.get()}) {
+          if (operand->type() == StaticType::kString || operand->type() == StaticType::kBoolean) {
+            return NotOrderable(op, *operand);
+          }
+        }
+      }
+      const size_t offset = lhs->offset();
+      return Finish(std::make_unique<BinaryNode>(*kind, std::move(lhs), std::move(rhs), offset),
+                    op.offset);
+    }
+    bool negated = false;
+    if (Peek().kind == TokenKind::kNot) {
+      const TokenKind next = Peek(1).kind;
+      if (next != TokenKind::kBetween && next != TokenKind::kIn && next != TokenKind::kLike) {
+        return Unexpected("BETWEEN, IN or LIKE after NOT", Peek(1));
+      }
+      Take();
+      negated = true;
+    }
+    switch (Peek().kind) {
+      case TokenKind::kBetween:
+        return Between(std::move(lhs), negated);
+      case TokenKind::kIn:
+        return In(std::move(lhs), negated);
+      case TokenKind::kLike:
+        return Like(std::move(lhs), negated);
+      default:
+        return IsNull(std::move(lhs));
+    }
+  }
+
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<NodePtr> Between(NodePtr value, bool negated) {
+    const Token& between = Take();
+    GRYPH_RETURN_IF_ERROR(CheckNumeric(*value, between));
+    GRYPH_RETURN_IF_ERROR(RequireValueAfter(between));
+    GRYPH_ASSIGN_OR_RETURN(NodePtr low, Expression(kSum));
+    GRYPH_RETURN_IF_ERROR(CheckNumeric(*low, between));
+    if (Peek().kind != TokenKind::kAnd) {
+      return Unexpected("AND after the lower bound of BETWEEN", Peek());
+    }
+    const Token& op = Take();
+    GRYPH_RETURN_IF_ERROR(RequireValueAfter(op));
+    GRYPH_ASSIGN_OR_RETURN(NodePtr high, Expression(kSum));
+    GRYPH_RETURN_IF_ERROR(CheckNumeric(*high, between));
+    const size_t offset = value->offset();
+    return Finish(std::make_unique<BetweenNode>(negated, std::move(value), std::move(low),
+                                                std::move(high), offset),
+                  between.offset);
+  }
+
+  // The attribute on the left of IN, LIKE or IS NULL.
+  absl::StatusOr<std::string> AttributeOperand(const Node& lhs, absl::string_view op) const {
+    if (const auto* id = lhs.As<IdentifierNode>()) return id->name;
+    return Error(lhs.offset(), absl::StrCat(op, " needs an identifier on its left, found ",
+                                            WhatIs(lhs)));
+  }
+
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<NodePtr> In(NodePtr lhs, bool negated) {
+    const Token& in = Take();
+    GRYPH_ASSIGN_OR_RETURN(std::string attribute, AttributeOperand(*lhs, "IN"));
+    if (Peek().kind != TokenKind::kLeftParen) return Unexpected("'(' after IN", Peek());
+    Take();
+    std::vector<AttributeValue> values;
+    while (true) {
+      const Token& first = Peek();
+      GRYPH_ASSIGN_OR_RETURN(AttributeValue v, InListLiteral());
+      if (!values.empty() && std::holds_alternative<std::string>(v) !=
+                                 std::holds_alternative<std::string>(values.front())) {
+        return Error(first.offset, "an IN list holds either strings or numbers, not both");
+      }
+      values.push_back(std::move(v));
+      if (Peek().kind == TokenKind::kRightParen) break;
+      if (Peek().kind != TokenKind::kComma) return Unexpected("',' or ')' in the IN list", Peek());
+      Take();
+    }
+    Take();  // ')'
+    const size_t offset = lhs->offset();
+    return Finish(std::make_unique<InNode>(negated, std::move(attribute), std::move(values), offset),
+                  in.offset);
+  }
+
+  // A string literal, or a numeric literal with an optional sign.
+  absl::StatusOr<AttributeValue> InListLiteral() {
+    const Token& t = Peek();
+    if (t.kind == TokenKind::kString) return AttributeValue(Take().text);
+    bool minus = false;
+    if ((t.kind == TokenKind::kMinus || t.kind == TokenKind::kPlus) &&
+        (Peek(1).kind == TokenKind::kInteger || Peek(1).kind == TokenKind::kDouble)) {
+      minus = Take().kind == TokenKind::kMinus;
+    }
+    if (Peek().kind == TokenKind::kInteger || Peek().kind == TokenKind::kDouble) {
+      return NumericLiteral(Take(), minus);
+    }
+    if (Peek().kind == TokenKind::kNull) return NullMisplaced(Peek());
+    return Unexpected("a string or numeric literal in the IN list", Peek());
+  }
+
+  absl::Status NullMisplaced(const Token& t) const {
+    return Error(t.offset, "NULL may appear only in IS NULL and IS NOT NULL");
+  }
+
+  // The value of a numeric literal token, negated when `minus`.
+  absl::StatusOr<AttributeValue> NumericLiteral(const Token& t, bool minus) const {
+    if (t.kind == TokenKind::kDouble) return AttributeValue(minus ? -t.number : t.number);
+    if (t.decimal && t.integer == kTwoTo63) {
+      if (minus) return AttributeValue(int64_t{INT64_MIN});
+      return Error(t.offset,
+                   "integer literal 9223372036854775808 is out of the range of a 64-bit integer "
+                   "(only -9223372036854775808 is in range)");
+    }
+    const AttributeValue v(static_cast<int64_t>(t.integer));
+    return minus ? Negate(v) : v;
+  }
+
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<NodePtr> Like(NodePtr lhs, bool negated) {
+    Take();  // LIKE
+    GRYPH_ASSIGN_OR_RETURN(std::string attribute, AttributeOperand(*lhs, "LIKE"));
+    if (Peek().kind != TokenKind::kString) {
+      return Unexpected("a string literal pattern after LIKE", Peek());
+    }
+    const Token& pattern = Take();
+    std::string escape;
+    if (Peek().kind == TokenKind::kEscape) {
+      Take();
+      const Token& e = Peek();
+      if (e.kind != TokenKind::kString) {
+        return Unexpected("a one-character string literal after ESCAPE", e);
+      }
+      if (e.text.empty() || Utf8CharLength(e.text, 0) != e.text.size()) {
+        return Error(e.offset, absl::StrCat("ESCAPE needs exactly one character, found ",
+                                            Describe(text_, e)));
+      }
+      escape = Take().text;
+    }
+    absl::StatusOr<LikePattern> compiled = LikePattern::Compile(pattern.text, escape);
+    if (!compiled.ok()) return Error(pattern.offset, compiled.status().message());
+    const size_t offset = lhs->offset();
+    return Finish(std::make_unique<LikeNode>(negated, std::move(attribute), pattern.text,
+                                             std::move(escape), *std::move(compiled), offset),
+                  pattern.offset);
+  }
+
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<NodePtr> IsNull(NodePtr lhs) {
+    Take();  // IS
+    GRYPH_ASSIGN_OR_RETURN(std::string attribute, AttributeOperand(*lhs, "IS NULL"));
+    bool negated = false;
+    if (Peek().kind == TokenKind::kNot) {
+      Take();
+      negated = true;
+    }
+    if (Peek().kind != TokenKind::kNull) return Unexpected("NULL or NOT NULL after IS", Peek());
+    Take();
+    const size_t offset = lhs->offset();
+    return Finish(std::make_unique<IsNullNode>(negated, std::move(attribute), offset), offset);
+  }
+
+  // NOT x, a signed value, a parenthesized expression, a literal or an identifier. Sets *limit
+  // (see Expression) to kNot after NOT.
+  absl::StatusOr<NodePtr> Prefix(int* limit) {
+    const Token& t = Peek();
+    switch (t.kind) {
+      case TokenKind::kNot:
+        *limit = kNot;
+        return Not();
+      case TokenKind::kPlus:
+      case TokenKind::kMinus:
+        return Sign();
+      case TokenKind::kLeftParen:
+        return Parenthesized();
+      default:
+        return Leaf();
+    }
+  }
+
+  // A literal or an identifier.
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<NodePtr> Leaf() {
+    const Token& t = Peek();
+    switch (t.kind) {
+      case TokenKind::kIdentifier:
+        return NodePtr(std::make_unique<IdentifierNode>(Take().text, t.offset));
+      case TokenKind::kInteger:
+      case TokenKind::kDouble: {
+        GRYPH_ASSIGN_OR_RETURN(AttributeValue v, NumericLiteral(Take(), /*minus=*/false));
+        return NodePtr(std::make_unique<LiteralNode>(std::move(v), t.offset));
+      }
+      case TokenKind::kString:
+        return NodePtr(std::make_unique<LiteralNode>(AttributeValue(Take().text), t.offset));
+      case TokenKind::kTrue:
+      case TokenKind::kFalse:
+        return NodePtr(std::make_unique<LiteralNode>(
+            AttributeValue(Take().kind == TokenKind::kTrue), t.offset));
+      case TokenKind::kNull:
+        return NullMisplaced(t);
+      default:
+        return Unexpected("a value", t);
+    }
+  }
+
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<NodePtr> Not() {
+    const Token& op = Take();
+    DepthGuard guard(&depth_);
+    if (depth_ > Selector::kMaxDepth) return TooDeep(op.offset);
+    GRYPH_RETURN_IF_ERROR(RequireConditionAfter(op));
+    GRYPH_ASSIGN_OR_RETURN(NodePtr operand, Expression(kComparison));
+    GRYPH_RETURN_IF_ERROR(CheckCondition(*operand, "NOT"));
+    return Finish(std::make_unique<UnaryNode>(NodeKind::kNot, std::move(operand), op.offset),
+                  op.offset);
+  }
+
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<NodePtr> Parenthesized() {
+    const Token& open = Take();
+    DepthGuard guard(&depth_);
+    if (depth_ > Selector::kMaxDepth) return TooDeep(open.offset);
+    if (!CanStartCondition(Peek().kind)) return Unexpected("an expression after '('", Peek());
+    GRYPH_ASSIGN_OR_RETURN(NodePtr inner, Expression(kOr));
+    if (Peek().kind != TokenKind::kRightParen) return Unclosed(open);
+    Take();
+    return inner;
+  }
+
+  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status Unclosed(const Token& open) const {
+    return Unexpected(absl::StrCat("')' to close the '(' at ", PositionOf(text_, open.offset)),
+                      Peek());
+  }
+
+  // Unary + or -, which binds tighter than any infix operator.
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<NodePtr> Sign() {
+    const Token& op = Take();
+    const bool minus = op.kind == TokenKind::kMinus;
+    DepthGuard guard(&depth_);
+    if (depth_ > Selector::kMaxDepth) return TooDeep(op.offset);
+    GRYPH_RETURN_IF_ERROR(RequireValueAfter(op));
+    // A sign directly before a number is part of the literal: this is how -9223372036854775808
+    // is written, and it gives the matcher `a > -5` as a comparison with a literal.
+    if (Peek().kind == TokenKind::kInteger || Peek().kind == TokenKind::kDouble) {
+      return SignedLiteral(op);
+    }
+    int unused_limit = kTightest;  // the operand cannot start with NOT (RequireValueAfter)
+    GRYPH_ASSIGN_OR_RETURN(NodePtr operand, Prefix(&unused_limit));
+    GRYPH_RETURN_IF_ERROR(CheckNumeric(*operand, op, /*unary=*/true));
+    if (operand->kind() == NodeKind::kLiteral) return FoldSign(op, *operand);  // as in -(5)
+    return Finish(std::make_unique<UnaryNode>(minus ? NodeKind::kNegate : NodeKind::kUnaryPlus,
+                                              std::move(operand), op.offset),
+                  op.offset);
+  }
+
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<NodePtr> SignedLiteral(const Token& sign) {
+    GRYPH_ASSIGN_OR_RETURN(AttributeValue v,
+                           NumericLiteral(Take(), sign.kind == TokenKind::kMinus));
+    return NodePtr(std::make_unique<LiteralNode>(std::move(v), sign.offset));
+  }
+
+  ABSL_ATTRIBUTE_NOINLINE NodePtr FoldSign(const Token& sign, const Node& literal) const {
+    const AttributeValue& v = literal.As<LiteralNode>()->value;
+    return std::make_unique<LiteralNode>(sign.kind == TokenKind::kMinus ? Negate(v) : v,
+                                         sign.offset);
+  }
+
+  const absl::string_view text_;
+  const std::vector<Token> tokens_;  // ends with kEnd
+  size_t pos_ = 0;
+  int depth_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const Ast>> ParseSelector(absl::string_view text) {
+  GRYPH_ASSIGN_OR_RETURN(std::vector<Token> tokens, Tokenize(text));
+  Parser parser(text, std::move(tokens));
+  GRYPH_ASSIGN_OR_RETURN(NodePtr root, parser.Run());
+  return std::make_shared<const Ast>(std::string(text), std::move(root));
+}
+
+}  // namespace gryph::selector_ast

@@ -1,0 +1,850 @@
+#include "gryph/selector.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <pthread.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "lib/selector/ast.h"
+#include "lib/selector/like_pattern.h"
+#include "lib/selector/numeric.h"
+#include "lib/selector/utf8.h"
+#include "tests/test_util.h"
+
+namespace gryph {
+namespace {
+
+using selector_ast::AsIndexable;
+using selector_ast::CompareInt64Double;
+using selector_ast::Conjuncts;
+using selector_ast::IndexableConjunct;
+using selector_ast::LikePattern;
+using selector_ast::Utf8CharLength;
+using testing::Rng;
+using testing::Seeds;
+
+Selector MustParse(absl::string_view text) {
+  auto s = Selector::Parse(text);
+  INFO("selector: " << text);
+  REQUIRE_OK(s);
+  return *std::move(s);
+}
+
+std::string ParseError(absl::string_view text) {
+  auto s = Selector::Parse(text);
+  INFO("selector: " << text);
+  REQUIRE_CODE(s, absl::StatusCode::kInvalidArgument);
+  return std::string(s.status().message());
+}
+
+Truth Negation(Truth t) {
+  return t == Truth::kTrue ? Truth::kFalse : t == Truth::kFalse ? Truth::kTrue : Truth::kUnknown;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The API.
+
+TEST_CASE("a default-constructed selector matches every event", "[selector]") {
+  Selector s;
+  REQUIRE(s.matches_everything());
+  REQUIRE(s.text().empty());
+  REQUIRE(s.Evaluate(Event()) == Truth::kTrue);
+  REQUIRE(s.DebugString().empty());
+  REQUIRE(s.ast() == nullptr);
+}
+
+TEST_CASE("an empty or blank selector matches every event and keeps its text", "[selector]") {
+  for (absl::string_view text : {"", " ", "\t\r\n\f "}) {
+    Selector s = MustParse(text);
+    REQUIRE(s.matches_everything());
+    REQUIRE(s.text() == text);
+    REQUIRE(s.Matches(Event()));
+  }
+}
+
+TEST_CASE("a selector keeps its text unchanged", "[selector]") {
+  Selector s = MustParse("  price > 100 and Symbol = 'IBM'  ");
+  REQUIRE(s.text() == "  price > 100 and Symbol = 'IBM'  ");
+  REQUIRE_FALSE(s.matches_everything());
+}
+
+TEST_CASE("Matches is true only for TRUE", "[selector]") {
+  Event e;
+  e.SetInt64("qty", 10);
+  REQUIRE(MustParse("qty > 5").Matches(e));
+  REQUIRE_FALSE(MustParse("qty > 50").Matches(e));
+  REQUIRE_FALSE(MustParse("missing > 5").Matches(e));
+  REQUIRE(MustParse("missing > 5").Evaluate(e) == Truth::kUnknown);
+}
+
+TEST_CASE("copies of a selector share one parsed tree", "[selector]") {
+  Selector a = MustParse("a = 1 AND b LIKE 'x%'");
+  Selector b = a;
+  REQUIRE(a.ast() == b.ast());
+  REQUIRE(b.text() == a.text());
+  Selector c = std::move(b);
+  REQUIRE(c.ast() == a.ast());
+}
+
+TEST_CASE("a selector outlives the text it was parsed from", "[selector]") {
+  std::optional<Selector> s;
+  {
+    std::string text = "name LIKE 'ab%' AND name IN ('abc', 'abd')";
+    s = MustParse(text);
+    text.assign(text.size(), 'z');
+  }
+  Event e;
+  e.SetString("name", "abc");
+  REQUIRE(s->Matches(e));
+  REQUIRE(s->text() == "name LIKE 'ab%' AND name IN ('abc', 'abd')");
+}
+
+TEST_CASE("threads evaluate one selector concurrently", "[selector]") {
+  const Selector shared = MustParse(
+      "(sym = 'IBM' OR sym LIKE 'MS%') AND qty * price BETWEEN 1000 AND 1e6 AND region NOT IN "
+      "('eu')");
+  std::vector<Event> events(4);
+  events[0].SetString("sym", "IBM").SetInt64("qty", 100).SetDouble("price", 50).SetString(
+      "region", "us");
+  events[1].SetString("sym", "MSFT").SetInt64("qty", 1).SetDouble("price", 5);
+  events[2].SetString("sym", "MSFT").SetInt64("qty", 10).SetDouble("price", 500);
+  events[3].SetString("sym", "IBM").SetInt64("qty", 100).SetDouble("price", 50).SetString(
+      "region", "eu");
+  const Truth expected[] = {Truth::kTrue, Truth::kFalse, Truth::kUnknown, Truth::kFalse};
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      Selector mine = shared;  // copies made concurrently share the tree
+      for (int i = 0; i < 2000; ++i) {
+        const size_t k = static_cast<size_t>(i + t) % events.size();
+        if (mine.Evaluate(events[k]) != expected[k]) wrong.fetch_add(1);
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  REQUIRE(wrong.load() == 0);
+}
+
+TEST_CASE("evaluation does not allocate", "[selector]") {
+  Event e;
+  e.SetString("sym", "IBM")
+      .SetInt64("qty", 150)
+      .SetDouble("price", 99.5)
+      .SetString("region", "us-east")
+      .SetBool("urgent", true);
+  const std::vector<Selector> selectors = {
+      MustParse("sym = 'IBM'"),
+      MustParse("sym IN ('AAPL', 'IBM', 'MSFT') AND region LIKE 'us-%'"),
+      MustParse("qty * price / 2 BETWEEN 1000 AND 10000 OR NOT urgent"),
+      MustParse("region NOT LIKE '%west%' AND qty IN (100, 150.0) AND missing IS NULL"),
+      MustParse("(qty > 100) = urgent AND -qty < 0 AND sym <> region"),
+  };
+  const int64_t before = testing::AllocationCount();
+  int matched = 0;
+  for (int i = 0; i < 100; ++i) {
+    for (const Selector& s : selectors) matched += s.Matches(e) ? 1 : 0;
+  }
+  const int64_t after = testing::AllocationCount();
+  REQUIRE(matched == 500);
+  REQUIRE(after == before);
+}
+
+// ---------------------------------------------------------------------------------------------
+// How the text is understood.
+
+TEST_CASE("NOT binds tighter than AND, which binds tighter than OR", "[selector]") {
+  REQUIRE(MustParse("a OR b AND NOT c").DebugString() == "(a OR (b AND (NOT c)))");
+  REQUIRE(MustParse("NOT a AND b OR c").DebugString() == "(((NOT a) AND b) OR c)");
+  REQUIRE(MustParse("a AND b OR c AND d").DebugString() == "((a AND b) OR (c AND d))");
+  REQUIRE(MustParse("a OR b OR c").DebugString() == "(a OR b OR c)");
+  REQUIRE(MustParse("NOT NOT a").DebugString() == "(NOT (NOT a))");
+}
+
+TEST_CASE("comparisons bind tighter than NOT", "[selector]") {
+  REQUIRE(MustParse("NOT a = 1").DebugString() == "(NOT (a = 1))");
+  REQUIRE(MustParse("NOT a BETWEEN 1 AND 2").DebugString() == "(NOT (a BETWEEN 1 AND 2))");
+  REQUIRE(MustParse("NOT a IS NULL AND b").DebugString() == "((NOT (a IS NULL)) AND b)");
+}
+
+TEST_CASE("multiplication binds tighter than addition, both left to right", "[selector]") {
+  REQUIRE(MustParse("a + b * c = d").DebugString() == "((a + (b * c)) = d)");
+  REQUIRE(MustParse("a - b - c = d").DebugString() == "(((a - b) - c) = d)");
+  REQUIRE(MustParse("a / b * c = d").DebugString() == "(((a / b) * c) = d)");
+  REQUIRE(MustParse("-a * b = c").DebugString() == "(((-a) * b) = c)");
+  REQUIRE(MustParse("(a + b) * c > d - e").DebugString() == "(((a + b) * c) > (d - e))");
+}
+
+TEST_CASE("BETWEEN takes its AND before the logical AND", "[selector]") {
+  REQUIRE(MustParse("a BETWEEN 1 AND 2 AND b").DebugString() == "((a BETWEEN 1 AND 2) AND b)");
+  REQUIRE(MustParse("a NOT BETWEEN b + 1 AND c * 2 OR d").DebugString() ==
+          "((a NOT BETWEEN (b + 1) AND (c * 2)) OR d)");
+}
+
+TEST_CASE("a sign before a number is part of the literal", "[selector]") {
+  REQUIRE(MustParse("a > -5").DebugString() == "(a > -5)");
+  REQUIRE(MustParse("a > - 5").DebugString() == "(a > -5)");
+  REQUIRE(MustParse("a > +5.5").DebugString() == "(a > 5.5)");
+  REQUIRE(MustParse("a > -(5)").DebugString() == "(a > -5)");
+  REQUIRE(MustParse("a = -9223372036854775808").DebugString() == "(a = -9223372036854775808)");
+  REQUIRE(MustParse("a = - -9223372036854775808").DebugString() ==
+          "(a = 9.223372036854776e+18)");
+  REQUIRE(MustParse("a - -5 = 0").DebugString() == "((a - -5) = 0)");
+  REQUIRE(MustParse("-a = 0").DebugString() == "((-a) = 0)");
+}
+
+TEST_CASE("literals render so that they read back the same", "[selector]") {
+  REQUIRE(MustParse("a = 'it''s'").DebugString() == "(a = 'it''s')");
+  REQUIRE(MustParse("a = 7.").DebugString() == "(a = 7.0)");
+  REQUIRE(MustParse("a = 1e300").DebugString() == "(a = 1e+300)");
+  REQUIRE(MustParse("a = 0.1").DebugString() == "(a = 0.1)");
+  REQUIRE(MustParse("a = 0x10").DebugString() == "(a = 16)");
+  REQUIRE(MustParse("a = true OR b = False").DebugString() == "((a = TRUE) OR (b = FALSE))");
+  REQUIRE(MustParse("a in ('x', 'y''z') and b not in (1, -2.5)").DebugString() ==
+          "((a IN ('x', 'y''z')) AND (b NOT IN (1, -2.5)))");
+  REQUIRE(MustParse("a like 'x!%' escape '!'").DebugString() == "(a LIKE 'x!%' ESCAPE '!')");
+  REQUIRE(MustParse("a is not null").DebugString() == "(a IS NOT NULL)");
+}
+
+TEST_CASE("identifiers follow Java's rules, with non-ASCII letters", "[selector]") {
+  Event e;
+  e.SetInt64("_a$1", 1).SetInt64("$", 2).SetInt64("\xC3\xA9t\xC3\xA9", 3).SetInt64("JMSX_x", 4);
+  REQUIRE(MustParse("_a$1 = 1 AND $ = 2 AND \xC3\xA9t\xC3\xA9 = 3 AND JMSX_x = 4").Matches(e));
+  // Keywords are not identifiers, in any case; words that merely contain one are.
+  REQUIRE(MustParse("nullable = 1 OR android = 2 OR island = 3 OR order = 4").text().size() > 0);
+  REQUIRE(absl::StrContains(ParseError("null = 1"), "NULL may appear only"));
+  REQUIRE(absl::StrContains(ParseError("Escape = 1"), "expected a condition, found 'Escape'"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parse errors: what was expected, and where.
+
+struct ErrorCase {
+  const char* selector;
+  const char* message;
+};
+
+TEST_CASE("parse errors say what was expected and where", "[selector]") {
+  const ErrorCase cases[] = {
+      {"a = 1 AND b >", "selector:1:14: expected a value after '>', found end of selector"},
+      {"qty > AND x", "selector:1:7: expected a value after '>', found 'AND'"},
+      {"a = 1 AND", "selector:1:10: expected a condition after AND, found end of selector"},
+      {"a = 1 or or b", "selector:1:10: expected a condition after OR, found 'or'"},
+      {"NOT", "selector:1:4: expected a condition after NOT, found end of selector"},
+      {"a =\n  = 1", "selector:2:3: expected a value after '=', found '='"},
+      {"a = 1 AND\n\tb = ", "selector:2:6: expected a value after '=', found end of selector"},
+      {"(a = 1", "selector:1:7: expected ')' to close the '(' at 1:1, found end of selector"},
+      {"x AND\n (a = 1 b)", "selector:2:9: expected ')' to close the '(' at 2:2, found 'b'"},
+      {"()", "selector:1:2: expected an expression after '(', found ')'"},
+      {"a = 1)", "selector:1:6: expected AND, OR or end of selector, found ')'"},
+      {"a = 1 b", "selector:1:7: expected AND, OR or end of selector, found 'b'"},
+      {"a = 1 = 2", "selector:1:7: expected AND, OR or end of selector, found '='"},
+      {"a b", "selector:1:3: expected an operator, found 'b'"},
+      {")", "selector:1:1: expected a condition, found ')'"},
+      {"AND = 1", "selector:1:1: expected a condition, found 'AND'"},
+      {"in = 1", "selector:1:1: expected a condition, found 'in'"},
+      {"a = 'abc", "selector:1:5: unterminated string literal"},
+      {"a = 'it''s", "selector:1:5: unterminated string literal"},
+      {"a != 1", "selector:1:3: unexpected '!=': write <> for 'not equal'"},
+      {"a = \"x\"", "selector:1:5: unexpected '\"': string literals use single quotes"},
+      {"a = #", "selector:1:5: unexpected character '#'"},
+      {"a = 1 ;", "selector:1:7: unexpected character ';'"},
+      {"a = \x01", "selector:1:5: unexpected character '\\x01'"},
+      {"a\xFF = 1", "selector:1:2: invalid UTF-8 byte 0xff"},
+      {"a + 1", "selector:1:1: expected a condition, found an arithmetic expression"},
+      {"5", "selector:1:1: expected a condition, found a number"},
+      {"'abc'", "selector:1:1: expected a condition, found a string"},
+      {"NOT 5", "selector:1:5: NOT needs conditions, found a number"},
+      {"a AND 'x'", "selector:1:7: AND needs conditions, found a string"},
+      {"a + 1 OR b", "selector:1:1: OR needs conditions, found an arithmetic expression"},
+      {"s < 'M'",
+       "selector:1:3: '<' compares only numbers, found a string (strings and booleans allow only "
+       "= and <>)"},
+      {"TRUE >= b",
+       "selector:1:6: '>=' compares only numbers, found a boolean (strings and booleans allow "
+       "only = and <>)"},
+      {"(a > 1) < 2",
+       "selector:1:9: '<' compares only numbers, found a condition (strings and booleans allow "
+       "only = and <>)"},
+      {"'a' + 1 = 2", "selector:1:1: '+' needs numbers, found a string"},
+      {"TRUE * 1 = 2", "selector:1:1: '*' needs numbers, found a boolean"},
+      {"a + (b = 1) = 2", "selector:1:6: '+' needs numbers, found a condition"},
+      {"-'a' = 1", "selector:1:2: unary '-' needs numbers, found a string"},
+      {"'a' BETWEEN 1 AND 2", "selector:1:1: BETWEEN needs numbers, found a string"},
+      {"a BETWEEN 'x' AND 2", "selector:1:11: BETWEEN needs numbers, found a string"},
+      {"a BETWEEN 1 OR 2", "selector:1:13: expected AND after the lower bound of BETWEEN, found 'OR'"},
+      {"a BETWEEN 1 AND", "selector:1:16: expected a value after AND, found end of selector"},
+      {"a NOT 5", "selector:1:7: expected BETWEEN, IN or LIKE after NOT, found '5'"},
+      {"a NOT NULL", "selector:1:7: expected BETWEEN, IN or LIKE after NOT, found 'NULL'"},
+      {"x IN ()", "selector:1:7: expected a string or numeric literal in the IN list, found ')'"},
+      {"x IN ('a' 'b')", "selector:1:11: expected ',' or ')' in the IN list, found 'b'"},
+      {"x IN ('a',)", "selector:1:11: expected a string or numeric literal in the IN list, found ')'"},
+      {"x IN ('a', 1)", "selector:1:12: an IN list holds either strings or numbers, not both"},
+      {"x IN (TRUE)",
+       "selector:1:7: expected a string or numeric literal in the IN list, found 'TRUE'"},
+      {"x IN (y)", "selector:1:7: expected a string or numeric literal in the IN list, found 'y'"},
+      {"x IN ('a', NULL)", "selector:1:12: NULL may appear only in IS NULL and IS NOT NULL"},
+      {"x IN 'a'", "selector:1:6: expected '(' after IN, found 'a'"},
+      {"5 IN ('a')", "selector:1:1: IN needs an identifier on its left, found a number"},
+      {"x + 1 IN (2)", "selector:1:1: IN needs an identifier on its left, found an arithmetic expression"},
+      {"x = NULL", "selector:1:5: NULL may appear only in IS NULL and IS NOT NULL"},
+      {"NULL IS NULL", "selector:1:1: NULL may appear only in IS NULL and IS NOT NULL"},
+      {"x IS 5", "selector:1:6: expected NULL or NOT NULL after IS, found '5'"},
+      {"x IS NOT", "selector:1:9: expected NULL or NOT NULL after IS, found end of selector"},
+      {"'x' IS NULL", "selector:1:1: IS NULL needs an identifier on its left, found a string"},
+      {"x LIKE y", "selector:1:8: expected a string literal pattern after LIKE, found 'y'"},
+      {"5 LIKE 'x'", "selector:1:1: LIKE needs an identifier on its left, found a number"},
+      {"x LIKE 'a' ESCAPE", "selector:1:18: expected a one-character string literal after ESCAPE, found end of selector"},
+      {"x LIKE 'a' ESCAPE 'ab'", "selector:1:19: ESCAPE needs exactly one character, found 'ab'"},
+      {"x LIKE 'a' ESCAPE ''", "selector:1:19: ESCAPE needs exactly one character, found ''"},
+      {"x LIKE 'a\\b' ESCAPE '\\'",
+       "selector:1:8: in a LIKE pattern the escape character '\\' must be followed by '_', '%' or "
+       "itself, not 'b'"},
+      {"x LIKE 'ab\\' ESCAPE '\\'",
+       "selector:1:8: LIKE pattern ends with the escape character '\\'"},
+      {"9223372036854775808 = a",
+       "selector:1:1: integer literal 9223372036854775808 is out of the range of a 64-bit integer "
+       "(only -9223372036854775808 is in range)"},
+      {"a = 99999999999999999999",
+       "selector:1:5: integer literal 99999999999999999999 is out of the range of a 64-bit "
+       "integer"},
+      {"a = 0x10000000000000000",
+       "selector:1:5: integer literal 0x10000000000000000 is out of the range of a 64-bit "
+       "integer"},
+      {"a = 1e400", "selector:1:5: number 1e400 is out of the range of double"},
+      {"a = 08", "selector:1:5: invalid octal literal 08"},
+      {"a = 12abc", "selector:1:5: malformed number '12abc'"},
+      {"a = 1.2.3", "selector:1:5: malformed number '1.2.3'"},
+      {"a = 1e", "selector:1:5: malformed number '1e'"},
+      {"a = 1e+", "selector:1:5: malformed number '1e+'"},
+      {"a = 0x", "selector:1:5: malformed number '0x'"},
+      {"a = 0x1.8p1", "selector:1:5: malformed number '0x1.8p1'"},
+      {"a = 1_000", "selector:1:5: malformed number '1_000'"},
+      {"a = 5LL", "selector:1:5: malformed number '5LL'"},
+      {"a = .", "selector:1:5: unexpected character '.'"},
+  };
+  for (const ErrorCase& c : cases) {
+    REQUIRE(ParseError(c.selector) == c.message);
+  }
+}
+
+TEST_CASE("a long token is shortened in messages", "[selector]") {
+  const std::string name(100, 'n');
+  REQUIRE(ParseError("a = 1 " + name) ==
+          "selector:1:7: expected AND, OR or end of selector, found "
+          "'nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn...'");
+}
+
+TEST_CASE("nesting deeper than the limit is an error, not a crash", "[selector]") {
+  const int limit = Selector::kMaxDepth;
+  auto repeat = [](absl::string_view s, int n) {
+    std::string out;
+    for (int i = 0; i < n; ++i) absl::StrAppend(&out, s);
+    return out;
+  };
+  // At the limit: fine.
+  REQUIRE(MustParse(repeat("(", limit) + "a" + repeat(")", limit)).DebugString() == "a");
+  MustParse(repeat("NOT ", limit - 1) + "a");
+  MustParse("a" + repeat(" + a", limit - 2) + " > 1");
+  MustParse(repeat("-", limit - 2) + "a > 1");
+  // One more: an error naming the limit.
+  const std::string too_deep = "expression is nested too deeply (more than 256 levels)";
+  REQUIRE(ParseError(repeat("(", limit + 1) + "a" + repeat(")", limit + 1)) ==
+          "selector:1:257: " + too_deep);
+  REQUIRE(absl::StrContains(ParseError(repeat("NOT ", limit + 1) + "a"), too_deep));
+  REQUIRE(absl::StrContains(ParseError("a" + repeat(" + a", limit) + " > 1"), too_deep));
+  REQUIRE(absl::StrContains(ParseError(repeat("-", limit + 1) + "a > 1"), too_deep));
+  REQUIRE(absl::StrContains(ParseError(repeat("a = (", limit) + "a" + repeat(")", limit)),
+                            too_deep));
+  // Far beyond it: still an error, found without deep recursion.
+  REQUIRE(absl::StrContains(ParseError(repeat("(", 100000)), too_deep));
+  REQUIRE(absl::StrContains(ParseError(repeat("NOT ", 100000) + "a"), too_deep));
+  REQUIRE(absl::StrContains(ParseError(repeat("-", 100000) + "a"), too_deep));
+  REQUIRE(absl::StrContains(ParseError("a" + repeat(" * a", 100000) + " > 1"), too_deep));
+}
+
+TEST_CASE("long flat conjunctions and lists are not limited", "[selector]") {
+  std::string text = "a0 = 0";
+  for (int i = 1; i < 5000; ++i) absl::StrAppend(&text, " AND a", i, " = ", i);
+  Selector s = MustParse(text);
+  REQUIRE(Conjuncts(s.ast()->root()).size() == 5000);
+  Event e;
+  for (int i = 0; i < 5000; ++i) e.SetInt64(absl::StrCat("a", i), i);
+  REQUIRE(s.Matches(e));
+
+  std::string in = "x IN ('v0'";
+  for (int i = 1; i < 5000; ++i) absl::StrAppend(&in, ", 'v", i, "'");
+  in += ")";
+  Event f;
+  f.SetString("x", "v4321");
+  REQUIRE(MustParse(in).Matches(f));
+}
+
+// Runs `fn` on a thread with a stack of `bytes`.
+void RunWithStack(size_t bytes, const std::function<void()>& fn) {
+  pthread_attr_t attr;
+  REQUIRE(pthread_attr_init(&attr) == 0);
+  REQUIRE(pthread_attr_setstacksize(&attr, bytes) == 0);
+  pthread_t thread;
+  auto trampoline = [](void* arg) -> void* {
+    (*static_cast<const std::function<void()>*>(arg))();
+    return nullptr;
+  };
+  REQUIRE(pthread_create(&thread, &attr, trampoline, const_cast<std::function<void()>*>(&fn)) ==
+          0);
+  REQUIRE(pthread_join(thread, nullptr) == 0);
+  pthread_attr_destroy(&attr);
+}
+
+TEST_CASE("the deepest selectors parse and evaluate on a 1 MiB thread stack", "[selector]") {
+  const int limit = Selector::kMaxDepth;
+  std::vector<std::string> texts;
+  auto repeat = [](absl::string_view s, int n) {
+    std::string out;
+    for (int i = 0; i < n; ++i) absl::StrAppend(&out, s);
+    return out;
+  };
+  texts.push_back(repeat("(", limit) + "a" + repeat(")", limit));
+  texts.push_back(repeat("NOT ", limit - 1) + "a");
+  texts.push_back(repeat("(NOT ", limit / 2) + "a" + repeat(")", limit / 2));
+  texts.push_back(repeat("a = (", limit / 2 - 1) + "a" + repeat(")", limit / 2 - 1));
+  texts.push_back(repeat("-(", limit / 2) + "a" + repeat(")", limit / 2) + " > 0");
+  texts.push_back("a" + repeat(" + a", limit - 2) + " > 1");
+  texts.push_back(repeat("(", limit + 1) + "a" + repeat(")", limit + 1));  // an error
+  std::atomic<int> parsed{0};
+  RunWithStack(1 << 20, [&] {
+    Event e;
+    e.SetBool("a", true);
+    for (const std::string& text : texts) {
+      auto s = Selector::Parse(text);
+      if (s.ok()) {
+        s->Evaluate(e);
+        parsed.fetch_add(1);
+      }
+    }
+  });
+  REQUIRE(parsed.load() == static_cast<int>(texts.size()) - 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The AST seen by the matcher.
+
+TEST_CASE("conjuncts flatten top-level ANDs, parenthesized or not", "[selector]") {
+  Selector s = MustParse(
+      "a = 1 AND (b > 2 AND c IN ('x', 'y')) AND 5 < d AND e BETWEEN 1 AND 2.5 AND f <> 3 AND "
+      "g LIKE 'x%' AND -5 >= h AND 'k' = i");
+  std::vector<const selector_ast::Node*> conjuncts = Conjuncts(s.ast()->root());
+  REQUIRE(conjuncts.size() == 9);
+
+  auto a = AsIndexable(*conjuncts[0]);
+  REQUIRE(a.has_value());
+  REQUIRE(a->kind == IndexableConjunct::Kind::kEqual);
+  REQUIRE(a->attribute == "a");
+  REQUIRE(*a->values[0] == AttributeValue(int64_t{1}));
+
+  auto b = AsIndexable(*conjuncts[1]);
+  REQUIRE(b->kind == IndexableConjunct::Kind::kRange);
+  REQUIRE(b->attribute == "b");
+  REQUIRE(*b->lower == AttributeValue(int64_t{2}));
+  REQUIRE_FALSE(b->lower_inclusive);
+  REQUIRE(b->upper == nullptr);
+
+  auto c = AsIndexable(*conjuncts[2]);
+  REQUIRE(c->kind == IndexableConjunct::Kind::kIn);
+  REQUIRE(c->values.size() == 2);
+  REQUIRE(*c->values[1] == AttributeValue(std::string("y")));
+
+  auto d = AsIndexable(*conjuncts[3]);  // 5 < d is d > 5
+  REQUIRE(d->attribute == "d");
+  REQUIRE(*d->lower == AttributeValue(int64_t{5}));
+  REQUIRE_FALSE(d->lower_inclusive);
+
+  auto e = AsIndexable(*conjuncts[4]);
+  REQUIRE(e->kind == IndexableConjunct::Kind::kRange);
+  REQUIRE(*e->lower == AttributeValue(int64_t{1}));
+  REQUIRE(*e->upper == AttributeValue(2.5));
+  REQUIRE(e->lower_inclusive);
+  REQUIRE(e->upper_inclusive);
+
+  REQUIRE_FALSE(AsIndexable(*conjuncts[5]).has_value());  // <>
+  REQUIRE_FALSE(AsIndexable(*conjuncts[6]).has_value());  // LIKE
+
+  auto h = AsIndexable(*conjuncts[7]);  // -5 >= h is h <= -5
+  REQUIRE(h->attribute == "h");
+  REQUIRE(h->lower == nullptr);
+  REQUIRE(*h->upper == AttributeValue(int64_t{-5}));
+  REQUIRE(h->upper_inclusive);
+
+  auto i = AsIndexable(*conjuncts[8]);
+  REQUIRE(i->kind == IndexableConjunct::Kind::kEqual);
+  REQUIRE(i->attribute == "i");
+  REQUIRE(*i->values[0] == AttributeValue(std::string("k")));
+}
+
+TEST_CASE("only plain comparisons with literals are indexable", "[selector]") {
+  for (absl::string_view text :
+       {"a = 1 OR b = 2", "NOT a = 1", "a NOT IN ('x')", "a NOT BETWEEN 1 AND 2",
+        "a BETWEEN b AND 2", "a + 1 = 2", "a = b", "1 = 1", "a IS NULL", "a", "TRUE"}) {
+    Selector s = MustParse(text);
+    std::vector<const selector_ast::Node*> conjuncts = Conjuncts(s.ast()->root());
+    INFO(text);
+    REQUIRE(conjuncts.size() == 1);
+    REQUIRE_FALSE(AsIndexable(*conjuncts[0]).has_value());
+  }
+  REQUIRE(Conjuncts(MustParse("").ast()->root()).empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Building blocks.
+
+TEST_CASE("int64 and double compare by exact value", "[selector]") {
+  constexpr double kTwo53 = 9007199254740992.0;
+  constexpr double kTwo63 = 9223372036854775808.0;
+  REQUIRE(CompareInt64Double(1, 1.0) == 0);
+  REQUIRE(CompareInt64Double(1, 1.5) < 0);
+  REQUIRE(CompareInt64Double(2, 1.5) > 0);
+  REQUIRE(CompareInt64Double(-1, -1.5) > 0);
+  REQUIRE(CompareInt64Double(-2, -1.5) < 0);
+  REQUIRE(CompareInt64Double(0, -0.0) == 0);
+  REQUIRE(CompareInt64Double(9007199254740993, kTwo53) > 0);
+  REQUIRE(CompareInt64Double(9007199254740992, kTwo53) == 0);
+  REQUIRE(CompareInt64Double(INT64_MAX, kTwo63) < 0);
+  REQUIRE(CompareInt64Double(INT64_MIN, -kTwo63) == 0);
+  REQUIRE(CompareInt64Double(INT64_MIN, -kTwo63 * 2) > 0);
+  REQUIRE(CompareInt64Double(INT64_MAX, std::numeric_limits<double>::infinity()) < 0);
+  REQUIRE(CompareInt64Double(INT64_MIN, -std::numeric_limits<double>::infinity()) > 0);
+  REQUIRE(CompareInt64Double(0, std::numeric_limits<double>::denorm_min()) < 0);
+  REQUIRE(CompareInt64Double(0, -std::numeric_limits<double>::denorm_min()) > 0);
+}
+
+TEST_CASE("UTF-8 characters are measured without reading past the end", "[selector]") {
+  REQUIRE(Utf8CharLength("a", 0) == 1);
+  REQUIRE(Utf8CharLength("\xC3\xA9", 0) == 2);
+  REQUIRE(Utf8CharLength("\xE6\x97\xA5", 0) == 3);
+  REQUIRE(Utf8CharLength("\xF0\x9F\x98\x80", 0) == 4);
+  REQUIRE(Utf8CharLength("\xE6\x97", 0) == 1);          // truncated
+  REQUIRE(Utf8CharLength("\xA9", 0) == 1);              // stray continuation byte
+  REQUIRE(Utf8CharLength("\xC0\x80", 0) == 1);          // overlong
+  REQUIRE(Utf8CharLength("\xED\xA0\x80", 0) == 1);      // surrogate
+  REQUIRE(Utf8CharLength("\xF4\x90\x80\x80", 0) == 1);  // above U+10FFFF
+  REQUIRE(Utf8CharLength("\xFF", 0) == 1);
+}
+
+// A reference LIKE matcher: dynamic programming over characters, written independently of
+// LikePattern's greedy algorithm.
+bool ReferenceLike(absl::string_view text, absl::string_view pattern, absl::string_view escape) {
+  struct Item {
+    enum { kLiteral, kOne, kAny } kind;
+    std::string ch;
+  };
+  std::vector<Item> items;
+  for (size_t i = 0; i < pattern.size();) {
+    std::string ch(pattern.substr(i, Utf8CharLength(pattern, i)));
+    i += ch.size();
+    if (!escape.empty() && ch == escape) {
+      std::string next(pattern.substr(i, Utf8CharLength(pattern, i)));
+      i += next.size();
+      items.push_back({Item::kLiteral, next});
+    } else if (ch == "_") {
+      items.push_back({Item::kOne, ""});
+    } else if (ch == "%") {
+      items.push_back({Item::kAny, ""});
+    } else {
+      items.push_back({Item::kLiteral, ch});
+    }
+  }
+  std::vector<std::string> chars;
+  for (size_t i = 0; i < text.size();) {
+    chars.emplace_back(text.substr(i, Utf8CharLength(text, i)));
+    i += chars.back().size();
+  }
+  // ok[j] after processing k items: items[0..k) match chars[0..j).
+  std::vector<bool> ok(chars.size() + 1, false);
+  ok[0] = true;
+  for (const Item& item : items) {
+    std::vector<bool> next(chars.size() + 1, false);
+    for (size_t j = 0; j <= chars.size(); ++j) {
+      if (item.kind == Item::kAny) {
+        next[j] = ok[j] || (j > 0 && next[j - 1]);
+      } else if (j > 0 && ok[j - 1]) {
+        next[j] = item.kind == Item::kOne || chars[j - 1] == item.ch;
+      }
+    }
+    ok = std::move(next);
+  }
+  return ok[chars.size()];
+}
+
+TEST_CASE("LIKE agrees with a reference matcher on random patterns", "[selector]") {
+  const std::vector<std::string> pattern_chars = {"a", "b", "_", "%", "\xC3\xA9", "!"};
+  const std::vector<std::string> text_chars = {"a", "b", "_", "%", "\xC3\xA9", "!", "\xC3"};
+  for (uint64_t seed : Seeds(500, 20)) {
+    INFO("seed " << seed);
+    Rng rng(seed);
+    for (int iter = 0; iter < 500; ++iter) {
+      std::string pattern;
+      const std::string escape = rng.OneIn(3) ? "!" : "";
+      for (uint64_t n = rng.Uniform(8); n > 0; --n) {
+        const std::string& ch = pattern_chars[rng.Uniform(pattern_chars.size())];
+        pattern += ch;
+        if (!escape.empty() && ch == escape) {
+          pattern += std::string(1, "_%!"[rng.Uniform(3)]);  // keep the pattern valid
+        }
+      }
+      std::string text;
+      for (uint64_t n = rng.Uniform(10); n > 0; --n) {
+        text += text_chars[rng.Uniform(text_chars.size())];
+      }
+      auto compiled = LikePattern::Compile(pattern, escape);
+      INFO("pattern '" << pattern << "' escape '" << escape << "' text '" << text << "'");
+      REQUIRE_OK(compiled);
+      REQUIRE(compiled->Matches(text) == ReferenceLike(text, pattern, escape));
+    }
+  }
+}
+
+TEST_CASE("LIKE patterns expose their literal prefix", "[selector]") {
+  auto p = LikePattern::Compile("ab\\_c%d_", "\\");
+  REQUIRE_OK(p);
+  REQUIRE(p->literal_prefix() == "ab_c");
+  REQUIRE_FALSE(p->is_exact());
+  auto exact = LikePattern::Compile("a!%b", "!");
+  REQUIRE_OK(exact);
+  REQUIRE(exact->is_exact());
+  REQUIRE(exact->literal_prefix() == "a%b");
+  auto none = LikePattern::Compile("%x", "");
+  REQUIRE(none->literal_prefix().empty());
+}
+
+TEST_CASE("LIKE takes polynomial time on adversarial patterns", "[selector]") {
+  // Exponential backtracking would never finish these.
+  const std::string text(20000, 'a');
+  auto p = LikePattern::Compile("%a%a%a%a%a%a%a%a%a%a%a%a%a%a%a%a%b", "");
+  REQUIRE_OK(p);
+  REQUIRE_FALSE(p->Matches(text));
+  auto q = LikePattern::Compile(std::string(200, '%') + "_" + std::string(200, '%'), "");
+  REQUIRE(q->Matches(text));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Properties over random input.
+
+// A random selector-ish string: mostly valid tokens in random order.
+std::string TokenSoup(Rng& rng) {
+  static const char* const kTokens[] = {
+      "a",   "b",    "s",      "x",       "NOT",   "AND",    "OR",     "BETWEEN", "LIKE",
+      "IN",  "IS",   "NULL",   "ESCAPE",  "TRUE",  "FALSE",  "(",      ")",       ",",
+      "=",   "<>",   "<",      "<=",      ">",     ">=",     "+",      "-",       "*",
+      "/",   "0",    "1",      "-5",      "2.5",   "1e3",    ".5",     "7.",      "0x1F",
+      "017", "57L",  "'a'",    "'%b_'",   "'\\'",  "''''",   "'x",     "9223372036854775808",
+      "1e999", "!", "\"", "#", "\xC3\xA9", "\xFF", "\n", "not", "and", "Between",
+  };
+  std::string out;
+  for (uint64_t n = rng.Uniform(25); n > 0; --n) {
+    out += kTokens[rng.Uniform(std::size(kTokens))];
+    if (!rng.OneIn(5)) out += ' ';
+  }
+  return out;
+}
+
+std::string RandomBytes(Rng& rng) {
+  std::string out(rng.Uniform(40), '\0');
+  for (char& c : out) c = static_cast<char>(rng.Uniform(256));
+  return out;
+}
+
+std::vector<Event> ProbeEvents() {
+  std::vector<Event> events(4);
+  events[0].SetInt64("a", 1).SetInt64("b", 2).SetString("s", "ab").SetBool("x", true);
+  events[1].SetDouble("a", 2.5).SetString("b", "b").SetInt64("s", 3);
+  events[2].SetDouble("a", std::numeric_limits<double>::quiet_NaN()).SetBool("b", false);
+  return events;
+}
+
+// Checks the invariants every parsed selector must keep.
+void CheckParsed(const Selector& s, const std::vector<Event>& events) {
+  const std::string debug = s.DebugString();
+  auto reparsed = Selector::Parse(debug);
+  INFO("understood as: " << debug);
+  if (!reparsed.ok()) {
+    // Only the added parentheses may push a deep selector over the limit.
+    REQUIRE(absl::StrContains(reparsed.status().message(), "nested too deeply"));
+    return;
+  }
+  REQUIRE(reparsed->DebugString() == debug);
+  for (const Event& e : events) {
+    REQUIRE(reparsed->Evaluate(e) == s.Evaluate(e));
+    REQUIRE(s.Matches(e) == (s.Evaluate(e) == Truth::kTrue));
+  }
+  if (!s.matches_everything() && debug.size() < 10000) {
+    auto negated = Selector::Parse("NOT " + debug);
+    if (negated.ok()) {
+      for (const Event& e : events) REQUIRE(negated->Evaluate(e) == Negation(s.Evaluate(e)));
+    }
+  }
+}
+
+TEST_CASE("random token soups parse or fail cleanly", "[selector][random]") {
+  const std::vector<Event> events = ProbeEvents();
+  int parsed = 0;
+  for (uint64_t seed : Seeds(1000, 20)) {
+    INFO("seed " << seed);
+    Rng rng(seed);
+    for (int iter = 0; iter < 2000; ++iter) {
+      const std::string text = TokenSoup(rng);
+      INFO("selector: " << text);
+      auto s = Selector::Parse(text);
+      if (s.ok()) {
+        ++parsed;
+        CheckParsed(*s, events);
+      } else {
+        REQUIRE(s.status().code() == absl::StatusCode::kInvalidArgument);
+        REQUIRE(absl::StartsWith(s.status().message(), "selector:"));
+      }
+    }
+  }
+  REQUIRE(parsed > 0);  // the soup is not all errors
+}
+
+TEST_CASE("random bytes parse or fail cleanly", "[selector][random]") {
+  const std::vector<Event> events = ProbeEvents();
+  for (uint64_t seed : Seeds(2000, 20)) {
+    INFO("seed " << seed);
+    Rng rng(seed);
+    for (int iter = 0; iter < 2000; ++iter) {
+      const std::string text = RandomBytes(rng);
+      auto s = Selector::Parse(text);
+      if (s.ok()) {
+        CheckParsed(*s, events);
+      } else {
+        REQUIRE(s.status().code() == absl::StatusCode::kInvalidArgument);
+        REQUIRE(absl::StartsWith(s.status().message(), "selector:"));
+      }
+    }
+  }
+}
+
+// Random well-formed conditions over attributes a, b, c, for the equivalence checks below.
+class ConditionGenerator {
+ public:
+  explicit ConditionGenerator(Rng* rng) : rng_(*rng) {}
+
+  std::string Value(int depth = 0) {
+    switch (rng_.Uniform(depth > 2 ? 3 : 6)) {
+      case 0: return Attribute();
+      case 1: return Number();
+      case 2: return Attribute();
+      case 3: return absl::StrCat("(", Value(depth + 1), " + ", Value(depth + 1), ")");
+      case 4: return absl::StrCat("(", Value(depth + 1), " * ", Value(depth + 1), ")");
+      default: return absl::StrCat("(", Value(depth + 1), " / ", Value(depth + 1), ")");
+    }
+  }
+
+  std::string Attribute() { return std::string(1, "abc"[rng_.Uniform(3)]); }
+
+  std::string Number() {
+    static const char* const kNumbers[] = {"0", "1", "-1", "2", "2.5", "1.0", "-0.0", "3"};
+    return kNumbers[rng_.Uniform(std::size(kNumbers))];
+  }
+
+  std::string Literal() {
+    static const char* const kLiterals[] = {"'x'", "'y'", "1", "2.5", "TRUE"};
+    return kLiterals[rng_.Uniform(std::size(kLiterals))];
+  }
+
+  std::string Comparison() {
+    static const char* const kOps[] = {"=", "<>", "<", "<=", ">", ">="};
+    const char* op = kOps[rng_.Uniform(std::size(kOps))];
+    const bool equality = op[0] == '=' || op[1] == '>';
+    if (equality && rng_.OneIn(2)) return absl::StrCat(Attribute(), " ", op, " ", Literal());
+    return absl::StrCat(Value(), " ", op, " ", Value());
+  }
+
+  std::string Condition(int depth = 0) {
+    switch (rng_.Uniform(depth > 2 ? 2 : 6)) {
+      case 0: return Comparison();
+      case 1: return absl::StrCat(Attribute(), rng_.OneIn(2) ? " IS NULL" : " IS NOT NULL");
+      case 2: return absl::StrCat("NOT (", Condition(depth + 1), ")");
+      case 3:
+        return absl::StrCat("(", Condition(depth + 1), " AND ", Condition(depth + 1), ")");
+      case 4:
+        return absl::StrCat("(", Condition(depth + 1), " OR ", Condition(depth + 1), ")");
+      default: return Attribute();  // a boolean attribute, or not
+    }
+  }
+
+  Event RandomEvent() {
+    Event e;
+    for (const char* name : {"a", "b", "c"}) {
+      switch (rng_.Uniform(8)) {
+        case 0: break;  // missing
+        case 1: e.SetInt64(name, static_cast<int64_t>(rng_.Uniform(5)) - 2); break;
+        case 2: e.SetDouble(name, static_cast<double>(rng_.Uniform(7)) / 2 - 1); break;
+        case 3: e.SetString(name, rng_.OneIn(2) ? "x" : "y"); break;
+        case 4: e.SetBool(name, rng_.OneIn(2)); break;
+        case 5: e.SetDouble(name, std::numeric_limits<double>::quiet_NaN()); break;
+        case 6: e.SetInt64(name, rng_.OneIn(2) ? INT64_MAX : INT64_MIN); break;
+        default: e.SetInt64(name, 1); break;
+      }
+    }
+    return e;
+  }
+
+ private:
+  Rng& rng_;
+};
+
+void RequireEquivalent(const std::string& left, const std::string& right,
+                       const std::vector<Event>& events) {
+  INFO(left << "  versus  " << right);
+  Selector l = MustParse(left);
+  Selector r = MustParse(right);
+  for (const Event& e : events) {
+    REQUIRE(l.Evaluate(e) == r.Evaluate(e));
+  }
+}
+
+TEST_CASE("derived operators equal their definitions in three-valued logic",
+          "[selector][random]") {
+  for (uint64_t seed : Seeds(3000, 10)) {
+    INFO("seed " << seed);
+    Rng rng(seed);
+    ConditionGenerator gen(&rng);
+    for (int iter = 0; iter < 200; ++iter) {
+      std::vector<Event> events;
+      for (int k = 0; k < 8; ++k) events.push_back(gen.RandomEvent());
+      const std::string v = gen.Value(), lo = gen.Value(), hi = gen.Value();
+      RequireEquivalent(absl::StrCat(v, " BETWEEN ", lo, " AND ", hi),
+                        absl::StrCat(v, " >= ", lo, " AND ", v, " <= ", hi), events);
+      RequireEquivalent(absl::StrCat(v, " NOT BETWEEN ", lo, " AND ", hi),
+                        absl::StrCat(v, " < ", lo, " OR ", v, " > ", hi), events);
+      const std::string attr = gen.Attribute();
+      const bool strings = rng.OneIn(2);
+      const std::string x = strings ? "'x'" : gen.Number();
+      const std::string y = strings ? "'y'" : gen.Number();
+      RequireEquivalent(absl::StrCat(attr, " IN (", x, ", ", y, ")"),
+                        absl::StrCat(attr, " = ", x, " OR ", attr, " = ", y), events);
+      RequireEquivalent(absl::StrCat(attr, " NOT IN (", x, ", ", y, ")"),
+                        absl::StrCat(attr, " <> ", x, " AND ", attr, " <> ", y), events);
+      const std::string p = gen.Condition(), q = gen.Condition();
+      RequireEquivalent(absl::StrCat("NOT (", p, " AND ", q, ")"),
+                        absl::StrCat("NOT (", p, ") OR NOT (", q, ")"), events);
+      RequireEquivalent(absl::StrCat("NOT (", p, " OR ", q, ")"),
+                        absl::StrCat("NOT (", p, ") AND NOT (", q, ")"), events);
+      RequireEquivalent(absl::StrCat(p, " AND ", q), absl::StrCat(q, " AND ", p), events);
+      RequireEquivalent(absl::StrCat(p, " OR ", q), absl::StrCat(q, " OR ", p), events);
+      RequireEquivalent(absl::StrCat("NOT NOT (", p, ")"), p, events);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gryph
