@@ -78,6 +78,24 @@ TEST_CASE("knowledge reaches the last tick", "[knowledge]") {
   REQUIRE(k.span_count() == 1);
 }
 
+TEST_CASE("forgetting a prefix makes it Q again and keeps the rest", "[knowledge]") {
+  KnowledgeStream k;
+  REQUIRE_OK(k.AccumulateLost({1, 3}));
+  REQUIRE_OK(k.AccumulateSilence({4, 6}));
+  REQUIRE_OK(k.AccumulateData(7, MakeEvent(7)));
+  k.Forget(5);
+  REQUIRE(k.ValueAt(1) == TickValue::kQ);
+  REQUIRE(k.SpanAt(1).range == TickRange{1, 5});
+  REQUIRE(k.ValueAt(6) == TickValue::kS);
+  REQUIRE(k.ValueAt(7) == TickValue::kD);
+  REQUIRE_OK(k.AccumulateData(2, MakeEvent(2)));  // may be learned again
+  k.Forget(6);
+  REQUIRE(k.SpanAt(3).range == TickRange{1, 6});
+  k.Forget(kMaxTick);
+  REQUIRE(k.span_count() == 1);
+  REQUIRE(k.ValueAt(7) == TickValue::kQ);
+}
+
 TEST_CASE("Q ranges are clipped to the window and capped", "[knowledge]") {
   KnowledgeStream k;
   REQUIRE_OK(k.AccumulateSilence({3, 4}));

@@ -38,6 +38,7 @@ std::vector<Message> Samples() {
       DeliveryMessage{"audit", PubendId{1}, DeliveryKind::kGap, 700, nullptr},
       AckMessage{"audit", Ct(1, 700)},
       DisconnectMessage{"audit"},
+      UnsubscribeMessage{"audit"},
       SessionErrorMessage{"audit", absl::StatusCode::kOutOfRange, "checkpoint is ahead"},
   };
 }

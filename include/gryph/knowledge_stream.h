@@ -79,6 +79,12 @@ class KnowledgeStream {
   // Calls fn for each D tick in `window`, in order, until fn returns false.
   void ForEachData(TickRange window, const std::function<bool(Tick, const EventRef&)>& fn) const;
 
+  // Forgets what is known of ticks [kFirstTick, through]: they read Q again. This is a cache
+  // eviction, the one exception to "knowledge only accumulates": a node that has delivered
+  // through a tick drops what it no longer needs, and may accumulate those ticks again (from a
+  // nack answer) later.
+  void Forget(Tick through);
+
   // Number of spans (memory use is proportional to it).
   size_t span_count() const { return spans_.size(); }
 

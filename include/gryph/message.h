@@ -6,7 +6,7 @@
 //   ReleaseMessage    upstream: per pubend, the downstream node's released and latestDelivered.
 // Between a subscriber and its subscriber hosting broker (paper §2):
 //   ConnectMessage, ConnectedMessage, DeliveryMessage (Event / Silence / Gap), AckMessage,
-//   DisconnectMessage, SessionErrorMessage.
+//   DisconnectMessage, UnsubscribeMessage, SessionErrorMessage.
 //
 // Encoding (docs/format.md, "Messages"): a version byte, a kind byte, then the kind's fields with
 // varints. DecodeMessage accepts exactly what EncodeMessage produces; anything else yields
@@ -111,6 +111,12 @@ struct DisconnectMessage {
   friend bool operator==(const DisconnectMessage&, const DisconnectMessage&) = default;
 };
 
+// The subscriber deletes its durable subscription: its filtering records and release hold go.
+struct UnsubscribeMessage {
+  std::string subscription;
+  friend bool operator==(const UnsubscribeMessage&, const UnsubscribeMessage&) = default;
+};
+
 // The broker refused or ended a session (bad selector, CT from the future, fenced, ...).
 struct SessionErrorMessage {
   std::string subscription;
@@ -121,7 +127,7 @@ struct SessionErrorMessage {
 
 using Message = std::variant<KnowledgeMessage, CuriosityMessage, ReleaseMessage, ConnectMessage,
                              ConnectedMessage, DeliveryMessage, AckMessage, DisconnectMessage,
-                             SessionErrorMessage>;
+                             SessionErrorMessage, UnsubscribeMessage>;
 
 // The name of the message's kind ("knowledge", "curiosity", ...), for logs.
 const char* MessageKindName(const Message& m);

@@ -101,6 +101,17 @@ absl::Status KnowledgeStream::Accumulate(const KnowledgeSpan& span) {
   return absl::OkStatus();
 }
 
+void KnowledgeStream::Forget(Tick through) {
+  if (through < kFirstTick) return;
+  if (through != kMaxTick) SplitAt(through + 1);
+  auto end = through == kMaxTick ? spans_.end() : spans_.find(through + 1);
+  spans_.erase(spans_.begin(), end);
+  spans_.emplace(kFirstTick, Entry{TickValue::kQ, nullptr});
+  if (through != kMaxTick && spans_.find(through + 1)->second.value == TickValue::kQ) {
+    spans_.erase(through + 1);
+  }
+}
+
 Tick KnowledgeStream::DoubtHorizon(Tick from) const {
   if (from == kMaxTick) return from;
   for (auto it = Holding(from + 1); it != spans_.end(); ++it) {

@@ -12,7 +12,7 @@ using internal::PutLengthPrefixed;
 using internal::PutVarint64;
 
 // The kind byte of each message. DO NOT CHANGE: sent on the wire. The order follows Message.
-constexpr uint8_t kKindOf[] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+constexpr uint8_t kKindOf[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
 static_assert(std::size(kKindOf) == std::variant_size_v<Message>);
 
 // Ranges are sent as (gap from the end of the previous range, length - 1), so that ordered,
@@ -135,6 +135,7 @@ struct Encoder {
     PutCheckpoint(out, m.checkpoint);
   }
   void operator()(const DisconnectMessage& m) const { PutLengthPrefixed(out, m.subscription); }
+  void operator()(const UnsubscribeMessage& m) const { PutLengthPrefixed(out, m.subscription); }
   void operator()(const SessionErrorMessage& m) const {
     PutLengthPrefixed(out, m.subscription);
     PutVarint64(out, static_cast<uint64_t>(m.code));
@@ -247,6 +248,10 @@ bool Decode(ByteReader& in, DisconnectMessage* m) {
   return ReadString(in, &m->subscription, "subscription");
 }
 
+bool Decode(ByteReader& in, UnsubscribeMessage* m) {
+  return ReadString(in, &m->subscription, "subscription");
+}
+
 bool Decode(ByteReader& in, SessionErrorMessage* m) {
   uint64_t code = 0;
   if (!ReadString(in, &m->subscription, "subscription") ||
@@ -298,7 +303,8 @@ const char* DeliveryKindName(DeliveryKind k) {
 const char* MessageKindName(const Message& m) {
   static constexpr const char* kNames[] = {"knowledge", "curiosity",  "release",
                                            "connect",   "connected",  "delivery",
-                                           "ack",       "disconnect", "session-error"};
+                                           "ack",       "disconnect", "session-error",
+                                           "unsubscribe"};
   static_assert(std::size(kNames) == std::variant_size_v<Message>);
   return kNames[m.index()];
 }
