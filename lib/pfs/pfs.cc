@@ -1,0 +1,546 @@
+#include "gryph/pfs.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "lib/pfs/pfs_keys.h"
+#include "lib/util/status_macros.h"
+
+namespace gryph {
+
+using internal::EncodeBE64;
+using internal::EncodePfsKey;
+using internal::kPfsEntryBytes;
+using internal::kPfsRecordKeyBytes;
+using internal::kPfsRecordsTable;
+using internal::kPfsSubscriberRowBytes;
+using internal::LoadBE64;
+using internal::StoreBE64;
+
+namespace {
+
+absl::Status Corrupt(PubendId p, absl::string_view what) {
+  return absl::DataLossError(absl::StrCat("PFS of pubend ", p.value, ": ", what));
+}
+
+absl::StatusOr<Tick> DecodeMetaTick(PubendId p, absl::string_view field,
+                                    const std::optional<std::string>& row) {
+  if (!row) return Tick{0};
+  if (row->size() != 8) {
+    return Corrupt(p, absl::StrCat(field, " is ", row->size(), " bytes, not 8"));
+  }
+  return LoadBE64(row->data());
+}
+
+}  // namespace
+
+// ---- PFS ----------------------------------------------------------------------------------------
+
+PFS::PFS(const PfsOptions& options, Storage* storage)
+    : options_(options),
+      storage_(storage),
+      records_begin_(internal::PfsPubendPrefix(options.pubend)),
+      records_end_(internal::PfsPubendEnd(options.pubend)) {}
+
+PFS::~PFS() = default;
+
+absl::StatusOr<std::unique_ptr<PFS>> PFS::Open(const PfsOptions& options, Storage* storage) {
+  if (options.checkpoint_interval < 1 || options.reader_chunk_ticks < 1) {
+    return absl::InvalidArgumentError(
+        "PFS: checkpoint_interval and reader_chunk_ticks must be >= 1");
+  }
+  std::unique_ptr<PFS> pfs(new PFS(options, storage));
+  GRYPH_RETURN_IF_ERROR(pfs->Recover());
+  return pfs;
+}
+
+absl::Status PFS::Recover() {
+  const PubendId p = options_.pubend;
+  GRYPH_ASSIGN_OR_RETURN(
+      auto chop_row,
+      storage_->Get(internal::kPfsMetaTable, internal::PfsMetaKey(p, internal::kPfsMetaChopped)));
+  GRYPH_ASSIGN_OR_RETURN(chopped_, DecodeMetaTick(p, "chop point", chop_row));
+  GRYPH_ASSIGN_OR_RETURN(auto checkpoint_row,
+                         storage_->Get(internal::kPfsMetaTable,
+                                       internal::PfsMetaKey(p, internal::kPfsMetaCheckpoint)));
+  GRYPH_ASSIGN_OR_RETURN(checkpoint_tick_, DecodeMetaTick(p, "checkpoint tick", checkpoint_row));
+
+  // The subscribers, with lastIndex as of the checkpoint.
+  absl::Status parse;
+  GRYPH_RETURN_IF_ERROR(storage_->Scan(
+      internal::kPfsSubscribersTable, records_begin_, records_end_,
+      [&](absl::string_view key, absl::string_view value) {
+        if (key.size() != internal::kPfsSubscriberKeyBytes ||
+            value.size() != kPfsSubscriberRowBytes) {
+          parse = Corrupt(p, absl::StrCat("a subscriber row has a ", key.size(), "-byte key and a ",
+                                          value.size(), "-byte value, not 12 and 16"));
+          return false;
+        }
+        const uint64_t id = LoadBE64(key.data() + 4);
+        Sub sub;
+        sub.added_at = LoadBE64(value.data());
+        sub.last_index = LoadBE64(value.data() + 8);
+        if (sub.last_index != 0 &&
+            (sub.last_index <= sub.added_at || sub.last_index > checkpoint_tick_)) {
+          parse = Corrupt(p, absl::StrCat("subscriber ", id, " has lastIndex ", sub.last_index,
+                                          " outside (", sub.added_at, ", ", checkpoint_tick_,
+                                          "] (registration, checkpoint]"));
+          return false;
+        }
+        sub.incarnation = next_incarnation_++;
+        subs_.emplace(id, sub);
+        return true;
+      }));
+  GRYPH_RETURN_IF_ERROR(parse);
+
+  // The last record.
+  Tick last_record = 0;
+  {
+    GRYPH_ASSIGN_OR_RETURN(std::unique_ptr<Cursor> c, storage_->NewCursor(kPfsRecordsTable));
+    if (records_end_.empty()) {
+      c->SeekToLast();
+    } else {
+      c->Seek(records_end_);
+      if (c->Valid()) {
+        c->Prev();
+      } else {
+        c->SeekToLast();
+      }
+    }
+    GRYPH_RETURN_IF_ERROR(c->status());
+    if (c->Valid() && c->key().substr(0, 4) == records_begin_) {
+      if (c->key().size() != kPfsRecordKeyBytes) {
+        return Corrupt(p, absl::StrCat("a record key is ", c->key().size(), " bytes, not 12"));
+      }
+      last_record = LoadBE64(c->key().data() + 4);
+    }
+  }
+
+  // The tail: the records after the checkpoint (after the chop point, if later: Chop checkpoints
+  // first, so no record between the checkpoint and the chop point was ever lost from it).
+  const Tick tail_from = std::max(checkpoint_tick_, chopped_);
+  if (tail_from < last_record) {
+    GRYPH_RETURN_IF_ERROR(storage_->Scan(
+        kPfsRecordsTable, internal::PfsRecordKey(p, tail_from + 1), records_end_,
+        [&](absl::string_view key, absl::string_view value) {
+          if (key.size() != kPfsRecordKeyBytes) {
+            parse = Corrupt(p, absl::StrCat("a record key is ", key.size(), " bytes, not 12"));
+            return false;
+          }
+          const Tick t = LoadBE64(key.data() + 4);
+          if (value.empty() || value.size() % kPfsEntryBytes != 0) {
+            parse = Corrupt(p, absl::StrCat("the record of tick ", t, " is ", value.size(),
+                                            " bytes, not a positive multiple of 16"));
+            return false;
+          }
+          uint64_t previous_id = 0;
+          for (size_t off = 0; off < value.size(); off += kPfsEntryBytes) {
+            const uint64_t id = LoadBE64(value.data() + off);
+            const Tick prev = LoadBE64(value.data() + off + 8);
+            if ((off > 0 && id <= previous_id) || prev >= t) {
+              parse = Corrupt(p, absl::StrCat("the record of tick ", t,
+                                              " has unsorted subscribers or a forward pointer"));
+              return false;
+            }
+            previous_id = id;
+            auto it = subs_.find(id);
+            // Entries of removed subscribers, or of an earlier registration of this id, are dead.
+            if (it == subs_.end() || t <= it->second.added_at) continue;
+            Sub& sub = it->second;
+            if (prev != sub.last_index) {
+              parse = Corrupt(p, absl::StrCat("the record of tick ", t, " says subscriber ", id,
+                                              "'s previous record is at tick ", prev,
+                                              ", but recovery found ", sub.last_index));
+              return false;
+            }
+            sub.last_index = t;
+            if (!sub.dirty) {
+              sub.dirty = true;
+              dirty_.push_back(id);
+            }
+          }
+          ++recovered_tail_records_;
+          return true;
+        }));
+    GRYPH_RETURN_IF_ERROR(parse);
+  }
+  records_since_checkpoint_ = recovered_tail_records_;
+  last_tick_ = std::max({last_record, checkpoint_tick_, chopped_});
+  committed_ = last_tick_;
+  for (const auto& [id, sub] : subs_) {
+    if (sub.added_at > last_tick_) {
+      return Corrupt(p, absl::StrCat("subscriber ", id, " was registered at tick ", sub.added_at,
+                                     ", after the last tick ", last_tick_));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PFS::CheckUsable() const { return status_; }
+
+const PFS::Sub* PFS::FindSub(SubscriberId s) const {
+  auto it = subs_.find(s.value);
+  return it == subs_.end() ? nullptr : &it->second;
+}
+
+absl::Status PFS::AddSubscriber(SubscriberId s, WriteBatch* batch) {
+  GRYPH_RETURN_IF_ERROR(CheckUsable());
+  if (subs_.contains(s.value)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("PFS of pubend ", options_.pubend.value, ": subscriber ", s.value,
+                     " is registered"));
+  }
+  Sub sub;
+  sub.added_at = last_tick_;
+  sub.incarnation = next_incarnation_++;
+  subs_.emplace(s.value, sub);
+  char row[kPfsSubscriberRowBytes];
+  StoreBE64(row, sub.added_at);
+  StoreBE64(row + 8, 0);
+  batch->Put(internal::kPfsSubscribersTable, internal::PfsSubscriberKey(options_.pubend, s),
+             absl::string_view(row, sizeof row));
+  return absl::OkStatus();
+}
+
+absl::Status PFS::RemoveSubscriber(SubscriberId s, WriteBatch* batch) {
+  GRYPH_RETURN_IF_ERROR(CheckUsable());
+  auto it = subs_.find(s.value);
+  if (it == subs_.end()) {
+    return absl::NotFoundError(absl::StrCat("PFS of pubend ", options_.pubend.value,
+                                            ": unknown subscriber ", s.value));
+  }
+  subs_.erase(it);  // a stale id left in dirty_ is skipped by AppendCheckpoint
+  batch->Delete(internal::kPfsSubscribersTable, internal::PfsSubscriberKey(options_.pubend, s));
+  return absl::OkStatus();
+}
+
+absl::Status PFS::Write(Tick t, absl::Span<const SubscriberId> subscribers, WriteBatch* batch) {
+  GRYPH_RETURN_IF_ERROR(CheckUsable());
+  if (t <= last_tick_ || subscribers.empty()) return absl::OkStatus();
+
+  // Validate everything before changing anything. No insertion happens below, so the Sub
+  // pointers stay valid.
+  scratch_subs_.clear();
+  for (SubscriberId s : subscribers) {
+    auto it = subs_.find(s.value);
+    if (it == subs_.end()) {
+      return absl::NotFoundError(absl::StrCat("PFS of pubend ", options_.pubend.value,
+                                              ": write of tick ", t, " for unknown subscriber ",
+                                              s.value));
+    }
+    scratch_subs_.emplace_back(s.value, &it->second);
+  }
+  auto by_id = [](const std::pair<uint64_t, Sub*>& a, const std::pair<uint64_t, Sub*>& b) {
+    return a.first < b.first;
+  };
+  if (!std::is_sorted(scratch_subs_.begin(), scratch_subs_.end(), by_id)) {
+    std::sort(scratch_subs_.begin(), scratch_subs_.end(), by_id);
+  }
+  for (size_t i = 1; i < scratch_subs_.size(); ++i) {
+    if (scratch_subs_[i].first == scratch_subs_[i - 1].first) {
+      return absl::InvalidArgumentError(absl::StrCat("PFS of pubend ", options_.pubend.value,
+                                                     ": write of tick ", t,
+                                                     " lists subscriber ",
+                                                     scratch_subs_[i].first, " twice"));
+    }
+  }
+
+  // The record: (subscriber, previous record tick) pairs, sorted by subscriber.
+  scratch_value_.resize(scratch_subs_.size() * kPfsEntryBytes);
+  char* out = scratch_value_.data();
+  for (auto& [id, sub] : scratch_subs_) {
+    StoreBE64(out, id);
+    StoreBE64(out + 8, sub->last_index);
+    out += kPfsEntryBytes;
+    sub->last_index = t;
+    if (!sub->dirty) {
+      sub->dirty = true;
+      dirty_.push_back(id);
+    }
+  }
+  char key[kPfsRecordKeyBytes];
+  EncodePfsKey(key, options_.pubend, t);
+  batch->Put(kPfsRecordsTable, absl::string_view(key, sizeof key), scratch_value_);
+
+  // Readers must see the record before its batch commits.
+  unsettled_ticks_.push_back(t);
+  unsettled_offsets_.push_back(unsettled_bytes_.size());
+  unsettled_bytes_.append(scratch_value_);
+
+  last_tick_ = t;
+  if (++records_since_checkpoint_ >= options_.checkpoint_interval) AppendCheckpoint(batch);
+  return absl::OkStatus();
+}
+
+void PFS::AppendCheckpoint(WriteBatch* batch) {
+  // Sorted, so that the rows go into the table in key order.
+  std::sort(dirty_.begin(), dirty_.end());
+  char key[internal::kPfsSubscriberKeyBytes];
+  char row[kPfsSubscriberRowBytes];
+  for (uint64_t id : dirty_) {
+    auto it = subs_.find(id);
+    if (it == subs_.end() || !it->second.dirty) continue;  // removed (or re-added) since
+    Sub& sub = it->second;
+    sub.dirty = false;
+    EncodePfsKey(key, options_.pubend, id);
+    StoreBE64(row, sub.added_at);
+    StoreBE64(row + 8, sub.last_index);
+    batch->Put(internal::kPfsSubscribersTable, absl::string_view(key, sizeof key),
+               absl::string_view(row, sizeof row));
+  }
+  dirty_.clear();
+  if (last_tick_ != checkpoint_tick_) {
+    batch->Put(internal::kPfsMetaTable,
+               internal::PfsMetaKey(options_.pubend, internal::kPfsMetaCheckpoint),
+               EncodeBE64(last_tick_));
+  }
+  checkpoint_tick_ = last_tick_;
+  records_since_checkpoint_ = 0;
+}
+
+absl::Status PFS::Checkpoint(WriteBatch* batch) {
+  GRYPH_RETURN_IF_ERROR(CheckUsable());
+  AppendCheckpoint(batch);
+  return absl::OkStatus();
+}
+
+absl::Status PFS::Chop(Tick through, WriteBatch* batch) {
+  GRYPH_RETURN_IF_ERROR(CheckUsable());
+  if (through <= chopped_) return absl::OkStatus();
+  // Recovery replays only the records after the checkpoint: the ones about to be deleted must be
+  // in a checkpoint first.
+  if (last_tick_ > checkpoint_tick_ && through > checkpoint_tick_) AppendCheckpoint(batch);
+  batch->DeleteRange(kPfsRecordsTable, internal::PfsRecordKey(options_.pubend, chopped_ + 1),
+                     through == kMaxTick ? records_end_
+                                         : internal::PfsRecordKey(options_.pubend, through + 1));
+  batch->Put(internal::kPfsMetaTable,
+             internal::PfsMetaKey(options_.pubend, internal::kPfsMetaChopped),
+             EncodeBE64(through));
+  chopped_ = through;
+  last_tick_ = std::max(last_tick_, through);
+  return absl::OkStatus();
+}
+
+void PFS::MarkCommitted(Tick through) {
+  through = std::min(through, last_tick_);
+  if (through <= committed_) return;
+  committed_ = through;
+  auto first_live = std::upper_bound(unsettled_ticks_.begin() + unsettled_begin_,
+                                     unsettled_ticks_.end(), through);
+  unsettled_begin_ = first_live - unsettled_ticks_.begin();
+  if (unsettled_begin_ == unsettled_ticks_.size()) {
+    unsettled_ticks_.clear();
+    unsettled_offsets_.clear();
+    unsettled_bytes_.clear();
+    unsettled_begin_ = 0;
+  } else if (unsettled_begin_ >= 64 && unsettled_begin_ * 2 >= unsettled_ticks_.size()) {
+    // Compact: drop the committed prefix (amortized O(1) per record).
+    const size_t base = unsettled_offsets_[unsettled_begin_];
+    unsettled_ticks_.erase(unsettled_ticks_.begin(),
+                           unsettled_ticks_.begin() + static_cast<ptrdiff_t>(unsettled_begin_));
+    unsettled_offsets_.erase(
+        unsettled_offsets_.begin(),
+        unsettled_offsets_.begin() + static_cast<ptrdiff_t>(unsettled_begin_));
+    for (size_t& off : unsettled_offsets_) off -= base;
+    unsettled_bytes_.erase(0, base);
+    unsettled_begin_ = 0;
+  }
+}
+
+absl::Status PFS::Commit(const WriteBatch& batch) {
+  GRYPH_RETURN_IF_ERROR(CheckUsable());
+  absl::Status s = storage_->Commit(batch);
+  if (!s.ok()) {
+    status_ = absl::FailedPreconditionError(
+        absl::StrCat("PFS of pubend ", options_.pubend.value,
+                     " must be reopened after a failed commit: ", s.ToString()));
+    return s;
+  }
+  MarkCommitted(last_tick_);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<absl::string_view> PFS::LookupRecord(Tick t, std::unique_ptr<Cursor>* cursor) {
+  if (t > committed_) {
+    auto begin = unsettled_ticks_.begin() + static_cast<ptrdiff_t>(unsettled_begin_);
+    auto it = std::lower_bound(begin, unsettled_ticks_.end(), t);
+    if (it == unsettled_ticks_.end() || *it != t) {
+      return Corrupt(options_.pubend, absl::StrCat("no record at tick ", t));
+    }
+    const size_t i = static_cast<size_t>(it - unsettled_ticks_.begin());
+    const size_t end =
+        i + 1 < unsettled_ticks_.size() ? unsettled_offsets_[i + 1] : unsettled_bytes_.size();
+    return absl::string_view(unsettled_bytes_).substr(unsettled_offsets_[i],
+                                                      end - unsettled_offsets_[i]);
+  }
+  if (*cursor == nullptr) {
+    GRYPH_ASSIGN_OR_RETURN(*cursor, storage_->NewCursor(kPfsRecordsTable));
+  }
+  char key[kPfsRecordKeyBytes];
+  EncodePfsKey(key, options_.pubend, t);
+  const absl::string_view target(key, sizeof key);
+  Cursor* c = cursor->get();
+  c->Seek(target);
+  GRYPH_RETURN_IF_ERROR(c->status());
+  if (!c->Valid() || c->key() != target) {
+    return Corrupt(options_.pubend,
+                   absl::StrCat("a back-pointer leads to tick ", t, ", which has no record"));
+  }
+  return c->value();
+}
+
+absl::StatusOr<Tick> PFS::FindPrev(absl::string_view record, Tick t, SubscriberId s) {
+  if (record.empty() || record.size() % kPfsEntryBytes != 0) {
+    return absl::DataLossError(absl::StrCat("PFS: the record of tick ", t, " is ", record.size(),
+                                            " bytes, not a positive multiple of 16"));
+  }
+  // Binary search over the fixed-width pairs, sorted by subscriber.
+  size_t lo = 0;
+  size_t hi = record.size() / kPfsEntryBytes;
+  while (lo < hi) {
+    const size_t mid = lo + (hi - lo) / 2;
+    const uint64_t id = LoadBE64(record.data() + mid * kPfsEntryBytes);
+    if (id < s.value) {
+      lo = mid + 1;
+    } else if (id > s.value) {
+      hi = mid;
+    } else {
+      const Tick prev = LoadBE64(record.data() + mid * kPfsEntryBytes + 8);
+      if (prev >= t) {
+        return absl::DataLossError(absl::StrCat("PFS: the record of tick ", t,
+                                                " points forward to tick ", prev,
+                                                " for subscriber ", s.value));
+      }
+      return prev;
+    }
+  }
+  return absl::DataLossError(absl::StrCat("PFS: the record of tick ", t,
+                                          " does not hold subscriber ", s.value,
+                                          ", whose back-pointer leads to it"));
+}
+
+absl::StatusOr<std::unique_ptr<PFS::Reader>> PFS::NewReader(SubscriberId s, Tick from, Tick to) {
+  GRYPH_RETURN_IF_ERROR(CheckUsable());
+  const Sub* sub = FindSub(s);
+  if (sub == nullptr) {
+    return absl::NotFoundError(absl::StrCat("PFS of pubend ", options_.pubend.value,
+                                            ": read for unknown subscriber ", s.value));
+  }
+  if (from > to) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PFS read window (", from, ", ", to, "] is reversed"));
+  }
+  return std::unique_ptr<Reader>(new Reader(this, s, sub->incarnation, from, to));
+}
+
+std::optional<Tick> PFS::last_index(SubscriberId s) const {
+  const Sub* sub = FindSub(s);
+  if (sub == nullptr) return std::nullopt;
+  return sub->last_index;
+}
+
+std::vector<SubscriberId> PFS::subscribers() const {
+  std::vector<SubscriberId> out;
+  out.reserve(subs_.size());
+  for (const auto& [id, sub] : subs_) out.push_back(SubscriberId{id});
+  return out;
+}
+
+// ---- Reader -------------------------------------------------------------------------------------
+
+PFS::Reader::Reader(PFS* pfs, SubscriberId s, uint64_t incarnation, Tick from, Tick to)
+    : pfs_(pfs), subscriber_(s), incarnation_(incarnation), position_(from), end_(to) {
+  if (from < to) pending_.push_back(Segment{from, to, 0});
+}
+
+PFS::Reader::~Reader() = default;
+
+void PFS::Reader::ExtendTo(Tick to) {
+  if (to <= end_) return;
+  if (!pending_.empty() && pending_.back().start == 0) {
+    pending_.back().hi = to;  // not walked yet: walk the longer window at once
+  } else {
+    pending_.push_back(Segment{end_, to, 0});
+  }
+  end_ = to;
+}
+
+absl::Status PFS::Reader::WalkNext() {
+  const Segment seg = pending_.front();
+  const Sub* sub = pfs_->FindSub(subscriber_);  // checked by Read
+  const Tick lo = std::max({seg.lo, position_, pfs_->chopped_, sub->added_at});
+  const size_t chunk = pfs_->options_.reader_chunk_ticks;
+  std::vector<Segment> chunks;  // bookmarked chunks above ticks_, highest first
+  std::unique_ptr<Cursor> cursor;
+  Tick p = seg.start != 0 ? seg.start : sub->last_index;
+  while (p > lo) {
+    absl::StatusOr<absl::string_view> record = pfs_->LookupRecord(p, &cursor);
+    absl::StatusOr<Tick> prev =
+        record.ok() ? FindPrev(*record, p, subscriber_) : record.status();
+    if (!prev.ok()) {
+      ticks_.clear();
+      return prev.status();
+    }
+    if (p <= seg.hi) {
+      if (ticks_.size() == chunk) {
+        // ticks_ is a full chunk above p: keep only its top as a bookmark.
+        chunks.push_back(Segment{p, ticks_.front(), ticks_.front()});
+        ticks_.clear();
+      }
+      ticks_.push_back(p);
+    }
+    p = *prev;
+  }
+  pending_.pop_front();
+  for (const Segment& c : chunks) pending_.push_front(c);  // lowest ends up first
+  return absl::OkStatus();
+}
+
+absl::Status PFS::Reader::Read(size_t max_ticks, ReadResult* result) {
+  GRYPH_RETURN_IF_ERROR(pfs_->CheckUsable());
+  const Sub* sub = pfs_->FindSub(subscriber_);
+  if (sub == nullptr || sub->incarnation != incarnation_) {
+    return absl::NotFoundError(absl::StrCat("PFS of pubend ", pfs_->options_.pubend.value,
+                                            ": subscriber ", subscriber_.value,
+                                            " was removed since the reader was created"));
+  }
+  if (max_ticks == 0) return absl::InvalidArgumentError("PFS read into an empty buffer");
+  result->ticks.clear();
+  result->lost_through = 0;
+
+  // Ticks the PFS chopped since (or before) are unknown now, even if already walked.
+  Tick from = position_;
+  if (pfs_->chopped_ > from && from < end_) {
+    from = std::min(pfs_->chopped_, end_);
+    result->lost_through = from;
+    while (!ticks_.empty() && ticks_.back() <= from) ticks_.pop_back();
+    while (!pending_.empty() && pending_.front().hi <= from) pending_.pop_front();
+    for (Segment& seg : pending_) seg.lo = std::max(seg.lo, from);
+  }
+
+  while (result->ticks.size() < max_ticks) {
+    if (ticks_.empty()) {
+      if (pending_.empty()) break;
+      absl::Status s = WalkNext();
+      if (!s.ok()) {
+        // Put back what this call took, so that the position stays where it was.
+        for (auto it = result->ticks.rbegin(); it != result->ticks.rend(); ++it) {
+          ticks_.push_back(*it);
+        }
+        result->ticks.clear();
+        result->lost_through = 0;
+        return s;
+      }
+      continue;
+    }
+    result->ticks.push_back(ticks_.back());
+    ticks_.pop_back();
+  }
+  const bool more = !ticks_.empty() || !pending_.empty();
+  result->through = more && result->ticks.size() == max_ticks ? result->ticks.back() : end_;
+  position_ = result->through;
+  return absl::OkStatus();
+}
+
+}  // namespace gryph
