@@ -1,0 +1,78 @@
+// ConStream: the consolidated stream of one pubend at a subscriber hosting broker (paper §4.1).
+//
+// The constream delivers, in tick order, to every connected subscriber that is not catching up,
+// and to the PFS. It keeps latestDelivered(p) — everything at or below it has been delivered to
+// all non-catchup subscribers and recorded in the PFS — and moves it to the doubt horizon of the
+// broker's knowledge stream: the highest tick below which nothing is Q. It advances through S as
+// well as D, so latestDelivered keeps up with the pubend's heartbeats.
+//
+// One step is: Next() proposes the D ticks in (latestDelivered, through]; the broker matches
+// each against all durable subscriptions, writes one PFS record per tick with the full matching
+// set and the new latestDelivered in ONE storage transaction, then calls Advanced(through) and
+// sends Event messages to the members (connected, non-catchup) that matched. A subscriber that
+// matched nothing for a while gets a Silence(latestDelivered) so that its CT keeps moving.
+//
+// The constream never delivers a Gap: a tick can only become L at the pubend once every SHB's
+// latestDelivered has passed it.
+//
+// Thread-safety: thread-compatible.
+
+#ifndef GRYPH_CON_STREAM_H_
+#define GRYPH_CON_STREAM_H_
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "absl/container/btree_map.h"
+#include "absl/time/time.h"
+#include "gryph/knowledge_stream.h"
+#include "gryph/message.h"
+#include "gryph/tick.h"
+
+namespace gryph {
+
+class ConStream {
+ public:
+  // The next step: the D ticks in (latest_delivered(), through], in order.
+  struct Batch {
+    Tick through = 0;
+    std::vector<KnowledgeSpan> data;
+  };
+
+  ConStream(PubendId pubend, Tick latest_delivered)
+      : pubend_(pubend), latest_delivered_(latest_delivered) {}
+
+  // What can be delivered now: up to the doubt horizon, stopping after `max_data` D ticks.
+  // through == latest_delivered() when nothing can.
+  Batch Next(const KnowledgeStream& knowledge, size_t max_data) const;
+  // The batch through `through` is durable. REQUIRES: through >= latest_delivered().
+  void Advanced(Tick through) { latest_delivered_ = through; }
+
+  // Membership: connected subscribers that are not catching up.
+  void Join(const std::string& subscription, absl::Time now);
+  void Leave(const std::string& subscription);
+  bool IsMember(const std::string& subscription) const { return members_.contains(subscription); }
+  size_t member_count() const { return members_.size(); }
+
+  // Records that `subscription` was sent a message at `tick`.
+  void NoteDelivered(const std::string& subscription, Tick tick, absl::Time now);
+  // Silence(latestDelivered) for members that got no message for `interval`.
+  std::vector<DeliveryMessage> Silences(absl::Time now, absl::Duration interval);
+
+  PubendId pubend() const { return pubend_; }
+  Tick latest_delivered() const { return latest_delivered_; }
+
+ private:
+  struct Member {
+    absl::Time last_message;
+    Tick last_tick = 0;
+  };
+  const PubendId pubend_;
+  Tick latest_delivered_;
+  absl::btree_map<std::string, Member> members_;
+};
+
+}  // namespace gryph
+
+#endif  // GRYPH_CON_STREAM_H_

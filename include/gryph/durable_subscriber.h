@@ -1,0 +1,105 @@
+// DurableSubscriber: the client side of a durable subscription (paper §2).
+//
+// It holds the subscriber's checkpoint token (CT), connects to a subscriber hosting broker with
+// it, and hands the application the Event / Silence / Gap messages that follow it, per pubend in
+// tick order:
+//   - a message at or below CT(p) is a duplicate (a resend after a reconnection) and is dropped;
+//   - an Event must carry an event that matches the subscription (checked: a broker bug or a
+//     mismatched selector is reported, not delivered);
+//   - after the handler returns, CT(p) becomes the message's tick.
+// The application stores checkpoint() in its own transaction together with the effects of the
+// messages it handled (the exactly-once pattern), and gives it back to the constructor after a
+// restart. Acks (the CT) go to the broker every ack_interval, so that it can release.
+//
+// Thread-safety: owned by one thread (the one that drives its channel and timers).
+
+#ifndef GRYPH_DURABLE_SUBSCRIBER_H_
+#define GRYPH_DURABLE_SUBSCRIBER_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "gryph/channel.h"
+#include "gryph/checkpoint_token.h"
+#include "gryph/message.h"
+#include "gryph/subscription.h"
+
+namespace gryph {
+
+struct DurableSubscriberOptions {
+  std::string subscription;  // the durable subscription's name at the broker
+  std::string selector;      // JMS selector; empty matches every event
+  std::string topic_filter;  // empty: every topic
+  std::string broker;        // the broker's channel name
+  // Where to resume: the CT the application stored (empty for a new subscription, which starts
+  // where the broker is now).
+  CheckpointToken checkpoint;
+  // Increase it on every connection of a new process, so that it fences an older session.
+  uint64_t epoch = 1;
+  absl::Duration ack_interval = absl::Milliseconds(250);
+  // With nothing to ack for this long, the current CT is sent anyway: a keepalive, to which a
+  // broker that lost the session (it restarted) answers with an error, prompting a reconnect.
+  absl::Duration keepalive_interval = absl::Seconds(1);
+};
+
+class DurableSubscriber {
+ public:
+  // Receives the messages, in order per pubend. Runs on the subscriber's thread.
+  class Handler {
+   public:
+    virtual ~Handler() = default;
+    virtual void OnEvent(PubendId p, Tick t, const EventRef& event) = 0;
+    virtual void OnSilence(PubendId p, Tick t) { (void)p, (void)t; }
+    virtual void OnGap(PubendId p, Tick t) = 0;
+    // The broker accepted the connection; delivery resumes after `start`.
+    virtual void OnConnected(const CheckpointToken& start) { (void)start; }
+    // The broker refused or ended the session, or sent something inconsistent.
+    virtual void OnError(const absl::Status& status) = 0;
+  };
+
+  // Validates the selector and topic filter (InvalidArgument). `channel` and `handler` must
+  // outlive the subscriber; it does not set itself as the channel's receiver: pass messages to
+  // HandleMessage.
+  static absl::StatusOr<std::unique_ptr<DurableSubscriber>> Create(DurableSubscriberOptions options,
+                                                                   Channel* channel,
+                                                                   Handler* handler);
+
+  // Sends the connection request with the current CT.
+  absl::Status Connect();
+  // Sends a final ack, then ends the session (the subscription stays, catching up later).
+  absl::Status Disconnect();
+  // Deletes the durable subscription at the broker.
+  absl::Status Unsubscribe();
+
+  // Handles a message from the broker. Messages from other peers are ignored.
+  void HandleMessage(absl::string_view from, const Message& message);
+  // Sends an ack when the CT moved and ack_interval passed since the last one, or a keepalive.
+  void OnTimer(absl::Time now);
+
+  // The CT after every message handled so far.
+  const CheckpointToken& checkpoint() const { return checkpoint_; }
+  bool connected() const { return connected_; }
+  uint64_t duplicates_dropped() const { return duplicates_; }
+  const DurableSubscriberOptions& options() const { return options_; }
+
+ private:
+  DurableSubscriber(DurableSubscriberOptions options, Subscription subscription, Channel* channel,
+                    Handler* handler);
+  void Deliver(const DeliveryMessage& d);
+
+  const DurableSubscriberOptions options_;
+  const Subscription subscription_;
+  Channel* const channel_;
+  Handler* const handler_;
+  CheckpointToken checkpoint_;
+  CheckpointToken acked_;
+  absl::Time last_ack_ = absl::InfinitePast();
+  bool connected_ = false;
+  uint64_t duplicates_ = 0;
+};
+
+}  // namespace gryph
+
+#endif  // GRYPH_DURABLE_SUBSCRIBER_H_

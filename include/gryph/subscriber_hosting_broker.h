@@ -1,0 +1,179 @@
+// SubscriberHostingBroker (SHB): where durable subscribers connect (paper §4).
+//
+// Per pubend it keeps an istream (the knowledge received from upstream, which doubles as the
+// cache of recent events), a ConStream for the connected subscribers that are not catching up,
+// one CatchupStream per reconnected subscriber that is behind, a CuriosityStream consolidating
+// their nacks upstream, and a PFS recording which subscribers every event matched.
+//
+// Sessions: a subscriber connects with its subscription (name, selector, topic filter), its CT
+// and an epoch. A new subscription starts at CT = latestDelivered and is served by the constream;
+// a known one whose CT(s,p) is below latestDelivered(p) catches up from the PFS first. One live
+// session per subscription: a connection with a higher epoch fences the older one; a lower epoch
+// is refused. A CT that is ahead of this broker or names an unknown pubend is refused with a
+// clear error; a CT below what the subscriber acknowledged is accepted, with Gaps where the PFS
+// no longer knows (paper §2). A subscriber presenting a subscription this broker never hosted,
+// with a CT, is served by refiltering the events it missed (reconnect anywhere).
+//
+// Acks move released(s,p); the broker sends released(p) = min(latestDelivered(p),
+// min_s released(s,p)) and latestDelivered(p) upstream periodically, and chops the PFS up to
+// released(p).
+//
+// Persistence (docs/format.md, "Subscriber hosting broker"): subscriptions, latestDelivered(p),
+// released(s,p) and the PFS, in one Storage. latestDelivered(p) commits in the same transaction
+// as the PFS records of the ticks it covers, and subscribers get events only after that commit,
+// so a subscriber's CT is never ahead of a restarted broker.
+//
+// Thread-safety: owned by one thread, which delivers its channel's messages and calls OnTimer.
+
+#ifndef GRYPH_SUBSCRIBER_HOSTING_BROKER_H_
+#define GRYPH_SUBSCRIBER_HOSTING_BROKER_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/btree_map.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "gryph/catchup_stream.h"
+#include "gryph/channel.h"
+#include "gryph/con_stream.h"
+#include "gryph/curiosity_stream.h"
+#include "gryph/knowledge_stream.h"
+#include "gryph/pfs.h"
+#include "gryph/storage.h"
+#include "gryph/subscription.h"
+
+namespace gryph {
+
+struct SubscriberHostingBrokerOptions {
+  struct Upstream {
+    PubendId pubend;
+    std::string node;  // where knowledge comes from, and nacks and releases go
+  };
+  std::vector<Upstream> pubends;  // at least one; distinct pubends
+
+  // Q ticks below the highest tick seen are nacked on the first timer at least this old.
+  absl::Duration nack_delay = absl::Milliseconds(20);
+  // Outstanding nacks are sent again after this.
+  absl::Duration renack_interval = absl::Milliseconds(200);
+  // released(p) and latestDelivered(p) go upstream this often.
+  absl::Duration release_interval = absl::Milliseconds(100);
+  // A member of the constream that got no message for this long gets a Silence.
+  absl::Duration silence_interval = absl::Seconds(1);
+  // D ticks per constream commit.
+  size_t max_batch_events = 4096;
+  // Events kept in the istream below latestDelivered, for catchup streams (in ticks, i.e.
+  // microseconds of pubend time). Older events are nacked again when a catchup needs them.
+  Tick event_cache_ticks = 10'000'000;
+  CatchupStreamOptions catchup;
+  size_t pfs_checkpoint_interval = 1024;
+  // The time source; absl::Now when empty.
+  std::function<absl::Time()> clock;
+};
+
+class SubscriberHostingBroker {
+ public:
+  struct Stats {
+    uint64_t events_delivered = 0;  // Event messages sent to subscribers
+    uint64_t catchups_started = 0;
+    uint64_t catchups_completed = 0;
+    uint64_t gaps_delivered = 0;
+    uint64_t nacks_sent = 0;
+    uint64_t pfs_records = 0;
+    uint64_t stale_knowledge = 0;        // knowledge for ticks already L here
+    uint64_t conflicting_knowledge = 0;  // should stay 0
+  };
+
+  // Opens the broker's state in `storage` (recovering subscriptions, latestDelivered, released
+  // and the PFS) and sets itself as `channel`'s receiver. Every session starts disconnected.
+  // `storage` and `channel` must outlive the broker.
+  static absl::StatusOr<std::unique_ptr<SubscriberHostingBroker>> Open(
+      SubscriberHostingBrokerOptions options, Storage* storage, Channel* channel);
+  ~SubscriberHostingBroker();
+
+  // Handles one message (the channel receiver calls this).
+  void HandleMessage(absl::string_view from, const Message& message);
+  // Nacks, releases, Silence and persistence of acks. Call every few milliseconds.
+  void OnTimer(absl::Time now);
+
+  Tick latest_delivered(PubendId p) const;
+  size_t subscription_count() const { return subscriptions_.size(); }
+  size_t catching_up() const;
+  const Stats& stats() const { return stats_; }
+  // OK, or the storage error that stopped the broker (reopen it).
+  const absl::Status& status() const { return status_; }
+
+ private:
+  struct Position {  // one subscription at one pubend
+    Tick created = 0;   // latestDelivered(p) when the subscription was created here
+    Tick released = 0;  // released(s,p)
+    std::unique_ptr<CatchupStream> catchup;
+    std::unique_ptr<PFS::Reader> reader;
+  };
+  struct SubscriptionState {
+    SubscriberId id;
+    std::string name;
+    std::string selector;
+    std::string topic_filter;
+    Subscription subscription;
+    uint64_t epoch = 0;
+    std::string session;  // the connected peer; empty when disconnected
+    absl::btree_map<PubendId, Position> positions;
+  };
+  struct PubendState {
+    PubendId id;
+    std::string upstream;
+    KnowledgeStream istream;
+    CuriosityStream curiosity;
+    std::unique_ptr<ConStream> constream;
+    std::unique_ptr<PFS> pfs;
+    Tick highest_seen = 0;
+    Tick forgotten = 0;
+    absl::Time last_renack = absl::InfinitePast();
+    absl::Time q_seen_since = absl::InfiniteFuture();
+  };
+
+  SubscriberHostingBroker(SubscriberHostingBrokerOptions options, Storage* storage,
+                          Channel* channel);
+  absl::Status Recover();
+  absl::Time Now() const { return options_.clock(); }
+
+  void OnKnowledge(absl::string_view from, const KnowledgeMessage& m);
+  void OnConnect(absl::string_view from, const ConnectMessage& m);
+  void OnAck(absl::string_view from, const AckMessage& m);
+  void OnDisconnect(absl::string_view from, const std::string& subscription);
+  void OnUnsubscribe(absl::string_view from, const std::string& subscription);
+
+  // Advances the constream and the catchup streams of `p` as far as knowledge allows.
+  void Pump(PubendState& p);
+  absl::Status AdvanceConStream(PubendState& p);
+  void StepCatchups(PubendState& p);
+  void Nack(PubendState& p, const std::string& requester, const std::vector<TickRange>& ranges);
+  void EndSession(SubscriptionState& s);
+  void SendError(absl::string_view to, const std::string& subscription, const absl::Status& st);
+  void Send(absl::string_view to, Message m);
+  // Commits `batch` (plus pending ack rows); a failure stops the broker.
+  absl::Status Commit(WriteBatch& batch);
+  void PutPosition(const SubscriptionState& s, PubendId p, WriteBatch& batch) const;
+  void Fail(const absl::Status& st);
+
+  const SubscriberHostingBrokerOptions options_;
+  Storage* const storage_;
+  Channel* const channel_;
+  absl::Status status_;
+  Stats stats_;
+  uint64_t next_id_ = 1;
+  std::map<PubendId, PubendState> pubends_;
+  absl::btree_map<std::string, SubscriptionState> subscriptions_;
+  absl::flat_hash_map<uint64_t, std::string> names_;  // subscriber id -> subscription name
+  absl::btree_map<std::string, std::vector<PubendId>> dirty_released_;
+  absl::Time last_release_ = absl::InfinitePast();
+};
+
+}  // namespace gryph
+
+#endif  // GRYPH_SUBSCRIBER_HOSTING_BROKER_H_

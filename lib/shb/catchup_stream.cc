@@ -1,0 +1,138 @@
+#include "gryph/catchup_stream.h"
+
+#include <algorithm>
+
+namespace gryph {
+
+CatchupStream::CatchupStream(std::string subscription_name, PubendId pubend, Tick checkpoint,
+                             Tick refilter_through, Subscription subscription,
+                             CatchupStreamOptions options)
+    : name_(std::move(subscription_name)),
+      pubend_(pubend),
+      subscription_(std::move(subscription)),
+      options_(options),
+      refilter_through_(refilter_through),
+      position_(checkpoint),
+      last_message_(checkpoint),
+      matches_through_(std::max(checkpoint, refilter_through)) {}
+
+std::optional<TickRange> CatchupStream::WantedMatches(Tick latest_delivered) const {
+  if (matches_through_ >= latest_delivered) return std::nullopt;
+  if (matches_.size() >= options_.max_buffered_matches / 2) return std::nullopt;
+  return TickRange{matches_through_ + 1, latest_delivered};
+}
+
+void CatchupStream::AddMatches(const std::vector<Tick>& ticks, Tick through, Tick lost_through) {
+  for (Tick t : ticks) {
+    if (t > matches_through_ && t > lost_through) matches_.push_back(t);
+  }
+  matches_through_ = std::max(matches_through_, through);
+  lost_through_ = std::max(lost_through_, lost_through);
+}
+
+void CatchupStream::Emit(DeliveryKind kind, Tick t, EventRef event,
+                         std::vector<DeliveryMessage>* out) {
+  out->push_back(DeliveryMessage{name_, pubend_, kind, t, std::move(event)});
+  last_message_ = t;
+}
+
+void CatchupStream::Step(const KnowledgeStream& knowledge, Tick latest_delivered,
+                         std::vector<DeliveryMessage>* out, std::vector<TickRange>* nacks) {
+  size_t budget = options_.max_deliveries_per_step;
+  if (position_ < refilter_through_) {
+    StepRefilter(knowledge, out, nacks, &budget);
+    if (position_ < refilter_through_) return;
+  }
+  // What the PFS no longer knows (chopped below our checkpoint) is a Gap of exactly that interval.
+  if (lost_through_ > position_) {
+    const Tick through = std::min(lost_through_, latest_delivered);
+    Emit(DeliveryKind::kGap, through, nullptr, out);
+    position_ = through;
+    --budget;
+    while (!matches_.empty() && matches_.front() <= position_) matches_.pop_front();
+  }
+  while (budget > 0 && !matches_.empty() && matches_.front() <= latest_delivered) {
+    const Tick t = matches_.front();
+    const KnowledgeSpan span = knowledge.SpanAt(t);
+    if (span.value == TickValue::kQ) {
+      // Nack the next matches that are unknown, up to the flow-control window.
+      size_t window = 0;
+      for (Tick m : matches_) {
+        if (++window > options_.nack_window) break;
+        if (m <= nacked_through_) continue;
+        if (knowledge.ValueAt(m) != TickValue::kQ) continue;
+        if (!nacks->empty() && nacks->back().last + 1 == m) {
+          nacks->back().last = m;
+        } else {
+          nacks->push_back({m, m});
+        }
+        nacked_through_ = m;
+      }
+      return;
+    }
+    matches_.pop_front();
+    switch (span.value) {
+      case TickValue::kD:
+        Emit(DeliveryKind::kEvent, t, span.event, out);
+        --budget;
+        break;
+      case TickValue::kL: {
+        // Released upstream before we got it; coalesce a run of lost matches into one Gap.
+        Tick last = t;
+        while (!matches_.empty() && knowledge.ValueAt(matches_.front()) == TickValue::kL &&
+               matches_.front() <= latest_delivered) {
+          last = matches_.front();
+          matches_.pop_front();
+        }
+        Emit(DeliveryKind::kGap, last, nullptr, out);
+        --budget;
+        position_ = last;
+        continue;
+      }
+      case TickValue::kS:  // filtered upstream: no event for anyone downstream
+      case TickValue::kQ:
+        break;
+    }
+    position_ = t;
+  }
+  if (matches_.empty()) position_ = std::max(position_, std::min(matches_through_, latest_delivered));
+  if (position_ >= latest_delivered && last_message_ < position_) {
+    Emit(DeliveryKind::kSilence, position_, nullptr, out);
+  }
+}
+
+void CatchupStream::StepRefilter(const KnowledgeStream& knowledge,
+                                 std::vector<DeliveryMessage>* out, std::vector<TickRange>* nacks,
+                                 size_t* budget) {
+  while (*budget > 0 && position_ < refilter_through_) {
+    const KnowledgeSpan span = knowledge.SpanAt(position_ + 1);
+    const Tick last = std::min(span.range.last, refilter_through_);
+    switch (span.value) {
+      case TickValue::kQ: {
+        const Tick want_last =
+            std::min(last, position_ + options_.refilter_nack_ticks);
+        if (want_last > refilter_nacked_) {
+          nacks->push_back({std::max(position_ + 1, refilter_nacked_ + 1), want_last});
+          refilter_nacked_ = want_last;
+        }
+        return;
+      }
+      case TickValue::kS:
+        break;
+      case TickValue::kD:
+        if (subscription_.Matches(*span.event)) {
+          Emit(DeliveryKind::kEvent, span.range.first, span.event, out);
+          --*budget;
+        }
+        break;
+      case TickValue::kL:
+        // Released before this broker could refilter it: it may have held matches.
+        Emit(DeliveryKind::kGap, last, nullptr, out);
+        --*budget;
+        break;
+    }
+    position_ = last;
+  }
+}
+
+}  // namespace gryph

@@ -1,0 +1,46 @@
+#include "gryph/con_stream.h"
+
+namespace gryph {
+
+ConStream::Batch ConStream::Next(const KnowledgeStream& knowledge, size_t max_data) const {
+  Batch batch;
+  const Tick horizon = knowledge.DoubtHorizon(latest_delivered_);
+  batch.through = horizon;
+  if (horizon == latest_delivered_) return batch;
+  knowledge.ForEachSpan({latest_delivered_ + 1, horizon}, [&](const KnowledgeSpan& s) {
+    if (s.value != TickValue::kD) return true;
+    if (batch.data.size() == max_data) {
+      batch.through = s.range.first - 1;  // stop before the first D that does not fit
+      return false;
+    }
+    batch.data.push_back(s);
+    return true;
+  });
+  return batch;
+}
+
+void ConStream::Join(const std::string& subscription, absl::Time now) {
+  members_[subscription] = Member{now, latest_delivered_};
+}
+
+void ConStream::Leave(const std::string& subscription) { members_.erase(subscription); }
+
+void ConStream::NoteDelivered(const std::string& subscription, Tick tick, absl::Time now) {
+  auto it = members_.find(subscription);
+  if (it == members_.end()) return;
+  it->second.last_message = now;
+  it->second.last_tick = tick;
+}
+
+std::vector<DeliveryMessage> ConStream::Silences(absl::Time now, absl::Duration interval) {
+  std::vector<DeliveryMessage> out;
+  for (auto& [name, m] : members_) {
+    if (m.last_tick >= latest_delivered_ || now - m.last_message < interval) continue;
+    out.push_back(DeliveryMessage{name, pubend_, DeliveryKind::kSilence, latest_delivered_, nullptr});
+    m.last_message = now;
+    m.last_tick = latest_delivered_;
+  }
+  return out;
+}
+
+}  // namespace gryph

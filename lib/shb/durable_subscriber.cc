@@ -1,0 +1,101 @@
+#include "gryph/durable_subscriber.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace gryph {
+
+absl::StatusOr<std::unique_ptr<DurableSubscriber>> DurableSubscriber::Create(
+    DurableSubscriberOptions options, Channel* channel, Handler* handler) {
+  absl::StatusOr<Subscription> sub = Subscription::Create(options.selector, options.topic_filter);
+  if (!sub.ok()) return sub.status();
+  return std::unique_ptr<DurableSubscriber>(
+      new DurableSubscriber(std::move(options), *std::move(sub), channel, handler));
+}
+
+DurableSubscriber::DurableSubscriber(DurableSubscriberOptions options, Subscription subscription,
+                                     Channel* channel, Handler* handler)
+    : options_(std::move(options)),
+      subscription_(std::move(subscription)),
+      channel_(channel),
+      handler_(handler),
+      checkpoint_(options_.checkpoint),
+      acked_(options_.checkpoint) {}
+
+absl::Status DurableSubscriber::Connect() {
+  connected_ = false;
+  return channel_->Send(options_.broker,
+                        ConnectMessage{options_.subscription, options_.selector,
+                                       options_.topic_filter, checkpoint_, options_.epoch, true});
+}
+
+absl::Status DurableSubscriber::Disconnect() {
+  if (!connected_) return absl::OkStatus();
+  connected_ = false;
+  if (!(acked_ == checkpoint_)) {
+    (void)channel_->Send(options_.broker, AckMessage{options_.subscription, checkpoint_});
+    acked_ = checkpoint_;
+  }
+  return channel_->Send(options_.broker, DisconnectMessage{options_.subscription});
+}
+
+absl::Status DurableSubscriber::Unsubscribe() {
+  connected_ = false;
+  return channel_->Send(options_.broker, UnsubscribeMessage{options_.subscription});
+}
+
+void DurableSubscriber::HandleMessage(absl::string_view from, const Message& message) {
+  if (from != options_.broker) return;
+  if (const auto* d = std::get_if<DeliveryMessage>(&message)) {
+    if (d->subscription == options_.subscription && connected_) Deliver(*d);
+  } else if (const auto* c = std::get_if<ConnectedMessage>(&message)) {
+    if (c->subscription != options_.subscription || c->epoch != options_.epoch) return;
+    connected_ = true;
+    last_ack_ = absl::InfinitePast();
+    // A new subscription starts where the broker is; an existing one where we asked.
+    for (const auto& [p, t] : c->start.entries()) {
+      if (checkpoint_.Get(p) == 0) checkpoint_.Set(p, t);
+    }
+    handler_->OnConnected(c->start);
+  } else if (const auto* e = std::get_if<SessionErrorMessage>(&message)) {
+    if (e->subscription != options_.subscription) return;
+    connected_ = false;
+    handler_->OnError(absl::Status(e->code, e->message));
+  }
+}
+
+void DurableSubscriber::Deliver(const DeliveryMessage& d) {
+  if (d.tick <= checkpoint_.Get(d.pubend)) {
+    ++duplicates_;
+    return;
+  }
+  switch (d.kind) {
+    case DeliveryKind::kEvent:
+      if (d.event == nullptr || !subscription_.Matches(*d.event)) {
+        handler_->OnError(absl::DataLossError(absl::StrCat(
+            "broker delivered an event at pubend ", d.pubend.value, " tick ", d.tick,
+            " that does not match subscription '", options_.subscription, "'")));
+        return;
+      }
+      handler_->OnEvent(d.pubend, d.tick, d.event);
+      break;
+    case DeliveryKind::kSilence:
+      handler_->OnSilence(d.pubend, d.tick);
+      break;
+    case DeliveryKind::kGap:
+      handler_->OnGap(d.pubend, d.tick);
+      break;
+  }
+  checkpoint_.Set(d.pubend, d.tick);
+}
+
+void DurableSubscriber::OnTimer(absl::Time now) {
+  if (!connected_) return;
+  const bool moved = !(acked_ == checkpoint_) && now - last_ack_ >= options_.ack_interval;
+  if (!moved && now - last_ack_ < options_.keepalive_interval) return;
+  if (channel_->Send(options_.broker, AckMessage{options_.subscription, checkpoint_}).ok()) {
+    acked_ = checkpoint_;
+    last_ack_ = now;
+  }
+}
+
+}  // namespace gryph

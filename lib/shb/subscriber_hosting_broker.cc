@@ -1,0 +1,591 @@
+#include "gryph/subscriber_hosting_broker.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "lib/util/coding.h"
+#include "lib/util/status_macros.h"
+
+namespace gryph {
+
+namespace {
+
+using internal::DecodeFixed32BE;
+using internal::DecodeFixed64BE;
+using internal::PutFixed32BE;
+using internal::PutFixed64BE;
+
+// Tables (docs/format.md, "Subscriber hosting broker").
+constexpr absl::string_view kMetaTable = "shb.meta";
+constexpr absl::string_view kDeliveredTable = "shb.delivered";
+constexpr absl::string_view kSubscriptionsTable = "shb.subscriptions";
+constexpr absl::string_view kPositionsTable = "shb.positions";
+constexpr absl::string_view kNextIdKey = "next_id";
+
+std::string Fixed64(uint64_t v) {
+  std::string s;
+  PutFixed64BE(&s, v);
+  return s;
+}
+
+std::string PubendKey(PubendId p) {
+  std::string s;
+  PutFixed32BE(&s, p.value);
+  return s;
+}
+
+std::string PositionKey(SubscriberId s, PubendId p) {
+  std::string k = Fixed64(s.value);
+  PutFixed32BE(&k, p.value);
+  return k;
+}
+
+}  // namespace
+
+SubscriberHostingBroker::SubscriberHostingBroker(SubscriberHostingBrokerOptions options,
+                                                 Storage* storage, Channel* channel)
+    : options_(std::move(options)), storage_(storage), channel_(channel) {}
+
+SubscriberHostingBroker::~SubscriberHostingBroker() {
+  channel_->SetReceiver(nullptr);
+  // Readers must go before their PFS.
+  for (auto& [name, s] : subscriptions_) s.positions.clear();
+}
+
+absl::StatusOr<std::unique_ptr<SubscriberHostingBroker>> SubscriberHostingBroker::Open(
+    SubscriberHostingBrokerOptions options, Storage* storage, Channel* channel) {
+  if (options.pubends.empty()) return absl::InvalidArgumentError("an SHB needs a pubend");
+  if (!options.clock) options.clock = [] { return absl::Now(); };
+  std::unique_ptr<SubscriberHostingBroker> shb(
+      new SubscriberHostingBroker(std::move(options), storage, channel));
+  GRYPH_RETURN_IF_ERROR(shb->Recover());
+  SubscriberHostingBroker* self = shb.get();
+  channel->SetReceiver([self](absl::string_view from, Message m) { self->HandleMessage(from, m); });
+  return shb;
+}
+
+absl::Status SubscriberHostingBroker::Recover() {
+  for (const auto& up : options_.pubends) {
+    if (pubends_.contains(up.pubend)) {
+      return absl::InvalidArgumentError(absl::StrCat("pubend ", up.pubend.value, " appears twice"));
+    }
+    PubendState& p = pubends_[up.pubend];
+    p.id = up.pubend;
+    p.upstream = up.node;
+    GRYPH_ASSIGN_OR_RETURN(auto ld, storage_->Get(kDeliveredTable, PubendKey(up.pubend)));
+    Tick latest = 0;
+    if (ld) {
+      if (ld->size() != 8) return absl::DataLossError("shb latestDelivered row is not 8 bytes");
+      latest = DecodeFixed64BE(ld->data());
+    }
+    p.constream = std::make_unique<ConStream>(up.pubend, latest);
+    PfsOptions po;
+    po.pubend = up.pubend;
+    po.checkpoint_interval = options_.pfs_checkpoint_interval;
+    GRYPH_ASSIGN_OR_RETURN(p.pfs, PFS::Open(po, storage_));
+  }
+  GRYPH_ASSIGN_OR_RETURN(auto next, storage_->Get(kMetaTable, kNextIdKey));
+  if (next) {
+    if (next->size() != 8) return absl::DataLossError("shb next id row is not 8 bytes");
+    next_id_ = DecodeFixed64BE(next->data());
+  }
+  absl::Status parse;
+  GRYPH_RETURN_IF_ERROR(storage_->Scan(
+      kSubscriptionsTable, "", "", [&](absl::string_view key, absl::string_view value) {
+        internal::ByteReader in(value, "subscription row");
+        uint64_t id = 0;
+        uint64_t epoch = 0;
+        absl::string_view selector;
+        absl::string_view topic;
+        if (!in.ReadVarint64(&id, "id") || !in.ReadVarint64(&epoch, "epoch") ||
+            !in.ReadLengthPrefixed(&selector, "selector") ||
+            !in.ReadLengthPrefixed(&topic, "topic filter") || !in.ExpectEnd()) {
+          parse = absl::DataLossError(in.status().message());
+          return false;
+        }
+        absl::StatusOr<Subscription> sub = Subscription::Create(selector, topic);
+        if (!sub.ok()) {
+          parse = absl::DataLossError(absl::StrCat("stored subscription '", key,
+                                                   "' no longer parses: ", sub.status().message()));
+          return false;
+        }
+        SubscriptionState s{SubscriberId{id}, std::string(key), std::string(selector),
+                            std::string(topic), *std::move(sub), epoch, "", {}};
+        names_[id] = s.name;
+        subscriptions_.emplace(s.name, std::move(s));
+        return true;
+      }));
+  GRYPH_RETURN_IF_ERROR(parse);
+  GRYPH_RETURN_IF_ERROR(storage_->Scan(
+      kPositionsTable, "", "", [&](absl::string_view key, absl::string_view value) {
+        if (key.size() != 12 || value.size() != 16) {
+          parse = absl::DataLossError("shb position row has the wrong size");
+          return false;
+        }
+        auto name = names_.find(DecodeFixed64BE(key.data()));
+        const PubendId p{DecodeFixed32BE(key.data() + 8)};
+        if (name == names_.end() || !pubends_.contains(p)) return true;  // pubend no longer served
+        Position& pos = subscriptions_.at(name->second).positions[p];
+        pos.created = DecodeFixed64BE(value.data());
+        pos.released = DecodeFixed64BE(value.data() + 8);
+        return true;
+      }));
+  return parse;
+}
+
+void SubscriberHostingBroker::Fail(const absl::Status& st) {
+  if (!status_.ok()) return;
+  status_ = st;
+  for (auto& [name, s] : subscriptions_) {
+    if (!s.session.empty()) {
+      SendError(s.session, name, absl::UnavailableError(absl::StrCat(
+                                     "broker storage failed: ", st.message(), "; reconnect")));
+      EndSession(s);
+    }
+  }
+}
+
+void SubscriberHostingBroker::Send(absl::string_view to, Message m) {
+  (void)channel_->Send(to, std::move(m));  // a lost message is repaired by the protocol
+}
+
+void SubscriberHostingBroker::SendError(absl::string_view to, const std::string& subscription,
+                                        const absl::Status& st) {
+  Send(to, SessionErrorMessage{subscription, st.code(), std::string(st.message())});
+}
+
+void SubscriberHostingBroker::PutPosition(const SubscriptionState& s, PubendId p,
+                                          WriteBatch& batch) const {
+  const Position& pos = s.positions.at(p);
+  batch.Put(kPositionsTable, PositionKey(s.id, p), Fixed64(pos.created) + Fixed64(pos.released));
+}
+
+absl::Status SubscriberHostingBroker::Commit(WriteBatch& batch) {
+  for (const auto& [name, pubends] : dirty_released_) {
+    auto it = subscriptions_.find(name);
+    if (it == subscriptions_.end()) continue;
+    for (PubendId p : pubends) PutPosition(it->second, p, batch);
+  }
+  dirty_released_.clear();
+  absl::Status st = storage_->Commit(batch);
+  if (!st.ok()) Fail(st);
+  return st;
+}
+
+Tick SubscriberHostingBroker::latest_delivered(PubendId p) const {
+  auto it = pubends_.find(p);
+  return it == pubends_.end() ? 0 : it->second.constream->latest_delivered();
+}
+
+size_t SubscriberHostingBroker::catching_up() const {
+  size_t n = 0;
+  for (const auto& [name, s] : subscriptions_) {
+    for (const auto& [p, pos] : s.positions) n += pos.catchup != nullptr ? 1 : 0;
+  }
+  return n;
+}
+
+void SubscriberHostingBroker::HandleMessage(absl::string_view from, const Message& message) {
+  if (const auto* k = std::get_if<KnowledgeMessage>(&message)) {
+    OnKnowledge(from, *k);
+  } else if (const auto* c = std::get_if<ConnectMessage>(&message)) {
+    OnConnect(from, *c);
+  } else if (const auto* a = std::get_if<AckMessage>(&message)) {
+    OnAck(from, *a);
+  } else if (const auto* d = std::get_if<DisconnectMessage>(&message)) {
+    OnDisconnect(from, d->subscription);
+  } else if (const auto* u = std::get_if<UnsubscribeMessage>(&message)) {
+    OnUnsubscribe(from, u->subscription);
+  }
+}
+
+void SubscriberHostingBroker::OnKnowledge(absl::string_view from, const KnowledgeMessage& m) {
+  auto it = pubends_.find(m.pubend);
+  if (it == pubends_.end() || it->second.upstream != from || !status_.ok()) return;
+  PubendState& p = it->second;
+  for (const KnowledgeSpan& s : m.spans) {
+    // Knowledge below what was forgotten is accumulated too: a catchup stream nacked it.
+    absl::Status st = p.istream.Accumulate(s);
+    if (absl::IsFailedPrecondition(st)) {
+      ++stats_.stale_knowledge;
+    } else if (!st.ok()) {
+      ++stats_.conflicting_knowledge;
+    }
+    p.highest_seen = std::max(p.highest_seen, s.range.last);
+  }
+  p.curiosity.Prune(p.istream);
+  Pump(p);
+}
+
+void SubscriberHostingBroker::Pump(PubendState& p) {
+  if (!status_.ok()) return;
+  if (!AdvanceConStream(p).ok()) return;
+  StepCatchups(p);
+  // Forget events no catchup stream needs, beyond the cache window.
+  const Tick ld = p.constream->latest_delivered();
+  Tick forget = ld > options_.event_cache_ticks ? ld - options_.event_cache_ticks : 0;
+  for (const auto& [name, s] : subscriptions_) {
+    auto pos = s.positions.find(p.id);
+    if (pos != s.positions.end() && pos->second.catchup != nullptr) {
+      forget = std::min(forget, pos->second.catchup->position());
+    }
+  }
+  if (forget > p.forgotten) {
+    p.istream.Forget(forget);
+    p.forgotten = forget;
+  }
+}
+
+absl::Status SubscriberHostingBroker::AdvanceConStream(PubendState& p) {
+  for (;;) {
+    ConStream::Batch batch = p.constream->Next(p.istream, options_.max_batch_events);
+    if (batch.through == p.constream->latest_delivered()) return absl::OkStatus();
+    WriteBatch wb;
+    std::vector<DeliveryMessage> deliveries;
+    std::vector<SubscriberId> matched;
+    for (const KnowledgeSpan& d : batch.data) {
+      matched.clear();
+      for (const auto& [name, s] : subscriptions_) {
+        if (!s.subscription.Matches(*d.event)) continue;
+        matched.push_back(s.id);
+        if (p.constream->IsMember(name)) {
+          deliveries.push_back(
+              DeliveryMessage{name, p.id, DeliveryKind::kEvent, d.range.first, d.event});
+        }
+      }
+      if (!matched.empty()) {
+        GRYPH_RETURN_IF_ERROR(p.pfs->Write(d.range.first, matched, &wb));
+        ++stats_.pfs_records;
+      }
+    }
+    wb.Put(kDeliveredTable, PubendKey(p.id), Fixed64(batch.through));
+    GRYPH_RETURN_IF_ERROR(Commit(wb));
+    p.pfs->MarkCommitted(p.pfs->last_timestamp());
+    p.constream->Advanced(batch.through);
+    const absl::Time now = Now();
+    for (DeliveryMessage& d : deliveries) {
+      const std::string& to = subscriptions_.at(d.subscription).session;
+      p.constream->NoteDelivered(d.subscription, d.tick, now);
+      ++stats_.events_delivered;
+      Send(to, std::move(d));
+    }
+  }
+}
+
+void SubscriberHostingBroker::StepCatchups(PubendState& p) {
+  const Tick ld = p.constream->latest_delivered();
+  for (auto& [name, s] : subscriptions_) {
+    auto it = s.positions.find(p.id);
+    if (it == s.positions.end() || it->second.catchup == nullptr) continue;
+    Position& pos = it->second;
+    std::vector<DeliveryMessage> out;
+    std::vector<TickRange> nacks;
+    for (int round = 0; round < 4; ++round) {
+      if (std::optional<TickRange> want = pos.catchup->WantedMatches(ld)) {
+        pos.reader->ExtendTo(ld);
+        PFS::ReadResult r;
+        if (absl::Status st = pos.reader->Read(options_.catchup.max_buffered_matches / 2, &r);
+            !st.ok()) {
+          SendError(s.session, name, st);
+          EndSession(s);
+          break;
+        }
+        pos.catchup->AddMatches(r.ticks, r.through, r.lost_through);
+      }
+      const size_t before = out.size();
+      pos.catchup->Step(p.istream, ld, &out, &nacks);
+      if (pos.catchup->caught_up(ld) || !nacks.empty() || out.size() == before) break;
+    }
+    if (s.session.empty()) continue;
+    for (DeliveryMessage& d : out) {
+      if (d.kind == DeliveryKind::kEvent) ++stats_.events_delivered;
+      if (d.kind == DeliveryKind::kGap) ++stats_.gaps_delivered;
+      Send(s.session, std::move(d));
+    }
+    if (!nacks.empty()) Nack(p, name, nacks);
+    if (pos.catchup->caught_up(ld)) {
+      // The hand-over: the constream has delivered exactly through ld, and so has the catchup.
+      pos.catchup.reset();
+      pos.reader.reset();
+      p.constream->Join(name, Now());
+      ++stats_.catchups_completed;
+    }
+  }
+}
+
+void SubscriberHostingBroker::Nack(PubendState& p, const std::string& requester,
+                                   const std::vector<TickRange>& ranges) {
+  CuriosityMessage m{p.id, {}};
+  for (TickRange r : ranges) {
+    for (TickRange fresh : p.curiosity.Add(requester, r)) m.ranges.push_back(fresh);
+  }
+  if (m.ranges.empty()) return;
+  std::sort(m.ranges.begin(), m.ranges.end(),
+            [](TickRange a, TickRange b) { return a.first < b.first; });
+  ++stats_.nacks_sent;
+  Send(p.upstream, std::move(m));
+}
+
+void SubscriberHostingBroker::OnConnect(absl::string_view from, const ConnectMessage& m) {
+  if (!status_.ok()) {
+    SendError(from, m.subscription, absl::UnavailableError(absl::StrCat(
+                                        "broker is stopped: ", status_.message())));
+    return;
+  }
+  if (m.subscription.empty()) {
+    SendError(from, m.subscription, absl::InvalidArgumentError("a subscription needs a name"));
+    return;
+  }
+  // The CT must name pubends this broker serves and not be ahead of it.
+  for (const auto& [p, t] : m.checkpoint.entries()) {
+    auto it = pubends_.find(p);
+    if (it == pubends_.end()) {
+      SendError(from, m.subscription,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "checkpoint names pubend ", p.value, " which this broker does not serve")));
+      return;
+    }
+    if (t > it->second.constream->latest_delivered()) {
+      SendError(from, m.subscription,
+                absl::OutOfRangeError(absl::StrCat(
+                    "checkpoint tick ", t, " for pubend ", p.value, " is ahead of this broker (",
+                    it->second.constream->latest_delivered(), ")")));
+      return;
+    }
+  }
+  WriteBatch wb;
+  auto it = subscriptions_.find(m.subscription);
+  if (it == subscriptions_.end()) {
+    if (!m.create) {
+      SendError(from, m.subscription,
+                absl::NotFoundError(absl::StrCat("no subscription '", m.subscription, "'")));
+      return;
+    }
+    absl::StatusOr<Subscription> sub = Subscription::Create(m.selector, m.topic_filter);
+    if (!sub.ok()) {
+      SendError(from, m.subscription, sub.status());
+      return;
+    }
+    SubscriptionState s{SubscriberId{next_id_++}, m.subscription, m.selector, m.topic_filter,
+                        *std::move(sub), m.epoch, "", {}};
+    for (auto& [id, p] : pubends_) {
+      // A new subscription starts at latestDelivered; a CT from elsewhere (reconnect anywhere)
+      // is refiltered from there up to latestDelivered.
+      Position& pos = s.positions[id];
+      pos.created = p.constream->latest_delivered();
+      pos.released = m.checkpoint.entries().contains(id) ? m.checkpoint.Get(id) : pos.created;
+      if (absl::Status st = p.pfs->AddSubscriber(s.id, &wb); !st.ok()) {
+        SendError(from, m.subscription, st);
+        return;
+      }
+    }
+    std::string row;
+    internal::PutVarint64(&row, s.id.value);
+    internal::PutVarint64(&row, s.epoch);
+    internal::PutLengthPrefixed(&row, s.selector);
+    internal::PutLengthPrefixed(&row, s.topic_filter);
+    wb.Put(kSubscriptionsTable, s.name, row);
+    wb.Put(kMetaTable, kNextIdKey, Fixed64(next_id_));
+    names_[s.id.value] = s.name;
+    it = subscriptions_.emplace(s.name, std::move(s)).first;
+    for (const auto& [id, pos] : it->second.positions) PutPosition(it->second, id, wb);
+  } else {
+    SubscriptionState& s = it->second;
+    if (s.selector != m.selector || s.topic_filter != m.topic_filter) {
+      SendError(from, m.subscription,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "subscription '", m.subscription,
+                    "' exists with another selector or topic filter; unsubscribe first")));
+      return;
+    }
+    if (m.epoch < s.epoch) {
+      SendError(from, m.subscription,
+                absl::FailedPreconditionError(absl::StrCat(
+                    "epoch ", m.epoch, " is older than the subscription's epoch ", s.epoch)));
+      return;
+    }
+    if (!s.session.empty()) {
+      if (s.session != from || m.epoch > s.epoch) {
+        SendError(s.session, s.name,
+                  absl::AbortedError(absl::StrCat("fenced by a newer session (epoch ", m.epoch,
+                                                  ")")));
+      }
+      EndSession(s);
+    }
+    if (m.epoch > s.epoch) {
+      s.epoch = m.epoch;
+      std::string row;
+      internal::PutVarint64(&row, s.id.value);
+      internal::PutVarint64(&row, s.epoch);
+      internal::PutLengthPrefixed(&row, s.selector);
+      internal::PutLengthPrefixed(&row, s.topic_filter);
+      wb.Put(kSubscriptionsTable, s.name, row);
+    }
+  }
+  if (!wb.empty() && !Commit(wb).ok()) {
+    SendError(from, m.subscription, status_);
+    return;
+  }
+  SubscriptionState& s = it->second;
+  s.session = std::string(from);
+  CheckpointToken start;
+  for (auto& [id, p] : pubends_) {
+    Position& pos = s.positions[id];
+    const Tick ld = p.constream->latest_delivered();
+    // Nothing before the subscription existed here can have matched it, unless a CT from
+    // elsewhere asks to refilter that span.
+    // A CT without this pubend has consumed nothing of it: start where the subscription did.
+    const Tick from_tick =
+        m.checkpoint.entries().contains(id) ? m.checkpoint.Get(id) : pos.created;
+    start.Set(id, from_tick);
+    if (from_tick >= ld) {
+      p.constream->Join(s.name, Now());
+      continue;
+    }
+    const Tick refilter_through = from_tick < pos.created ? pos.created : 0;
+    absl::StatusOr<std::unique_ptr<PFS::Reader>> reader =
+        p.pfs->NewReader(s.id, std::max(from_tick, refilter_through), ld);
+    if (!reader.ok()) {
+      SendError(from, s.name, reader.status());
+      EndSession(s);
+      return;
+    }
+    pos.reader = *std::move(reader);
+    pos.catchup = std::make_unique<CatchupStream>(s.name, id, from_tick, refilter_through,
+                                                  s.subscription, options_.catchup);
+    ++stats_.catchups_started;
+  }
+  Send(from, ConnectedMessage{s.name, start, s.epoch});
+  for (auto& [id, p] : pubends_) StepCatchups(p);
+}
+
+void SubscriberHostingBroker::EndSession(SubscriptionState& s) {
+  for (auto& [id, pos] : s.positions) {
+    pos.catchup.reset();
+    pos.reader.reset();
+    pubends_.at(id).constream->Leave(s.name);
+  }
+  s.session.clear();
+}
+
+void SubscriberHostingBroker::OnAck(absl::string_view from, const AckMessage& m) {
+  auto it = subscriptions_.find(m.subscription);
+  if (it == subscriptions_.end() || it->second.session != from) {
+    SendError(from, m.subscription,
+              absl::FailedPreconditionError("no live session for this subscription; reconnect"));
+    return;
+  }
+  SubscriptionState& s = it->second;
+  for (const auto& [p, t] : m.checkpoint.entries()) {
+    auto pit = pubends_.find(p);
+    if (pit == pubends_.end() || t > pit->second.constream->latest_delivered()) {
+      SendError(from, s.name, absl::OutOfRangeError(absl::StrCat(
+                                  "ack for pubend ", p.value, " tick ", t,
+                                  " is beyond what this broker delivered")));
+      return;
+    }
+    Position& pos = s.positions[p];
+    if (t > pos.released) {
+      pos.released = t;
+      dirty_released_[s.name].push_back(p);
+    }
+  }
+}
+
+void SubscriberHostingBroker::OnDisconnect(absl::string_view from,
+                                           const std::string& subscription) {
+  auto it = subscriptions_.find(subscription);
+  if (it == subscriptions_.end() || it->second.session != from) return;
+  EndSession(it->second);
+}
+
+void SubscriberHostingBroker::OnUnsubscribe(absl::string_view from,
+                                            const std::string& subscription) {
+  auto it = subscriptions_.find(subscription);
+  if (it == subscriptions_.end()) {
+    SendError(from, subscription,
+              absl::NotFoundError(absl::StrCat("no subscription '", subscription, "'")));
+    return;
+  }
+  SubscriptionState& s = it->second;
+  if (!s.session.empty() && s.session != from) {
+    SendError(from, subscription,
+              absl::FailedPreconditionError("another session holds this subscription"));
+    return;
+  }
+  EndSession(s);
+  WriteBatch wb;
+  for (auto& [id, p] : pubends_) {
+    if (absl::Status st = p.pfs->RemoveSubscriber(s.id, &wb); !st.ok() && !absl::IsNotFound(st)) {
+      Fail(st);
+      return;
+    }
+    wb.Delete(kPositionsTable, PositionKey(s.id, id));
+  }
+  wb.Delete(kSubscriptionsTable, s.name);
+  names_.erase(s.id.value);
+  dirty_released_.erase(s.name);
+  subscriptions_.erase(it);
+  (void)Commit(wb);
+}
+
+void SubscriberHostingBroker::OnTimer(absl::Time now) {
+  if (!status_.ok()) return;
+  const bool release_due = now - last_release_ >= options_.release_interval;
+  WriteBatch wb;
+  for (auto& [id, p] : pubends_) {
+    // Nack what is Q below the highest tick seen, once it has been so for nack_delay.
+    const Tick ld = p.constream->latest_delivered();
+    if (p.highest_seen > ld) {
+      if (p.q_seen_since == absl::InfiniteFuture()) p.q_seen_since = now;
+      if (now - p.q_seen_since >= options_.nack_delay) {
+        Nack(p, "constream", p.istream.QRanges({ld + 1, p.highest_seen}, 64));
+        p.q_seen_since = absl::InfiniteFuture();
+      }
+    } else {
+      p.q_seen_since = absl::InfiniteFuture();
+    }
+    // Retries: nacks (or their answers) may be lost.
+    if (!p.curiosity.empty() && now - p.last_renack >= options_.renack_interval) {
+      p.last_renack = now;
+      p.curiosity.Prune(p.istream);
+      std::vector<TickRange> again = p.curiosity.Outstanding(64);
+      if (!again.empty()) {
+        ++stats_.nacks_sent;
+        Send(p.upstream, CuriosityMessage{p.id, std::move(again)});
+      }
+    }
+    // Silence for constream members that matched nothing for a while.
+    for (DeliveryMessage& d : p.constream->Silences(now, options_.silence_interval)) {
+      const std::string& to = subscriptions_.at(d.subscription).session;
+      Send(to, std::move(d));
+    }
+    if (release_due) {
+      Tick released = ld;
+      for (const auto& [name, s] : subscriptions_) {
+        auto pos = s.positions.find(id);
+        if (pos != s.positions.end()) released = std::min(released, pos->second.released);
+      }
+      Send(p.upstream, ReleaseMessage{{{id, released, ld}}});
+      // Catchups still reading below the released point keep their records.
+      Tick chop = released;
+      for (const auto& [name, s] : subscriptions_) {
+        auto pos = s.positions.find(id);
+        if (pos != s.positions.end() && pos->second.catchup != nullptr) {
+          chop = std::min(chop, pos->second.catchup->position());
+        }
+      }
+      if (chop > p.pfs->chopped_through()) {
+        if (absl::Status st = p.pfs->Chop(chop, &wb); !st.ok()) {
+          Fail(st);
+          return;
+        }
+      }
+    }
+    Pump(p);
+  }
+  if (release_due) last_release_ = now;
+  if (!wb.empty() || !dirty_released_.empty()) (void)Commit(wb);
+}
+
+}  // namespace gryph

@@ -1,0 +1,408 @@
+#include "tests/simulation/world.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "gryph/subscription.h"
+#include "lib/util/coding.h"
+
+namespace gryph::sim {
+
+namespace {
+
+// Records every event and L prefix the pubends commit: the log the oracle checks against.
+class RecordingStorage : public StorageWrapper {
+ public:
+  RecordingStorage(Storage* target, Log* log) : StorageWrapper(target), log_(log) {}
+
+  absl::Status Commit(const WriteBatch& batch) override {
+    absl::Status st = StorageWrapper::Commit(batch);
+    if (!st.ok()) return st;
+    for (size_t i = 0; i < batch.count(); ++i) {
+      const WriteBatch::Op op = batch.op(i);
+      if (op.type != WriteBatch::OpType::kPut) continue;
+      if (op.table == "pubend.events" && op.key.size() == 12) {
+        const PubendId p{internal::DecodeFixed32BE(op.key.data())};
+        const Tick t = internal::DecodeFixed64BE(op.key.data() + 4);
+        absl::StatusOr<Event> e = Event::Decode(op.value);
+        if (e.ok()) log_->events[p].emplace(t, MakeEventRef(*std::move(e)));
+      } else if (op.table == "pubend.meta" && op.key.size() == 5 && op.key[4] == 'L') {
+        const PubendId p{internal::DecodeFixed32BE(op.key.data())};
+        Tick& l = log_->l_prefix[p];
+        l = std::max(l, internal::DecodeFixed64BE(op.value.data()));
+      }
+    }
+    return st;
+  }
+
+ private:
+  Log* log_;
+};
+
+const char* const kSelectors[] = {
+    "",  // everything
+    "k < 3",
+    "g = 'a' OR k = 7",
+    "k BETWEEN 2 AND 5 AND g <> 'c'",
+    "v > 0.5",
+    "g IN ('b', 'c') AND NOT k = 4",
+    "k = 9",
+    "id IS NOT NULL AND k >= 8",
+};
+
+}  // namespace
+
+// The publisher hosting broker and the publishing application that lives beside it.
+class PhbNode : public SimNode {
+ public:
+  PhbNode(SimContext& ctx, World* w)
+      : ctx_(ctx), w_(w), storage_(w->phb_state_), recording_(&storage_, &w->log_) {
+    PublisherHostingBrokerOptions o;
+    for (int i = 1; i <= w->options_.pubends; ++i) {
+      PubendOptions po{PubendId{static_cast<uint32_t>(i)}};
+      po.max_retain = w->options_.max_retain;
+      po.heartbeat = absl::Milliseconds(50);
+      po.max_spans_per_message = 64;
+      o.pubends.push_back(po);
+    }
+    o.downstream = {"shb"};
+    o.commit_thread = false;
+    o.group_commit.max_records = 64;
+    o.group_commit.max_delay = absl::Milliseconds(1);
+    o.clock = [&ctx] { return ctx.Now(); };
+    auto phb = PublisherHostingBroker::Open(std::move(o), &recording_, &ctx.channel());
+    if (!phb.ok()) std::abort();
+    phb_ = *std::move(phb);
+    // The application retries whatever was not acknowledged before a crash: idempotent.
+    for (const auto& [seq, pe] : w_->publisher_.unacked) Publish(seq, pe.first, pe.second);
+    Tick();
+  }
+
+ private:
+  void Publish(uint64_t seq, PubendId p, EventRef e) {
+    World* w = w_;
+    phb_->Publish(p, "app", seq, std::move(e), [w, seq](absl::StatusOr<gryph::Tick> t) {
+      if (t.ok() && w->publisher_.unacked.erase(seq) > 0) ++w->publisher_.acked;
+    });
+  }
+
+  void Tick() {
+    if (w_->publishing) {
+      const int64_t per_ms = std::max<int64_t>(1, absl::ToInt64Milliseconds(w_->options_.publish_interval));
+      for (int i = 1; i <= w_->options_.pubends; ++i) {
+        if (ctx_.Random() % per_ms != 0) continue;
+        const uint64_t seq = w_->publisher_.next_seq++;
+        Event e;
+        static const char* const kGroups[] = {"a", "b", "c"};
+        e.SetTopic("orders")
+            .SetInt64("id", static_cast<int64_t>(seq))
+            .SetInt64("k", static_cast<int64_t>(ctx_.Random() % 10))
+            .SetString("g", kGroups[ctx_.Random() % 3])
+            .SetDouble("v", static_cast<double>(ctx_.Random() % 1000) / 1000.0)
+            .SetPayload("order");
+        EventRef ref = MakeEventRef(std::move(e));
+        const PubendId p{static_cast<uint32_t>(i)};
+        w_->publisher_.unacked[seq] = {p, ref};
+        Publish(seq, p, ref);
+      }
+    }
+    phb_->OnTimer(ctx_.Now());
+    ctx_.After(absl::Milliseconds(1), [this] { Tick(); });
+  }
+
+  SimContext& ctx_;
+  World* w_;
+  MemoryStorage storage_;
+  RecordingStorage recording_;
+  std::unique_ptr<PublisherHostingBroker> phb_;
+};
+
+class ShbNode : public SimNode {
+ public:
+  ShbNode(SimContext& ctx, World* w) : ctx_(ctx), storage_(w->shb_state_) {
+    SubscriberHostingBrokerOptions o;
+    for (int i = 1; i <= w->options_.pubends; ++i) {
+      o.pubends.push_back({PubendId{static_cast<uint32_t>(i)}, "phb"});
+    }
+    o.silence_interval = absl::Milliseconds(300);
+    o.event_cache_ticks = 200'000;  // 200 ms: catchups beyond it nack from the PHB
+    o.catchup.max_buffered_matches = 64;
+    o.catchup.nack_window = 16;
+    o.pfs_checkpoint_interval = 32;
+    o.clock = [&ctx] { return ctx.Now(); };
+    auto shb = SubscriberHostingBroker::Open(std::move(o), &storage_, &ctx.channel());
+    if (!shb.ok()) std::abort();
+    shb_ = *std::move(shb);
+    Tick();
+  }
+  SubscriberHostingBroker* shb() { return shb_.get(); }
+
+ private:
+  void Tick() {
+    shb_->OnTimer(ctx_.Now());
+    ctx_.After(absl::Milliseconds(5), [this] { Tick(); });
+  }
+
+  SimContext& ctx_;
+  MemoryStorage storage_;
+  std::unique_ptr<SubscriberHostingBroker> shb_;
+};
+
+class SubscriberNode : public SimNode, public DurableSubscriber::Handler {
+ public:
+  SubscriberNode(SimContext& ctx, SubscriberApp* app) : ctx_(ctx), app_(app) {
+    DurableSubscriberOptions o;
+    o.subscription = app->name;
+    o.selector = app->selector;
+    o.broker = "shb";
+    o.checkpoint = app->ct;
+    o.epoch = ++app->epoch;
+    o.ack_interval = absl::Milliseconds(50);
+    o.keepalive_interval = absl::Milliseconds(200);
+    auto ds = DurableSubscriber::Create(std::move(o), &ctx.channel(), this);
+    if (!ds.ok()) std::abort();
+    ds_ = *std::move(ds);
+    ctx.channel().SetReceiver(
+        [this](absl::string_view from, Message m) { ds_->HandleMessage(from, m); });
+    Tick();
+  }
+
+  void Disconnect() { (void)ds_->Disconnect(); }
+
+  void OnEvent(PubendId p, gryph::Tick t, const EventRef& event) override {
+    Record(p, {DeliveryKind::kEvent, t, event});
+  }
+  void OnSilence(PubendId p, gryph::Tick t) override { Record(p, {DeliveryKind::kSilence, t, nullptr}); }
+  void OnGap(PubendId p, gryph::Tick t) override { Record(p, {DeliveryKind::kGap, t, nullptr}); }
+  void OnConnected(const CheckpointToken& start) override {
+    if (std::getenv("GRYPH_SIM_VERBOSE") != nullptr) {
+      std::fprintf(stderr, "%s %s connected at %s (ct %s)\n", absl::FormatTime(ctx_.Now()).c_str(),
+                   app_->name.c_str(), start.ToString().c_str(), app_->ct.ToString().c_str());
+    }
+    if (!app_->started) {
+      app_->started = true;
+      app_->start = start;
+      app_->ct = start;
+    }
+  }
+  void OnError(const absl::Status& status) override {
+    if (std::getenv("GRYPH_SIM_VERBOSE") != nullptr) {
+      std::fprintf(stderr, "%s %s: %s\n", absl::FormatTime(ctx_.Now()).c_str(), app_->name.c_str(),
+                   status.ToString().c_str());
+    }
+    if (absl::IsDataLoss(status)) app_->errors.push_back(std::string(status.message()));
+  }
+
+ private:
+  // The application's transaction: the message's effect and the CT, together.
+  void Record(PubendId p, Consumed c) {
+    if (std::getenv("GRYPH_SIM_VERBOSE") != nullptr) {
+      std::fprintf(stderr, "%s %s p%u %s %llu\n", absl::FormatTime(ctx_.Now()).c_str(),
+                   app_->name.c_str(), p.value, DeliveryKindName(c.kind),
+                   static_cast<unsigned long long>(c.tick));
+    }
+    app_->ct.Set(p, c.tick);
+    app_->high_water.Set(p, std::max(app_->high_water.Get(p), c.tick));
+    app_->consumed[p].push_back(std::move(c));
+  }
+
+  void Tick() {
+    const absl::Time now = ctx_.Now();
+    if (app_->want_connected && !ds_->connected() && now - last_attempt_ >= absl::Milliseconds(150)) {
+      last_attempt_ = now;
+      (void)ds_->Connect();
+    }
+    ds_->OnTimer(now);
+    if (now - last_snapshot_ >= absl::Milliseconds(200) && app_->started) {
+      last_snapshot_ = now;
+      app_->snapshots.push_back(app_->ct);
+      if (app_->snapshots.size() > 5) app_->snapshots.erase(app_->snapshots.begin());
+    }
+    ctx_.After(absl::Milliseconds(10), [this] { Tick(); });
+  }
+
+  SimContext& ctx_;
+  SubscriberApp* app_;
+  std::unique_ptr<DurableSubscriber> ds_;
+  absl::Time last_attempt_ = absl::InfinitePast();
+  absl::Time last_snapshot_ = absl::InfinitePast();
+};
+
+World::World(uint64_t seed, WorldOptions options) : options_(options), sim_(seed) {
+  sim_.SetLink("phb", "shb", options_.broker_link);
+  sim_.SetLink("shb", "phb", options_.broker_link);
+  subs_.resize(options_.subscribers);
+  for (int i = 0; i < options_.subscribers; ++i) {
+    subs_[i].name = absl::StrCat("sub-", i);
+    subs_[i].selector = kSelectors[i % std::size(kSelectors)];
+  }
+  if (!sim_.AddNode("phb", [this](SimContext& c) { return std::make_unique<PhbNode>(c, this); }).ok() ||
+      !sim_.AddNode("shb", [this](SimContext& c) { return std::make_unique<ShbNode>(c, this); }).ok()) {
+    std::abort();
+  }
+  for (SubscriberApp& app : subs_) {
+    SubscriberApp* a = &app;
+    if (!sim_.AddNode(app.name, [a](SimContext& c) { return std::make_unique<SubscriberNode>(c, a); }).ok()) {
+      std::abort();
+    }
+  }
+}
+
+SubscriberHostingBroker* World::shb() {
+  ShbNode* n = sim_.node_as<ShbNode>("shb");
+  return n == nullptr ? nullptr : n->shb();
+}
+
+uint64_t World::events_consumed() const {
+  uint64_t n = 0;
+  for (const SubscriberApp& a : subs_) {
+    for (const auto& [p, list] : a.consumed) {
+      for (const Consumed& c : list) n += c.kind == DeliveryKind::kEvent ? 1 : 0;
+    }
+  }
+  return n;
+}
+
+void World::FaultTick() {
+  if (!faults_on_) return;
+  auto chance = [this](double p) {
+    return p > 0 && static_cast<double>(sim_.Random() % 1'000'000) < p * 1'000'000;
+  };
+  auto later = [this](int min_ms, int max_ms) {
+    return absl::Milliseconds(min_ms + static_cast<int>(sim_.Random() % (max_ms - min_ms + 1)));
+  };
+  for (SubscriberApp& app : subs_) {
+    SubscriberApp* a = &app;
+    if (!sim_.is_up(app.name)) continue;
+    if (chance(options_.subscriber_disconnect)) {
+      a->well_behaved = false;
+      a->want_connected = false;
+      sim_.node_as<SubscriberNode>(app.name)->Disconnect();
+      const bool old_ct = chance(options_.subscriber_old_checkpoint);
+      sim_.Schedule(later(20, 600), [this, a, old_ct] {
+        // Reconnect as a restarted application would: from its stored state, or from an older
+        // snapshot of it (a restore from backup), which rolls its consumption back too.
+        if (old_ct && !a->snapshots.empty()) {
+          const CheckpointToken& snap = a->snapshots[sim_.Random() % a->snapshots.size()];
+          a->ct = snap;
+          for (auto& [p, list] : a->consumed) {
+            while (!list.empty() && list.back().tick > snap.Get(p)) list.pop_back();
+          }
+        }
+        a->want_connected = true;
+        sim_.Crash(a->name);
+        sim_.Restart(a->name);
+      });
+    } else if (chance(options_.subscriber_crash)) {
+      a->well_behaved = false;
+      sim_.Crash(app.name);
+      sim_.Schedule(later(20, 400), [this, a] { sim_.Restart(a->name); });
+    }
+  }
+  if (sim_.is_up("shb") && chance(options_.shb_crash)) {
+    shb_crashed_ever_ = true;
+    for (SubscriberApp& app : subs_) app.well_behaved = false;
+    sim_.Crash("shb");
+    sim_.Schedule(later(20, 400), [this] { sim_.Restart("shb"); });
+  }
+  if (sim_.is_up("phb") && chance(options_.phb_crash)) {
+    sim_.Crash("phb");
+    sim_.Schedule(later(20, 300), [this] { sim_.Restart("phb"); });
+  }
+  sim_.Schedule(absl::Milliseconds(50), [this] { FaultTick(); });
+}
+
+void World::Run(absl::Duration faulty, absl::Duration settle) {
+  sim_.Schedule(absl::Milliseconds(50), [this] { FaultTick(); });
+  sim_.RunFor(faulty);
+  faults_on_ = false;
+  sim_.SetLink("phb", "shb", LinkProfile{});
+  sim_.SetLink("shb", "phb", LinkProfile{});
+  // Let pending restarts happen, then make sure everything is up and connected.
+  sim_.RunFor(absl::Seconds(1));
+  for (const char* n : {"phb", "shb"}) sim_.Restart(n);
+  for (SubscriberApp& app : subs_) {
+    app.want_connected = true;
+    sim_.Restart(app.name);
+  }
+  publishing = false;
+  sim_.RunFor(settle);
+}
+
+std::vector<std::string> World::Check() const {
+  std::vector<std::string> bad;
+  auto fail = [&](const SubscriberApp& a, PubendId p, std::string what) {
+    if (bad.size() < 20) bad.push_back(absl::StrCat(a.name, " [", a.selector, "] pubend ", p.value, ": ", what));
+  };
+  for (const SubscriberApp& a : subs_) {
+    for (const std::string& e : a.errors) bad.push_back(absl::StrCat(a.name, ": ", e));
+    auto sub = Subscription::Create(a.selector);
+    if (!sub.ok()) std::abort();
+    if (!a.started) {
+      bad.push_back(absl::StrCat(a.name, " never connected"));
+      continue;
+    }
+    for (int i = 1; i <= options_.pubends; ++i) {
+      const PubendId p{static_cast<uint32_t>(i)};
+      static const std::map<Tick, EventRef> kNone;
+      auto lit = log_.events.find(p);
+      const std::map<Tick, EventRef>& events = lit == log_.events.end() ? kNone : lit->second;
+      auto lp = log_.l_prefix.find(p);
+      const Tick released = lp == log_.l_prefix.end() ? 0 : lp->second;
+      std::vector<Tick> matching;
+      for (const auto& [t, e] : events) {
+        if (t > a.start.Get(p) && sub->Matches(*e)) matching.push_back(t);
+      }
+      auto matches_in = [&](Tick lo, Tick hi) {  // any matching tick in (lo, hi]
+        auto it = std::upper_bound(matching.begin(), matching.end(), lo);
+        return it != matching.end() && *it <= hi;
+      };
+      Tick prev = a.start.Get(p);
+      static const std::vector<Consumed> kEmpty;
+      auto cit = a.consumed.find(p);
+      const std::vector<Consumed>& list = cit == a.consumed.end() ? kEmpty : cit->second;
+      for (const Consumed& c : list) {
+        if (c.tick <= prev) {
+          fail(a, p, absl::StrCat("tick ", c.tick, " not after ", prev, " (duplicate or reorder)"));
+          return bad;
+        }
+        switch (c.kind) {
+          case DeliveryKind::kEvent: {
+            auto e = events.find(c.tick);
+            if (e == events.end()) {
+              fail(a, p, absl::StrCat("Event at ", c.tick, " which the pubend never logged"));
+            } else if (!(*e->second == *c.event)) {
+              fail(a, p, absl::StrCat("Event at ", c.tick, " differs from the log"));
+            }
+            if (matches_in(prev, c.tick - 1)) {
+              fail(a, p, absl::StrCat("Event at ", c.tick, " skipped a match after ", prev));
+            }
+            break;
+          }
+          case DeliveryKind::kSilence:
+            if (matches_in(prev, c.tick)) {
+              fail(a, p, absl::StrCat("Silence at ", c.tick, " hid a match after ", prev));
+            }
+            break;
+          case DeliveryKind::kGap:
+            if (a.well_behaved) fail(a, p, absl::StrCat("well-behaved subscriber got Gap at ", c.tick));
+            if (prev >= released && prev >= a.high_water.Get(p)) {
+              fail(a, p, absl::StrCat("Gap (", prev, ",", c.tick, "] but nothing above ", released,
+                                      " was released and the subscriber had not consumed it"));
+            }
+            break;
+        }
+        prev = c.tick;
+      }
+      if (!matching.empty() && prev < matching.back()) {
+        fail(a, p, absl::StrCat("stopped at ", prev, " but the last match is ", matching.back(),
+                                " (", list.size(), " consumed)"));
+      }
+    }
+  }
+  return bad;
+}
+
+}  // namespace gryph::sim

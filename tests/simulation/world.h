@@ -1,0 +1,111 @@
+// The deterministic simulation world for gryph's end-to-end tests: a PHB with its pubends and a
+// publishing application, an SHB, and durable subscriber applications, all on the Simulator,
+// with seeded faults; and the oracle that checks every subscriber against the pubends' logs.
+
+#ifndef GRYPH_TESTS_SIMULATION_WORLD_H_
+#define GRYPH_TESTS_SIMULATION_WORLD_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "gryph/durable_subscriber.h"
+#include "gryph/memory_storage.h"
+#include "gryph/publisher_hosting_broker.h"
+#include "gryph/simulator.h"
+#include "gryph/subscriber_hosting_broker.h"
+
+namespace gryph::sim {
+
+struct WorldOptions {
+  int pubends = 1;
+  int subscribers = 6;
+  absl::Duration publish_interval = absl::Milliseconds(2);  // per pubend, on average
+  absl::Duration max_retain = absl::InfiniteDuration();
+  LinkProfile broker_link;  // PHB <-> SHB, both ways
+  // Faults (each a probability per fault tick of 50 ms while faults are on).
+  double subscriber_disconnect = 0;
+  double subscriber_old_checkpoint = 0;  // on reconnect, use an older stored CT
+  double subscriber_crash = 0;
+  double shb_crash = 0;
+  double phb_crash = 0;
+};
+
+// Every event the pubends committed (the log), and how far each released.
+struct Log {
+  std::map<PubendId, std::map<Tick, EventRef>> events;
+  std::map<PubendId, Tick> l_prefix;
+};
+
+struct Consumed {
+  DeliveryKind kind;
+  Tick tick;
+  EventRef event;
+};
+
+// A subscriber application's durable state: what it consumed and its CT, committed together
+// (the exactly-once pattern), plus snapshots it may fall back to.
+struct SubscriberApp {
+  std::string name;
+  std::string selector;
+  bool started = false;
+  CheckpointToken start;
+  CheckpointToken ct;
+  std::map<PubendId, std::vector<Consumed>> consumed;
+  // The highest tick ever consumed per pubend, also across rollbacks to older snapshots: below
+  // it, the subscriber acknowledged events it then forgot, and may get a Gap for them (paper §2).
+  CheckpointToken high_water;
+  std::vector<CheckpointToken> snapshots;
+  uint64_t epoch = 0;
+  bool want_connected = true;
+  bool well_behaved = true;
+  std::vector<std::string> errors;
+};
+
+struct PublisherApp {
+  uint64_t next_seq = 1;
+  std::map<uint64_t, std::pair<PubendId, EventRef>> unacked;
+  uint64_t acked = 0;
+};
+
+class World {
+ public:
+  World(uint64_t seed, WorldOptions options);
+
+  // Runs faults for `faulty`, then heals everything, stops publishing and lets the system
+  // settle for `settle`.
+  void Run(absl::Duration faulty, absl::Duration settle);
+
+  // The oracle. Returns the violations found (empty when all is well).
+  std::vector<std::string> Check() const;
+
+  Simulator& sim() { return sim_; }
+  const Log& log() const { return log_; }
+  const std::vector<SubscriberApp>& subscribers() const { return subs_; }
+  SubscriberHostingBroker* shb();
+  uint64_t events_consumed() const;
+
+  bool publishing = true;
+
+ private:
+  friend class PhbNode;
+  friend class ShbNode;
+  friend class SubscriberNode;
+  void FaultTick();
+
+  WorldOptions options_;
+  Simulator sim_;
+  Log log_;
+  PublisherApp publisher_;
+  std::vector<SubscriberApp> subs_;
+  std::shared_ptr<MemoryStorage::State> phb_state_ = MemoryStorage::NewState();
+  std::shared_ptr<MemoryStorage::State> shb_state_ = MemoryStorage::NewState();
+  bool faults_on_ = true;
+  bool shb_crashed_ever_ = false;
+};
+
+}  // namespace gryph::sim
+
+#endif  // GRYPH_TESTS_SIMULATION_WORLD_H_
