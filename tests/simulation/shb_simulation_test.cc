@@ -67,7 +67,7 @@ TEST_CASE("PHB to SHB under faults: exactly once or an honest Gap", "[simulation
   o.subscriber_crash = 0.01;
   o.shb_crash = 0.01;
   o.phb_crash = 0.01;
-  RunSeeds("phb->shb", o, 1000, 20);
+  RunSeeds("phb->shb", o, 1000, 500);
 }
 
 TEST_CASE("four pubends with early release under faults", "[simulation]") {
@@ -82,7 +82,7 @@ TEST_CASE("four pubends with early release under faults", "[simulation]") {
   o.subscriber_old_checkpoint = 0.3;
   o.shb_crash = 0.01;
   o.phb_crash = 0.01;
-  RunSeeds("4 pubends, maxRetain 300ms", o, 5000, 20);
+  RunSeeds("4 pubends, maxRetain 300ms", o, 5000, 500);
 }
 
 }  // namespace

@@ -285,7 +285,9 @@ void World::FaultTick() {
         // Reconnect as a restarted application would: from its stored state, or from an older
         // snapshot of it (a restore from backup), which rolls its consumption back too.
         if (old_ct && !a->snapshots.empty()) {
-          const CheckpointToken& snap = a->snapshots[sim_.Random() % a->snapshots.size()];
+          // Snapshots taken after the restored one belong to the discarded future.
+          a->snapshots.resize(1 + sim_.Random() % a->snapshots.size());
+          const CheckpointToken snap = a->snapshots.back();
           a->ct = snap;
           for (auto& [p, list] : a->consumed) {
             while (!list.empty() && list.back().tick > snap.Get(p)) list.pop_back();
