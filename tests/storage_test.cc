@@ -81,6 +81,12 @@ struct LmdbKind {
   }
 };
 
+// For long random runs: a reopen in the same process sees the same data with or without fsync,
+// and fsync costs milliseconds per commit on a busy disk.
+struct LmdbNoSyncKind : LmdbKind {
+  LmdbNoSyncKind() { options.durability = Durability::kNoSync; }
+};
+
 struct MemoryKind {
   std::shared_ptr<MemoryStorage::State> state = MemoryStorage::NewState();
   void SetMaxTables(int n) { state = MemoryStorage::NewState(n); }
@@ -923,7 +929,7 @@ TEST_CASE("random batches and crashes match a model: memory", "[storage]") {
 }
 
 TEST_CASE("random batches and crashes match a model: LMDB", "[storage]") {
-  for (uint64_t seed : testing::Seeds(200, 20)) RunModelTest<LmdbKind>(seed, 300);
+  for (uint64_t seed : testing::Seeds(200, 20)) RunModelTest<LmdbNoSyncKind>(seed, 300);
 }
 
 }  // namespace
