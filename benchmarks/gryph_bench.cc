@@ -7,6 +7,16 @@
 //   knowledge_update   KnowledgeStream updates per second on a stream of 1,000,000 ticks with
 //                      interleaved S ranges and D ticks, in order and shuffled in windows
 //                      (updates_per_s, ticks, order)
+//   lmdb_append        raw LMDB: sync appends of 250-byte values, 8-byte big-endian keys, 1,000
+//                      per transaction (records_per_s, bytes_per_record)
+//   lmdb_commit        raw LMDB: one record per sync transaction (p50_us, p99_us, commits_per_s)
+//   storage_append     lmdb_append through gryph's Storage, with the raw figure of the same run
+//                      (records_per_s, bytes_per_record, lmdb_records_per_s, overhead_pct)
+//   storage_commit     lmdb_commit through Storage::Commit, alternating with raw commits
+//                      (p50_us, p99_us, lmdb_p50_us, lmdb_p99_us)
+//   storage_group_commit  one record per GroupCommitter::Submit, background thread, two
+//                      submitters (records_per_s, records_per_group, ack_p50_us, ack_p99_us)
+//   (storage workloads: benchmarks/storage_workloads.cc)
 //
 // Every figure is the median of several runs; compare figures against the baselines printed in
 // the same run, since this machine is small and shared.

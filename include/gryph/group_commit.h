@@ -141,6 +141,10 @@ class GroupCommitter {
   absl::Mutex commit_mu_ ABSL_ACQUIRED_BEFORE(mu_);
 
   mutable absl::Mutex mu_;
+  // Wakes the thread: a first submission, a full group, or a stop request. (A CondVar, not a
+  // Condition, so that only the waiting thread reads the guarded state; see
+  // tests/tsan_absl_mutex.cc.)
+  absl::CondVar work_;
   Group pending_ ABSL_GUARDED_BY(mu_);
   absl::Time first_pending_ ABSL_GUARDED_BY(mu_);  // when pending_ got its first submission
   absl::Status status_ ABSL_GUARDED_BY(mu_);       // sticky failure

@@ -155,8 +155,9 @@ class WriteBatch {
 // meanwhile are invisible to it. Keep cursors short-lived: on LMDB an open snapshot pins the pages
 // it sees and a commit that must grow the map waits until every cursor is destroyed.
 //
-// A cursor starts unpositioned (!Valid()). A cursor over a table that does not exist is valid
-// and empty. Errors (rare: I/O, corruption) make the cursor !Valid() and are reported by status().
+// A cursor starts unpositioned (!Valid()). A cursor over a table that does not exist is empty:
+// never Valid(), status() OK. Errors (rare: I/O, corruption) make the cursor !Valid() and are
+// reported by status().
 //
 // Thread-safety: thread-compatible. Must be destroyed before its Storage.
 class Cursor {
@@ -279,14 +280,20 @@ class StorageWrapper : public Storage {
 // a gryph store, fails with kFailedPrecondition and is left unchanged. Clears reader slots left by
 // dead processes.
 //
-// Fails with kInvalidArgument for bad options (empty path, initial_map_bytes > max_map_bytes,
-// max_tables < 1), kFailedPrecondition if this process already has the directory open (LMDB
-// allows one environment per file per process), kPermissionDenied, kDataLoss for a damaged file.
+// Fails with kInvalidArgument for bad options (empty path, a path that is a file,
+// initial_map_bytes 0 or > max_map_bytes, max_tables or max_readers < 1), kFailedPrecondition if
+// this process already has the directory open (LMDB allows one environment per file per
+// process), kPermissionDenied, kDataLoss for a damaged file.
 //
-// Map growth: when a commit fills the map, the commit is aborted, the map doubled (capped at
-// max_map_bytes) and the whole batch retried. Resizing needs every read snapshot of this process
-// closed, so it waits for open Cursors and Scans to finish (new reads are not held back while it
-// waits). Hence the rule that a thread must not Commit while holding a Cursor.
+// Map growth: when a commit fills the map (MDB_MAP_FULL), its transaction is aborted, the map
+// doubled (capped at max_map_bytes) and the whole batch retried, as often as needed. Resizing
+// (mdb_env_set_mapsize) needs every transaction of this process closed: commits are serialized by
+// a mutex, and the resize waits until no read snapshot is open (open Cursors and running Gets and
+// Scans finish; new reads are not held back while it waits, and are held only during the remap
+// itself). Hence the rule that a thread must not Commit while holding a Cursor. At the ceiling
+// the commit fails with kResourceExhausted; so does a full disk (ENOSPC, EDQUOT, EFBIG, or an EIO
+// short write when the disk or file-size limit is nearly exhausted). Neither is sticky and
+// neither loses anything committed before.
 absl::StatusOr<std::unique_ptr<Storage>> OpenLmdbStorage(const StorageOptions& options);
 
 // A fresh, empty in-memory storage with the same semantics as LMDB's. Equivalent to

@@ -25,8 +25,13 @@ void GroupCommitter::Submit(WriteBatch batch, size_t records, Done done) {
   } else {
     pending_.batch.Append(batch);
   }
+  const bool was_full = pending_.records >= options_.max_records;
   pending_.records += records;
   pending_.callbacks.push_back(std::move(done));
+  // Wake the committer thread when there is a new group to time, or the group just filled up.
+  if (pending_.callbacks.size() == 1 || (!was_full && pending_.records >= options_.max_records)) {
+    work_.Signal();
+  }
 }
 
 bool GroupCommitter::DueLocked(absl::Time now) const {
@@ -104,6 +109,7 @@ void GroupCommitter::StopThread(bool flush) {
     if (!started_) return;
     stop_requested_ = true;
     flush_on_stop_ = flush;
+    work_.Signal();
   }
   thread_.join();
   absl::MutexLock lock(&mu_);
@@ -120,18 +126,13 @@ void GroupCommitter::ThreadMain() {
       for (;;) {
         if (stop_requested_) break;
         if (pending_.callbacks.empty()) {
-          auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-            return stop_requested_ || !pending_.callbacks.empty();
-          };
-          mu_.Await(absl::Condition(&has_work));
+          work_.Wait(&mu_);
           continue;
         }
+        if (pending_.records >= options_.max_records) break;
         const absl::Duration left = first_pending_ + options_.max_delay - Now();
-        if (pending_.records >= options_.max_records || left <= absl::ZeroDuration()) break;
-        auto full = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return stop_requested_ || pending_.records >= options_.max_records;
-        };
-        mu_.AwaitWithTimeout(absl::Condition(&full), left);
+        if (left <= absl::ZeroDuration()) break;
+        work_.WaitWithTimeout(&mu_, left);
       }
       if (stop_requested_ && (!flush_on_stop_ || pending_.callbacks.empty())) return;
     }

@@ -22,7 +22,9 @@
 // Lock order: write_mu_ before the gate; dbi_mu_ and pool_mu_ are leaves.
 
 #include <lmdb.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,6 +34,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -106,6 +109,8 @@ class DirectoryClaim {
 // ---- The map gate -------------------------------------------------------------------------------
 
 // Counts the users of the memory map; Exclusive() runs a function while there are none.
+// (A CondVar rather than a Condition: absl evaluates a Condition on whichever thread unlocks,
+// which TSan cannot follow with Debian's uninstrumented Abseil; see tests/tsan_absl_mutex.cc.)
 class MapGate {
  public:
   void Enter() ABSL_LOCKS_EXCLUDED(mu_) {
@@ -114,21 +119,19 @@ class MapGate {
   }
   void Exit() ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
-    --users_;
+    if (--users_ == 0) empty_.SignalAll();
   }
   // Waits until no one is inside, then runs fn() while keeping everyone out.
   template <typename Fn>
   int Exclusive(Fn fn) ABSL_LOCKS_EXCLUDED(mu_) {
-    mu_.LockWhen(absl::Condition(this, &MapGate::Empty));
-    const int rc = fn();
-    mu_.Unlock();
-    return rc;
+    absl::MutexLock lock(&mu_);
+    while (users_ != 0) empty_.Wait(&mu_);
+    return fn();
   }
 
  private:
-  bool Empty() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return users_ == 0; }
-
   absl::Mutex mu_;
+  absl::CondVar empty_;  // signalled when users_ drops to 0
   int users_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
@@ -222,6 +225,9 @@ class LmdbStorage final : public Storage {
   Outcome TryCommit(const WriteBatch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   static Outcome DeleteRange(MDB_txn* txn, MDB_dbi dbi, absl::string_view begin,
                              absl::string_view end);
+  // The status of a commit that failed with `outcome`: LmdbStatus, except that an EIO when the
+  // disk (or the file-size limit) is nearly full is a full disk.
+  absl::Status CommitFailure(const Outcome& outcome, const WriteBatch& batch);
   // Doubles the map (up to the ceiling) after `operation` returned MDB_MAP_FULL.
   absl::Status GrowMap(absl::string_view operation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   // Adopts a map size grown by another process (after MDB_MAP_RESIZED).
@@ -320,14 +326,16 @@ absl::StatusOr<std::unique_ptr<Storage>> LmdbStorage::Open(const StorageOptions&
     return absl::InvalidArgumentError("OpenLmdbStorage: max_tables and max_readers must be >= 1");
   }
   std::error_code ec;
+  if (std::filesystem::exists(options.path, ec) &&
+      !std::filesystem::is_directory(options.path, ec)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("OpenLmdbStorage: ", options.path, " exists and is not a directory"));
+  }
   std::filesystem::create_directories(options.path, ec);
   if (ec) return internal::LmdbStatus("create_directories", ec.value(), options.path);
   struct stat st;
   if (::stat(options.path.c_str(), &st) != 0) {
     return internal::LmdbStatus("stat", errno, options.path);
-  }
-  if (!S_ISDIR(st.st_mode)) {
-    return internal::LmdbStatus("OpenLmdbStorage", ENOTDIR, options.path);
   }
   const std::pair<uint64_t, uint64_t> id{static_cast<uint64_t>(st.st_dev),
                                          static_cast<uint64_t>(st.st_ino)};
@@ -619,7 +627,7 @@ absl::Status LmdbStorage::Commit(const WriteBatch& batch) {
     } else if (outcome.rc == MDB_MAP_RESIZED && ++resized <= kMaxMapResizedRetries) {
       GRYPH_RETURN_IF_ERROR(AdoptMapSize());
     } else {
-      return Fail(outcome.operation, outcome.rc);
+      return CommitFailure(outcome, batch);
     }
     ++stats_.commit_retries;
   }
@@ -701,6 +709,38 @@ LmdbStorage::Outcome LmdbStorage::DeleteRange(MDB_txn* txn, MDB_dbi dbi,
   }
   if (rc != MDB_NOTFOUND) return {rc, "mdb_cursor_get"};
   return {};
+}
+
+absl::Status LmdbStorage::CommitFailure(const Outcome& outcome, const WriteBatch& batch) {
+  // LMDB reports a short write as EIO, and a write that runs out of disk (or into RLIMIT_FSIZE)
+  // part-way is a short write. The transaction was aborted before its meta page was written, so
+  // the store is intact: call it a full disk when there is too little room left for the batch.
+  // A margin covers the pages a commit rewrites besides the batch's own bytes.
+  if (outcome.rc == EIO && std::string_view(outcome.operation) == "mdb_txn_commit") {
+    const uint64_t margin = 2 * batch.ApproximateBytes() + (uint64_t{16} << 20);
+    std::string why;
+    struct statvfs vfs;
+    if (::statvfs(options_.path.c_str(), &vfs) == 0 &&
+        static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize < margin) {
+      why = absl::StrCat("the disk has ", static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize,
+                         " bytes free");
+    }
+    struct rlimit limit;
+    std::error_code ec;
+    const uint64_t file_bytes =
+        std::filesystem::file_size(std::filesystem::path(options_.path) / "data.mdb", ec);
+    if (why.empty() && !ec && ::getrlimit(RLIMIT_FSIZE, &limit) == 0 &&
+        limit.rlim_cur != RLIM_INFINITY && file_bytes + margin >= limit.rlim_cur) {
+      why = absl::StrCat("the data file (", file_bytes, " bytes) is at the file-size limit (",
+                         static_cast<uint64_t>(limit.rlim_cur), " bytes)");
+    }
+    if (!why.empty()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          internal::LmdbStatus(outcome.operation, outcome.rc, options_.path).message(),
+          ": a short write, ", why, "; the batch was not applied"));
+    }
+  }
+  return Fail(outcome.operation, outcome.rc);
 }
 
 absl::Status LmdbStorage::SetMapSize(uint64_t bytes) {
