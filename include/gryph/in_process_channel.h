@@ -43,7 +43,7 @@ class InProcessNetwork {
   // Delivers until no message is queued; returns how many were delivered.
   size_t DeliverAll() { return Deliver(SIZE_MAX); }
 
-  // Number of queued messages.
+  // Number of queued messages to connected endpoints.
   size_t pending() const;
 
  private:
@@ -51,7 +51,13 @@ class InProcessNetwork {
   struct Envelope {
     std::string from;
     std::string to;
+    uint64_t to_id;  // the connection it was sent to; a later one of the same name drops it
     Message message;
+  };
+  struct Peer {
+    uint64_t id;
+    std::shared_ptr<const Channel::Receiver> receiver;  // null until set
+    size_t queued = 0;
   };
 
   absl::Status Enqueue(absl::string_view from, absl::string_view to, Message message);
@@ -59,9 +65,9 @@ class InProcessNetwork {
   void Disconnect(const std::string& name);
 
   mutable absl::Mutex mu_;
-  // Connected endpoints; null until the endpoint sets a receiver.
-  absl::flat_hash_map<std::string, std::shared_ptr<const Channel::Receiver>> receivers_
-      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Peer> receivers_ ABSL_GUARDED_BY(mu_);  // connected endpoints
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  size_t live_ ABSL_GUARDED_BY(mu_) = 0;  // queued messages whose endpoint is still connected
   std::deque<Envelope> queue_ ABSL_GUARDED_BY(mu_);
   // Serializes Deliver() so that a receiver is never called concurrently with itself.
   absl::Mutex deliver_mu_;

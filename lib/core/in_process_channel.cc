@@ -1,5 +1,7 @@
 #include "gryph/in_process_channel.h"
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 
 namespace gryph {
@@ -30,29 +32,37 @@ absl::StatusOr<std::unique_ptr<Channel>> InProcessNetwork::Connect(absl::string_
   if (receivers_.contains(name)) {
     return absl::AlreadyExistsError(absl::StrCat("an endpoint named '", name, "' is connected"));
   }
-  receivers_[name] = nullptr;
+  receivers_[name] = Peer{next_id_++, nullptr};
   return std::unique_ptr<Channel>(std::make_unique<Endpoint>(this, std::string(name)));
 }
 
 void InProcessNetwork::SetReceiver(const std::string& name, Channel::Receiver receiver) {
   auto shared = std::make_shared<const Channel::Receiver>(std::move(receiver));
   absl::MutexLock lock(&mu_);
-  receivers_[name] = std::move(shared);
+  auto it = receivers_.find(name);
+  if (it != receivers_.end()) it->second.receiver = std::move(shared);
 }
 
 void InProcessNetwork::Disconnect(const std::string& name) {
   absl::MutexLock lock(&mu_);
-  receivers_.erase(name);
-  std::erase_if(queue_, [&](const Envelope& e) { return e.to == name; });
+  auto it = receivers_.find(name);
+  if (it == receivers_.end()) return;
+  // Its queued messages stay in the queue and are dropped when their turn comes (a scan here
+  // would make closing n endpoints cost n times the queue).
+  live_ -= it->second.queued;
+  receivers_.erase(it);
 }
 
 absl::Status InProcessNetwork::Enqueue(absl::string_view from, absl::string_view to,
                                        Message message) {
   absl::MutexLock lock(&mu_);
-  if (!receivers_.contains(to)) {
+  auto it = receivers_.find(to);
+  if (it == receivers_.end()) {
     return absl::UnavailableError(absl::StrCat("no endpoint named '", to, "'"));
   }
-  queue_.push_back(Envelope{std::string(from), std::string(to), std::move(message)});
+  ++it->second.queued;
+  ++live_;
+  queue_.push_back(Envelope{std::string(from), it->first, it->second.id, std::move(message)});
   return absl::OkStatus();
 }
 
@@ -60,18 +70,21 @@ size_t InProcessNetwork::Deliver(size_t max_messages) {
   absl::MutexLock deliver_lock(&deliver_mu_);
   size_t delivered = 0;
   while (delivered < max_messages) {
-    Envelope envelope;
+    std::optional<Envelope> envelope;
     std::shared_ptr<const Channel::Receiver> receiver;
     {
       absl::MutexLock lock(&mu_);
       if (queue_.empty()) break;
-      envelope = std::move(queue_.front());
+      envelope.emplace(std::move(queue_.front()));
       queue_.pop_front();
-      auto it = receivers_.find(envelope.to);
-      if (it == receivers_.end() || it->second == nullptr || !*it->second) continue;
-      receiver = it->second;  // shared: the receiver may replace itself while running
+      auto it = receivers_.find(envelope->to);
+      if (it == receivers_.end() || it->second.id != envelope->to_id) continue;  // closed since
+      --it->second.queued;
+      --live_;
+      if (it->second.receiver == nullptr || !*it->second.receiver) continue;
+      receiver = it->second.receiver;  // shared: the receiver may replace itself while running
     }
-    (*receiver)(envelope.from, std::move(envelope.message));
+    (*receiver)(envelope->from, std::move(envelope->message));
     ++delivered;
   }
   return delivered;
@@ -79,7 +92,7 @@ size_t InProcessNetwork::Deliver(size_t max_messages) {
 
 size_t InProcessNetwork::pending() const {
   absl::MutexLock lock(&mu_);
-  return queue_.size();
+  return live_;
 }
 
 }  // namespace gryph

@@ -68,7 +68,6 @@ void WriteBatch::Append(const WriteBatch& other) {
   for (size_t i = 0; i < other.tables_.size(); ++i) remap[i] = InternTable(other.tables_[i]);
   const size_t shift = bytes_.size();
   bytes_.append(other.bytes_);
-  ops_.reserve(ops_.size() + other.ops_.size());
   for (Rec rec : other.ops_) {
     rec.table = remap[rec.table];
     rec.key_offset += shift;

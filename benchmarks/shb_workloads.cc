@@ -1,0 +1,194 @@
+// Scenario workloads for the subscriber side, the paper's §5 side by side (see gryph_bench.cc).
+//
+// One process, the in-process channel, sync durability everywhere: a PHB with 4 pubends on
+// LMDB (its own commit thread), an SHB on LMDB, and 400 durable subscribers, each matching the
+// events of one pubend — a quarter of all events, so that every event matches 100 subscribers.
+// A publisher thread publishes 250-byte events with a bounded window in flight; the main thread
+// runs the SHB and the subscribers (delivering channel messages and timers).
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "benchmarks/workload.h"
+#include "gryph/durable_subscriber.h"
+#include "gryph/in_process_channel.h"
+#include "gryph/publisher_hosting_broker.h"
+#include "gryph/storage.h"
+#include "gryph/subscriber_hosting_broker.h"
+
+namespace gryph::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kPubends = 4;
+constexpr int kSubscribers = 400;
+
+class CountingHandler : public DurableSubscriber::Handler {
+ public:
+  void OnEvent(PubendId, Tick, const EventRef&) override { ++events; }
+  void OnGap(PubendId, Tick) override { ++gaps; }
+  void OnError(const absl::Status&) override { ++errors; }
+  uint64_t events = 0;
+  uint64_t gaps = 0;
+  uint64_t errors = 0;
+};
+
+struct Scenario {
+  explicit Scenario(const std::string& dir) {
+    std::filesystem::remove_all(dir);
+    StorageOptions so;
+    so.initial_map_bytes = uint64_t{1} << 30;
+    so.path = dir + "/phb";
+    phb_storage = *OpenLmdbStorage(so);
+    so.path = dir + "/shb";
+    shb_storage = *OpenLmdbStorage(so);
+    phb_channel = *net.Connect("phb");
+    shb_channel = *net.Connect("shb");
+    PublisherHostingBrokerOptions po;
+    for (int i = 1; i <= kPubends; ++i) po.pubends.push_back(PubendOptions{PubendId{static_cast<uint32_t>(i)}});
+    po.downstream = {"shb"};
+    po.group_commit.max_records = 1000;
+    po.group_commit.max_delay = absl::ZeroDuration();
+    phb = *PublisherHostingBroker::Open(std::move(po), phb_storage.get(), phb_channel.get());
+    SubscriberHostingBrokerOptions so2;
+    for (int i = 1; i <= kPubends; ++i) so2.pubends.push_back({PubendId{static_cast<uint32_t>(i)}, "phb"});
+    shb = *SubscriberHostingBroker::Open(std::move(so2), shb_storage.get(), shb_channel.get());
+    handlers.resize(kSubscribers);
+    for (int i = 0; i < kSubscribers; ++i) {
+      channels.push_back(*net.Connect(absl::StrCat("client-", i)));
+      DurableSubscriberOptions o;
+      o.subscription = absl::StrCat("sub-", i);
+      o.selector = absl::StrCat("pubend = ", 1 + i % kPubends);
+      o.broker = "shb";
+      subscribers.push_back(*DurableSubscriber::Create(o, channels.back().get(), &handlers[i]));
+      DurableSubscriber* ds = subscribers.back().get();
+      channels.back()->SetReceiver([ds](absl::string_view from, Message m) { ds->HandleMessage(from, m); });
+      (void)ds->Connect();
+    }
+    Pump(absl::Now());
+    net.DeliverAll();
+  }
+
+  // One round of the event loop: a bounded number of messages, then timers every 5 ms.
+  void Pump(absl::Time now) {
+    if (net.Deliver(20'000) == 0) std::this_thread::yield();
+    if (now - last_timer < absl::Milliseconds(5)) return;
+    last_timer = now;
+    shb->OnTimer(now);
+    phb->OnTimer(now);
+    for (auto& s : subscribers) s->OnTimer(now);
+  }
+
+  uint64_t Delivered() const {
+    uint64_t n = 0;
+    for (const auto& h : handlers) n += h.events;
+    return n;
+  }
+
+  InProcessNetwork net;
+  absl::Time last_timer = absl::InfinitePast();
+  std::unique_ptr<Storage> phb_storage;
+  std::unique_ptr<Storage> shb_storage;
+  std::unique_ptr<Channel> phb_channel;
+  std::unique_ptr<Channel> shb_channel;
+  std::unique_ptr<PublisherHostingBroker> phb;
+  std::unique_ptr<SubscriberHostingBroker> shb;
+  std::vector<std::unique_ptr<Channel>> channels;
+  std::vector<CountingHandler> handlers;
+  std::vector<std::unique_ptr<DurableSubscriber>> subscribers;
+};
+
+enum class Mode { kSteady, kChurn, kAllCatchup };
+
+// Publishes as fast as the system sustains (bounded in flight: the window is the SHB's
+// latestDelivered lag) for `seconds`, and returns deliveries per second.
+double Run(const Context& ctx, Mode mode) {
+  Scenario s(ctx.scratch_dir + "/db");
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> acked{0};
+  // End-to-end flow control: at most this many events published but not yet delivered by the
+  // SHB to its subscribers (each event reaches 100 of them).
+  std::atomic<uint64_t> consumed_events{0};
+  std::thread publisher([&] {
+    Event e;
+    e.SetPayload(std::string(250, 'x'));
+    uint64_t seq = 0;
+    while (!stop.load()) {
+      if (seq - consumed_events.load() > 20'000) {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+        continue;
+      }
+      const int p = 1 + static_cast<int>(seq % kPubends);
+      Event ev = e;
+      ev.SetInt64("pubend", p).SetInt64("seq", static_cast<int64_t>(seq));
+      s.phb->Publish(PubendId{static_cast<uint32_t>(p)}, "", 0, MakeEventRef(std::move(ev)),
+                     [&](absl::StatusOr<Tick>) { acked++; });
+      ++seq;
+    }
+  });
+  const auto start = Clock::now();
+  const auto end = start + std::chrono::duration<double>(ctx.seconds);
+  const uint64_t before = s.Delivered();
+  uint64_t iterations = 0;
+  bool all_down = false;
+  bool all_back = false;
+  uint64_t churn_next = 0;
+  while (Clock::now() < end) {
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    if (mode == Mode::kAllCatchup && !all_down && elapsed > ctx.seconds * 0.1) {
+      for (auto& sub : s.subscribers) (void)sub->Disconnect();
+      all_down = true;
+    }
+    if (mode == Mode::kAllCatchup && all_down && !all_back && elapsed > ctx.seconds * 0.3) {
+      for (auto& sub : s.subscribers) (void)sub->Connect();
+      all_back = true;
+    }
+    if (mode == Mode::kChurn) {
+      // Each subscriber disconnects in turn and reconnects ~1,000 of its events later, so that
+      // some subscriber is always catching up.
+      const uint64_t slot = static_cast<uint64_t>(elapsed * 40);
+      while (churn_next <= slot) {
+        auto& down = s.subscribers[churn_next % kSubscribers];
+        (void)down->Disconnect();
+        auto& up = s.subscribers[(churn_next + kSubscribers - 4) % kSubscribers];
+        if (!up->connected()) (void)up->Connect();
+        ++churn_next;
+      }
+    }
+    s.Pump(absl::Now());
+    ++iterations;
+    consumed_events = s.Delivered() / (kSubscribers / kPubends);
+  }
+  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  const uint64_t delivered = s.Delivered() - before;
+  if (std::getenv("GRYPH_BENCH_VERBOSE") != nullptr) {
+    const auto& st = s.shb->stats();
+    std::fprintf(stderr, "iterations %llu, published %llu, shb delivered %llu, handled %llu, pending %zu, ld %llu\n",
+                 (unsigned long long)iterations, (unsigned long long)acked.load(), (unsigned long long)st.events_delivered,
+                 (unsigned long long)delivered, s.net.pending(),
+                 (unsigned long long)s.shb->latest_delivered(PubendId{1}));
+  }
+  stop = true;
+  publisher.join();
+  return static_cast<double>(delivered) / secs;
+}
+
+void Workload(const Context& ctx, const char* name, Mode mode) {
+  const double rate = MedianOf(3, [&] { return Run(ctx, mode); });
+  Report(name).Add("pubends", int64_t{kPubends}).Add("subscribers", int64_t{kSubscribers})
+      .Add("deliveries_per_s", rate).Print();
+}
+
+}  // namespace
+
+GRYPH_WORKLOAD(shb_steady) { Workload(ctx, "shb_steady", Mode::kSteady); }
+GRYPH_WORKLOAD(shb_churn) { Workload(ctx, "shb_churn", Mode::kChurn); }
+GRYPH_WORKLOAD(shb_all_catchup) { Workload(ctx, "shb_all_catchup", Mode::kAllCatchup); }
+
+}  // namespace gryph::bench
