@@ -53,6 +53,12 @@ absl::StatusOr<Subscription> Subscription::Decode(absl::string_view bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("malformed subscription: ", sub.status().message()));
   }
+  // ByteReader also accepts overlong varints (a length of 0 as 0x80 0x00). Only Encode's own
+  // output is valid, so that a damaged record cannot pass for a good one.
+  if (sub->Encode() != bytes) {
+    return absl::InvalidArgumentError(
+        "malformed subscription: a length is not in its shortest varint form");
+  }
   return sub;
 }
 
