@@ -320,6 +320,7 @@ TEST_CASE("parse errors say what was expected and where", "[selector]") {
        "selector:1:5: integer literal 0x10000000000000000 is out of the range of a 64-bit "
        "integer"},
       {"a = 1e400", "selector:1:5: number 1e400 is out of the range of double"},
+      {"a = 1e-400", "selector:1:5: number 1e-400 is out of the range of double"},
       {"a = 08", "selector:1:5: invalid octal literal 08"},
       {"a = 12abc", "selector:1:5: malformed number '12abc'"},
       {"a = 1.2.3", "selector:1:5: malformed number '1.2.3'"},
