@@ -12,13 +12,32 @@ namespace {
 std::atomic<int64_t> g_allocations{0};
 }  // namespace
 
-void* operator new(size_t size) {
+namespace {
+
+void* CountedAllocate(size_t size) noexcept {
   g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  return std::malloc(size == 0 ? 1 : size);
+}
+
+void* CountedAllocateOrThrow(size_t size) {
+  if (void* p = CountedAllocate(size)) return p;
   throw std::bad_alloc();
 }
+
+}  // namespace
+
+// Every non-aligned form is replaced, so that no block allocated by one allocator is freed by
+// another (ASan checks). The aligned forms keep their defaults, which pair with each other.
+void* operator new(size_t size) { return CountedAllocateOrThrow(size); }
+void* operator new[](size_t size) { return CountedAllocateOrThrow(size); }
+void* operator new(size_t size, const std::nothrow_t&) noexcept { return CountedAllocate(size); }
+void* operator new[](size_t size, const std::nothrow_t&) noexcept { return CountedAllocate(size); }
 void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, size_t) noexcept { std::free(p); }
+void operator delete[](void* p, size_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace gryph::testing {
 

@@ -356,6 +356,8 @@ const StandardRow kStandardRows[] = {
     {"7d = 7", T},
     {"2.5f = d", T},
     {"0xFFFFFFFFFFFFFFFFL = -1", T},
+    {"4.9e-324 > 0", T},      // a subnormal literal
+    {"1.7976931348623157e308 > 1e308", T},
     // Whitespace.
     {"i = 5\nAND b", T},
     {"\ti\t=\t5\r\n", T},

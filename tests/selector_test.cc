@@ -1,5 +1,6 @@
 #include "gryph/selector.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <functional>
@@ -11,8 +12,11 @@
 
 #include <pthread.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "lib/selector/ast.h"
 #include "lib/selector/like_pattern.h"
 #include "lib/selector/numeric.h"
@@ -247,6 +251,13 @@ TEST_CASE("parse errors say what was expected and where", "[selector]") {
       {"a = 1)", "selector:1:6: expected AND, OR or end of selector, found ')'"},
       {"a = 1 b", "selector:1:7: expected AND, OR or end of selector, found 'b'"},
       {"a = 1 = 2", "selector:1:7: expected AND, OR or end of selector, found '='"},
+      {"NOT a = 1 = 2", "selector:1:11: expected AND, OR or end of selector, found '='"},
+      // Found in review: this once parsed as ((a AND (NOT (b = 1))) = 2).
+      {"a AND NOT b = 1 = 2", "selector:1:17: expected AND, OR or end of selector, found '='"},
+      {"a OR b AND NOT c = 1 < 2",
+       "selector:1:22: expected AND, OR or end of selector, found '<'"},
+      {"a BETWEEN 1 AND 2 = TRUE", "selector:1:19: expected AND, OR or end of selector, found '='"},
+      {"a = 1 IS NULL", "selector:1:7: expected AND, OR or end of selector, found 'IS'"},
       {"a b", "selector:1:3: expected an operator, found 'b'"},
       {")", "selector:1:1: expected a condition, found ')'"},
       {"AND = 1", "selector:1:1: expected a condition, found 'AND'"},
@@ -320,6 +331,7 @@ TEST_CASE("parse errors say what was expected and where", "[selector]") {
        "selector:1:5: integer literal 0x10000000000000000 is out of the range of a 64-bit "
        "integer"},
       {"a = 1e400", "selector:1:5: number 1e400 is out of the range of double"},
+      {"a = 1e-400", "selector:1:5: number 1e-400 is out of the range of double"},
       {"a = 08", "selector:1:5: invalid octal literal 08"},
       {"a = 12abc", "selector:1:5: malformed number '12abc'"},
       {"a = 1.2.3", "selector:1:5: malformed number '1.2.3'"},
@@ -730,6 +742,258 @@ TEST_CASE("random bytes parse or fail cleanly", "[selector][random]") {
       }
     }
   }
+}
+
+// A reference parser for the grammar in lib/selector/parser.h, written as textbook recursive
+// descent (one function per rule), independently of the precedence-climbing parser. It checks
+// syntax only, not types, and renders its tree the way DebugString() does. Tokens are separated
+// by single spaces.
+class ReferenceParser {
+ public:
+  explicit ReferenceParser(absl::string_view text) : tokens_(absl::StrSplit(text, ' ')) {}
+
+  // The rendering, or nullopt on a syntax error.
+  std::optional<std::string> Parse() {
+    std::optional<std::string> r = Or();
+    if (!r || pos_ != tokens_.size()) return std::nullopt;
+    return r;
+  }
+
+ private:
+  std::string Peek(size_t ahead = 0) const {
+    return pos_ + ahead < tokens_.size() ? tokens_[pos_ + ahead] : "";
+  }
+  bool Accept(absl::string_view t) {
+    if (Peek() != t) return false;
+    ++pos_;
+    return true;
+  }
+  static bool IsNumber(absl::string_view t) { return !t.empty() && absl::ascii_isdigit(t[0]); }
+  static bool IsLiteral(absl::string_view t) {
+    return IsNumber(t) || (!t.empty() && t[0] == '\'') || t == "TRUE" || t == "FALSE";
+  }
+  static bool IsIdentifier(absl::string_view t) { return t == "a" || t == "b"; }
+
+  std::optional<std::string> Chain(absl::string_view op,
+                                   std::optional<std::string> (ReferenceParser::*next)()) {
+    std::optional<std::string> first = (this->*next)();
+    if (!first || Peek() != op) return first;
+    std::vector<std::string> parts = {*first};
+    while (Accept(op)) {
+      std::optional<std::string> more = (this->*next)();
+      if (!more) return std::nullopt;
+      parts.push_back(*more);
+    }
+    return absl::StrCat("(", absl::StrJoin(parts, absl::StrCat(" ", op, " ")), ")");
+  }
+  std::optional<std::string> Or() { return Chain("OR", &ReferenceParser::And); }
+  std::optional<std::string> And() { return Chain("AND", &ReferenceParser::Not); }
+  std::optional<std::string> Not() {
+    if (!Accept("NOT")) return Predicate();
+    std::optional<std::string> operand = Not();
+    if (!operand) return std::nullopt;
+    return absl::StrCat("(NOT ", *operand, ")");
+  }
+  std::optional<std::string> Predicate() {
+    std::optional<std::string> lhs = Sum();
+    if (!lhs) return std::nullopt;
+    const bool is_identifier = IsIdentifier(*lhs);  // `(a) IN (...)` is fine too
+    for (absl::string_view op : {"=", "<>", "<", "<=", ">", ">="}) {
+      if (Accept(op)) {
+        std::optional<std::string> rhs = Sum();
+        if (!rhs) return std::nullopt;
+        return absl::StrCat("(", *lhs, " ", op, " ", *rhs, ")");
+      }
+    }
+    const bool negated = Peek() == "NOT";
+    if (negated) ++pos_;
+    const std::string neg = negated ? " NOT" : "";
+    if (Accept("BETWEEN")) {
+      std::optional<std::string> low = Sum();
+      if (!low || !Accept("AND")) return std::nullopt;
+      std::optional<std::string> high = Sum();
+      if (!high) return std::nullopt;
+      return absl::StrCat("(", *lhs, neg, " BETWEEN ", *low, " AND ", *high, ")");
+    }
+    if (Accept("IN")) {
+      if (!is_identifier || !Accept("(")) return std::nullopt;
+      std::vector<std::string> items;
+      do {
+        std::string sign = (Peek() == "-" || Peek() == "+") && IsNumber(Peek(1)) ? Peek() : "";
+        if (!sign.empty()) ++pos_;
+        if (!IsNumber(Peek()) && Peek().rfind('\'', 0) != 0) return std::nullopt;
+        items.push_back((sign == "-" ? "-" : "") + Peek());
+        ++pos_;
+      } while (Accept(","));
+      if (!Accept(")")) return std::nullopt;
+      return absl::StrCat("(", *lhs, neg, " IN (", absl::StrJoin(items, ", "), "))");
+    }
+    if (Accept("LIKE")) {
+      if (!is_identifier || Peek().rfind('\'', 0) != 0) return std::nullopt;
+      std::string out = absl::StrCat("(", *lhs, neg, " LIKE ", Peek());
+      ++pos_;
+      if (Accept("ESCAPE")) {
+        if (Peek().rfind('\'', 0) != 0) return std::nullopt;
+        absl::StrAppend(&out, " ESCAPE ", Peek());
+        ++pos_;
+      }
+      return out + ")";
+    }
+    if (negated) return std::nullopt;
+    if (Accept("IS")) {
+      const bool is_not = Accept("NOT");
+      if (!is_identifier || !Accept("NULL")) return std::nullopt;
+      return absl::StrCat("(", *lhs, is_not ? " IS NOT NULL" : " IS NULL", ")");
+    }
+    return lhs;
+  }
+  std::optional<std::string> Binary(std::initializer_list<absl::string_view> ops,
+                                    std::optional<std::string> (ReferenceParser::*next)()) {
+    std::optional<std::string> lhs = (this->*next)();
+    while (lhs) {
+      const std::string op = Peek();
+      if (std::find(ops.begin(), ops.end(), op) == ops.end()) break;
+      ++pos_;
+      std::optional<std::string> rhs = (this->*next)();
+      if (!rhs) return std::nullopt;
+      lhs = absl::StrCat("(", *lhs, " ", op, " ", *rhs, ")");
+    }
+    return lhs;
+  }
+  std::optional<std::string> Sum() { return Binary({"+", "-"}, &ReferenceParser::Product); }
+  std::optional<std::string> Product() { return Binary({"*", "/"}, &ReferenceParser::Unary); }
+  std::optional<std::string> Unary() {
+    const std::string op = Peek();
+    if (op != "+" && op != "-") return Primary();
+    ++pos_;
+    std::optional<std::string> operand = Unary();
+    if (!operand) return std::nullopt;
+    // A sign on a number (written directly or in parentheses) folds into the literal.
+    if (IsNumber(*operand)) return op == "-" ? "-" + *operand : *operand;
+    if (operand->size() > 1 && (*operand)[0] == '-' && IsNumber(operand->substr(1))) {
+      return op == "-" ? operand->substr(1) : *operand;
+    }
+    return absl::StrCat("(", op, *operand, ")");
+  }
+  std::optional<std::string> Primary() {
+    const std::string t = Peek();
+    if (IsIdentifier(t) || IsLiteral(t)) {
+      ++pos_;
+      return t;
+    }
+    if (!Accept("(")) return std::nullopt;
+    std::optional<std::string> inner = Or();
+    if (!inner || !Accept(")")) return std::nullopt;
+    return inner;
+  }
+
+  std::vector<std::string> tokens_;
+  size_t pos_ = 0;
+};
+
+TEST_CASE("the parser agrees with a textbook recursive-descent reference", "[selector][random]") {
+  static const char* const kVocabulary[] = {
+      "a", "b", "1", "2", "'x'", "TRUE", "NOT", "AND", "OR", "=", "<>", "<", "+", "-", "*",
+      "/", "(", ")", "BETWEEN", "IN", "LIKE", "IS", "NULL", ",", "ESCAPE", "'%'"};
+  // Token sequences: grammatical ones without parentheses (where precedence decides), then a
+  // few random edits, or plain random soups.
+  std::function<void(Rng&, int, std::vector<std::string>*)> value, condition;
+  value = [&](Rng& rng, int depth, std::vector<std::string>* out) {
+    switch (rng.Uniform(depth > 2 ? 3 : 6)) {
+      case 0: out->push_back("a"); break;
+      case 1: out->push_back(rng.OneIn(2) ? "1" : "'x'"); break;
+      case 2: out->push_back("b"); break;
+      case 3:
+        out->push_back("-");
+        value(rng, depth + 1, out);
+        break;
+      default:
+        value(rng, depth + 1, out);
+        out->push_back(kVocabulary[11 + rng.Uniform(4)]);  // + - * /
+        value(rng, depth + 1, out);
+    }
+  };
+  condition = [&](Rng& rng, int depth, std::vector<std::string>* out) {
+    switch (rng.Uniform(depth > 2 ? 4 : 9)) {
+      case 0:
+        value(rng, depth + 1, out);
+        out->push_back(kVocabulary[9 + rng.Uniform(3)]);  // = <> <
+        value(rng, depth + 1, out);
+        break;
+      case 1: out->insert(out->end(), {"a", "IS", "NULL"}); break;
+      case 2: out->push_back(rng.OneIn(2) ? "b" : "TRUE"); break;
+      case 3:
+        value(rng, depth + 1, out);
+        out->push_back("BETWEEN");
+        value(rng, depth + 1, out);
+        out->push_back("AND");
+        value(rng, depth + 1, out);
+        break;
+      case 4:
+        out->push_back("NOT");
+        condition(rng, depth + 1, out);
+        break;
+      case 5:
+      case 6:
+        condition(rng, depth + 1, out);
+        out->push_back(rng.OneIn(2) ? "AND" : "OR");
+        condition(rng, depth + 1, out);
+        break;
+      case 7: out->insert(out->end(), {"a", "NOT", "IN", "(", "'x'", ",", "'%'", ")"}); break;
+      default: out->insert(out->end(), {"(", "a", "LIKE", "'%'", ")"}); break;
+    }
+  };
+  int agreed = 0;
+  for (uint64_t seed : Seeds(4000, 20)) {
+    INFO("seed " << seed);
+    Rng rng(seed);
+    for (int iter = 0; iter < 5000; ++iter) {
+      std::vector<std::string> tokens;
+      if (rng.OneIn(4)) {
+        for (uint64_t n = 1 + rng.Uniform(12); n > 0; --n) {
+          tokens.push_back(kVocabulary[rng.Uniform(std::size(kVocabulary))]);
+        }
+      } else {
+        condition(rng, 0, &tokens);
+        for (uint64_t edits = rng.Uniform(3); edits > 0; --edits) {
+          const size_t at = rng.Uniform(tokens.size() + 1);
+          const std::string token = kVocabulary[rng.Uniform(std::size(kVocabulary))];
+          switch (rng.Uniform(3)) {
+            case 0: tokens.insert(tokens.begin() + static_cast<ptrdiff_t>(at), token); break;
+            case 1:
+              if (at < tokens.size()) tokens[at] = token;
+              break;
+            default:
+              if (at < tokens.size()) tokens.erase(tokens.begin() + static_cast<ptrdiff_t>(at));
+          }
+        }
+        if (tokens.empty()) tokens.push_back("a");
+      }
+      const std::string text = absl::StrJoin(tokens, " ");
+      INFO("selector: " << text);
+      auto mine = Selector::Parse(text);
+      std::optional<std::string> reference = ReferenceParser(text).Parse();
+      if (mine.ok()) {
+        // What gryph accepts is grammatical, and understood the same way.
+        REQUIRE(reference.has_value());
+        REQUIRE(mine->DebugString() == *reference);
+        ++agreed;
+      } else if (!reference.has_value()) {
+        // Both reject it: fine.
+      } else {
+        // Only a type error may reject what the grammar accepts.
+        INFO(mine.status().message());
+        REQUIRE((absl::StrContains(mine.status().message(), "needs") ||
+                 absl::StrContains(mine.status().message(), "compares only numbers") ||
+                 absl::StrContains(mine.status().message(), "expected a condition, found a") ||
+                 absl::StrContains(mine.status().message(), "an IN list holds") ||
+                 absl::StrContains(mine.status().message(), "LIKE pattern") ||
+                 absl::StrContains(mine.status().message(), "ESCAPE needs") ||
+                 absl::StrContains(mine.status().message(), "NULL may appear only")));
+      }
+    }
+  }
+  REQUIRE(agreed > 20000);
 }
 
 // Random well-formed conditions over attributes a, b, c, for the equivalence checks below.

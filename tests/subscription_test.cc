@@ -112,6 +112,15 @@ TEST_CASE("a malformed encoded subscription is rejected with a reason", "[subscr
   REQUIRE_CODE(huge, absl::StatusCode::kInvalidArgument);
 }
 
+// Found by fuzz/selector_fuzzer: an overlong varint decoded as an empty subscription that
+// re-encodes differently. The shared ByteReader now accepts only the shortest form.
+TEST_CASE("an overlong varint length is rejected", "[subscription]") {
+  auto decoded = Subscription::Decode(std::string("\x01\x80\x00\x00", 4));
+  REQUIRE_CODE(decoded, absl::StatusCode::kInvalidArgument);
+  REQUIRE(absl::StrContains(decoded.status().message(), "non-minimal varint"));
+  REQUIRE_OK(Subscription::Decode(std::string("\x01\x00\x00", 3)));
+}
+
 TEST_CASE("random bytes and mutations never crash the subscription decoder", "[subscription]") {
   auto sub = Subscription::Create("qty BETWEEN 1 AND 10 OR symbol IN ('a', 'b')", "x/+/#");
   REQUIRE_OK(sub);

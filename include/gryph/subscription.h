@@ -52,9 +52,10 @@ class Subscription {
   void EncodeTo(std::string* out) const;
   std::string Encode() const;
 
-  // Parses an encoded subscription. Fails with InvalidArgument on a truncated or malformed input,
-  // an unknown version, trailing bytes, or texts that no longer parse. Never crashes or reads past
-  // `bytes`.
+  // Parses an encoded subscription. Accepts exactly what Encode() produces: fails with
+  // InvalidArgument on a truncated or malformed input, an unknown version, a length not in its
+  // shortest varint form, trailing bytes, or texts that no longer parse. Never crashes or reads
+  // past `bytes`.
   static absl::StatusOr<Subscription> Decode(absl::string_view bytes);
 
   // Same selector text and same topic filter text.

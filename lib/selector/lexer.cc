@@ -194,7 +194,7 @@ class Lexer {
     if (approximate) {
       if (IsAsciiIdentifierPart(Peek()) || Peek() == '.') return Malformed(start);
       token->kind = TokenKind::kDouble;
-      // absl::from_chars does not accept "7." or ".5" in every version; give it "7.0e+0" forms.
+      // Hand from_chars one simple form, INT.FRAC[EXP], whatever Java spelling was used.
       absl::string_view int_part = text_.substr(start, int_end - start);
       absl::string_view fraction;
       if (int_end < mantissa_end) fraction = text_.substr(int_end + 1, mantissa_end - int_end - 1);

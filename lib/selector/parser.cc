@@ -234,8 +234,11 @@ class Parser {
 
   // Parses operators of precedence `min` or tighter, starting with a prefix expression.
   absl::StatusOr<NodePtr> Expression(int min) {
-    // `limit` is the tightest infix operator that may still take `lhs` as its left operand: after NOT x only AND and OR may follow (NOT a = b is NOT (a = b)), and
-    // after a comparison too, since comparisons do not chain (a = b = c is an error).
+    // `limit` is the tightest infix operator that may still take `lhs` as its left operand.
+    // After `NOT x` only AND and OR may follow (NOT a = b is NOT (a = b)); after a comparison
+    // too, since comparisons do not chain (a = b = c is an error); and after `x op y` nothing
+    // tighter than op, which y would have taken had its own limit allowed (a AND NOT b = c = d
+    // is an error, not (a AND NOT b = c) = d).
     int limit = kTightest;
     GRYPH_ASSIGN_OR_RETURN(NodePtr lhs, Prefix(&limit));
     while (true) {
@@ -243,11 +246,13 @@ class Parser {
       if (prec == 0 || prec < min || prec > limit) return lhs;
       if (prec == kOr || prec == kAnd) {
         GRYPH_ASSIGN_OR_RETURN(lhs, Logical(std::move(lhs), prec));
+        limit = std::min(limit, prec);
       } else if (prec == kComparison) {
         GRYPH_ASSIGN_OR_RETURN(lhs, Comparison(std::move(lhs)));
         limit = kNot;
       } else {
         GRYPH_ASSIGN_OR_RETURN(lhs, Arithmetic(std::move(lhs), prec));
+        limit = std::min(limit, prec);
       }
     }
   }

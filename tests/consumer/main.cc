@@ -1,7 +1,9 @@
-// Uses the installed gryph: encodes an event and decodes it again.
+// Uses the installed gryph: encodes an event and decodes it again, and matches it against a
+// subscription.
 #include <cstdio>
 
 #include "gryph/event.h"
+#include "gryph/subscription.h"
 
 int main() {
   gryph::Event e;
@@ -9,6 +11,11 @@ int main() {
   auto decoded = gryph::Event::Decode(e.Encode());
   if (!decoded.ok() || !(*decoded == e)) {
     std::fprintf(stderr, "round trip failed\n");
+    return 1;
+  }
+  auto sub = gryph::Subscription::Create("quantity > 1000 AND side IN ('buy')", "orders/#");
+  if (!sub.ok() || !sub->Matches(e)) {
+    std::fprintf(stderr, "subscription failed\n");
     return 1;
   }
   std::puts("consumer ok");

@@ -1,0 +1,94 @@
+// Micro-benchmarks for selectors and topic filters: parsing, and evaluation of typical shapes.
+//
+//   build/benchmarks/selector_benchmark --benchmark_format=json
+//
+// Evaluation figures are per event and include attribute lookup (a binary search over the event's
+// sorted attributes). State the machine and build type with any figure you publish.
+
+#include <string>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include "absl/strings/str_cat.h"
+#include "gryph/event.h"
+#include "gryph/selector.h"
+#include "gryph/topic_filter.h"
+
+namespace gryph {
+namespace {
+
+Event Order() {
+  Event e;
+  e.SetTopic("orders/us/IBM")
+      .SetString("symbol", "IBM")
+      .SetInt64("qty", 1500)
+      .SetDouble("price", 131.25)
+      .SetString("region", "us-east-1")
+      .SetBool("urgent", true)
+      .SetString("trader", "alice")
+      .SetInt64("account", 77312);
+  return e;
+}
+
+Selector MustParse(absl::string_view text) {
+  auto s = Selector::Parse(text);
+  if (!s.ok()) std::abort();
+  return *std::move(s);
+}
+
+void BM_ParseSelector(benchmark::State& state) {
+  const std::string text =
+      "symbol IN ('IBM', 'MSFT', 'AAPL') AND qty * price BETWEEN 1000 AND 1e6 AND region LIKE "
+      "'us-%' AND NOT urgent";
+  for (auto _ : state) {
+    auto s = Selector::Parse(text);
+    benchmark::DoNotOptimize(s);
+  }
+}
+BENCHMARK(BM_ParseSelector);
+
+void Evaluate(benchmark::State& state, absl::string_view text) {
+  const Selector s = MustParse(text);
+  const Event e = Order();
+  for (auto _ : state) benchmark::DoNotOptimize(s.Evaluate(e));
+}
+
+void BM_EvaluateStringEquality(benchmark::State& state) { Evaluate(state, "symbol = 'IBM'"); }
+BENCHMARK(BM_EvaluateStringEquality);
+
+void BM_EvaluateNumericRange(benchmark::State& state) {
+  Evaluate(state, "qty > 1000 AND price <= 200.5");
+}
+BENCHMARK(BM_EvaluateNumericRange);
+
+void BM_EvaluateTypicalConjunction(benchmark::State& state) {
+  Evaluate(state,
+           "symbol IN ('IBM', 'MSFT', 'AAPL') AND qty * price BETWEEN 1000 AND 1e6 AND region "
+           "LIKE 'us-%' AND NOT urgent = FALSE");
+}
+BENCHMARK(BM_EvaluateTypicalConjunction);
+
+void BM_EvaluateLike(benchmark::State& state) { Evaluate(state, "region LIKE '%east%1'"); }
+BENCHMARK(BM_EvaluateLike);
+
+void BM_EvaluateStringIn(benchmark::State& state) {
+  std::string text = "trader IN ('t0'";
+  for (int64_t i = 1; i < state.range(0); ++i) absl::StrAppend(&text, ", 't", i, "'");
+  absl::StrAppend(&text, ", 'alice')");
+  Evaluate(state, text);
+}
+BENCHMARK(BM_EvaluateStringIn)->Arg(4)->Arg(64)->Arg(4096);
+
+void BM_TopicFilterMatch(benchmark::State& state) {
+  auto f = TopicFilter::Parse("orders/+/#");
+  if (!f.ok()) std::abort();
+  const std::string topic = "orders/us/IBM";
+  for (auto _ : state) benchmark::DoNotOptimize(f->Matches(topic));
+}
+BENCHMARK(BM_TopicFilterMatch);
+
+}  // namespace
+}  // namespace gryph
+
+BENCHMARK_MAIN();
