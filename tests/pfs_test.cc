@@ -183,7 +183,7 @@ std::string Entry(uint64_t subscriber, Tick prev) {
 
 // ---- Unit tests ---------------------------------------------------------------------------------
 
-TEST_CASE("a record holds the tick and each subscriber's previous record, 16 bytes each",
+TEST_CASE("a PFS record holds the tick and each subscriber's previous record, 16 bytes each",
           "[pfs]") {
   Harness h;
   for (uint64_t id : {1, 2, 3}) h.Add(id);
@@ -201,7 +201,7 @@ TEST_CASE("a record holds the tick and each subscriber's previous record, 16 byt
   REQUIRE(h.pfs->last_index(S(4)) == std::nullopt);
 }
 
-TEST_CASE("no record is written for a tick that matched nobody", "[pfs]") {
+TEST_CASE("the PFS writes no record for a tick that matched nobody", "[pfs]") {
   Harness h;
   h.Add(1);
   WriteBatch b;
@@ -212,7 +212,7 @@ TEST_CASE("no record is written for a tick that matched nobody", "[pfs]") {
   REQUIRE(h.StoredRecords() == 1);
 }
 
-TEST_CASE("a write at or below lastTimestamp is a no-op, as a replay after a crash", "[pfs]") {
+TEST_CASE("a PFS write at or below lastTimestamp is a no-op, as a replay after a crash", "[pfs]") {
   Harness h;
   h.Add(1);
   h.Add(2);
@@ -225,7 +225,7 @@ TEST_CASE("a write at or below lastTimestamp is a no-op, as a replay after a cra
   REQUIRE(h.Record(10) == Entry(1, 0));
 }
 
-TEST_CASE("bad writes fail and change nothing", "[pfs]") {
+TEST_CASE("bad PFS writes fail and change nothing", "[pfs]") {
   Harness h;
   h.Add(1);
   h.Add(2);
@@ -242,7 +242,7 @@ TEST_CASE("bad writes fail and change nothing", "[pfs]") {
   REQUIRE_CODE(h.pfs->NewReader(S(1), 10, 5), absl::StatusCode::kInvalidArgument);
 }
 
-TEST_CASE("a batch read returns the subscriber's Q ticks of the window in order", "[pfs]") {
+TEST_CASE("a PFS batch read returns the subscriber's Q ticks of the window in order", "[pfs]") {
   Harness h;
   h.Add(1);
   h.Add(2);
@@ -272,7 +272,7 @@ TEST_CASE("a batch read returns the subscriber's Q ticks of the window in order"
   REQUIRE(h.ReadAll(1, 0, 0).empty());
 }
 
-TEST_CASE("a long window is read in several calls that continue where the last stopped",
+TEST_CASE("a long PFS window is read in several calls that continue where the last stopped",
           "[pfs]") {
   Harness h;
   h.Add(1);
@@ -296,7 +296,7 @@ TEST_CASE("a long window is read in several calls that continue where the last s
   REQUIRE(r.through == 80);
 }
 
-TEST_CASE("a reader walks a long window in bounded chunks", "[pfs]") {
+TEST_CASE("a PFS reader walks a long window in bounded chunks", "[pfs]") {
   PfsOptions o = Harness::Options();
   o.reader_chunk_ticks = 4;
   Harness h(o);
@@ -317,7 +317,7 @@ TEST_CASE("a reader walks a long window in bounded chunks", "[pfs]") {
   }
 }
 
-TEST_CASE("a reader reaches records written after it was created", "[pfs]") {
+TEST_CASE("a PFS reader reaches records written after it was created", "[pfs]") {
   Harness h;
   h.Add(1);
   h.Write(10, {1});
@@ -353,7 +353,7 @@ TEST_CASE("a reader reaches records written after it was created", "[pfs]") {
   REQUIRE(r.ticks == std::vector<Tick>{50, 70, 80});
 }
 
-TEST_CASE("reads see records whose batch has not committed yet", "[pfs]") {
+TEST_CASE("PFS reads see records whose batch has not committed yet", "[pfs]") {
   Harness h;
   h.Add(1);
   h.Write(10, {1});
@@ -369,7 +369,7 @@ TEST_CASE("reads see records whose batch has not committed yet", "[pfs]") {
   REQUIRE(h.ReadAll(1, 0, 30) == std::vector<Tick>{10, 20, 30});
 }
 
-TEST_CASE("records and latestDelivered commit in the caller's one transaction", "[pfs]") {
+TEST_CASE("PFS records and latestDelivered commit in the caller's one transaction", "[pfs]") {
   Harness h;
   h.Add(1);
   WriteBatch b;
@@ -406,7 +406,7 @@ TEST_CASE("a failed convenience commit fails the PFS until it is reopened", "[pf
   REQUIRE(h.pfs->last_index(S(1)) == Tick{0});
 }
 
-TEST_CASE("lastIndex is recovered from the checkpoint plus a bounded tail", "[pfs]") {
+TEST_CASE("PFS lastIndex is recovered from the checkpoint plus a bounded tail", "[pfs]") {
   PfsOptions o = Harness::Options();
   o.checkpoint_interval = 10;
   Harness h(o);
@@ -439,7 +439,7 @@ TEST_CASE("lastIndex is recovered from the checkpoint plus a bounded tail", "[pf
   for (uint64_t id = 1; id <= 20; ++id) REQUIRE(h.pfs->last_index(S(id)) == want[id]);
 }
 
-TEST_CASE("a window starting below the chop point reports that part lost", "[pfs]") {
+TEST_CASE("a PFS window starting below the chop point reports that part lost", "[pfs]") {
   Harness h;
   h.Add(1);
   h.Add(2);
@@ -468,7 +468,7 @@ TEST_CASE("a window starting below the chop point reports that part lost", "[pfs
   REQUIRE(lost == 45);
 }
 
-TEST_CASE("a chop reaching into a reader's unread window is reported by its next read",
+TEST_CASE("a chop reaching into a PFS reader's unread window is reported by its next read",
           "[pfs]") {
   Harness h;
   h.Add(1);
@@ -484,7 +484,8 @@ TEST_CASE("a chop reaching into a reader's unread window is reported by its next
   REQUIRE(r.ticks == std::vector<Tick>{9, 10, 11});
 }
 
-TEST_CASE("chopping everything keeps lastTimestamp and lastIndex across a restart", "[pfs]") {
+TEST_CASE("chopping the whole PFS log keeps lastTimestamp and lastIndex across a restart",
+          "[pfs]") {
   Harness h;
   h.Add(1);
   h.Write(10, {1});
@@ -502,7 +503,7 @@ TEST_CASE("chopping everything keeps lastTimestamp and lastIndex across a restar
   REQUIRE(h.ReadAll(1, 0, 60) == std::vector<Tick>{60});
 }
 
-TEST_CASE("a removed subscriber is unknown and a reused id starts a fresh chain", "[pfs]") {
+TEST_CASE("a removed PFS subscriber is unknown and a reused id starts a fresh chain", "[pfs]") {
   Harness h;
   h.Add(1);
   h.Add(2);
@@ -530,7 +531,7 @@ TEST_CASE("a removed subscriber is unknown and a reused id starts a fresh chain"
   REQUIRE(h.ReadAll(2, 0, 30) == std::vector<Tick>{10, 30});
 }
 
-TEST_CASE("a subscriber removed after the checkpoint is not revived by recovery", "[pfs]") {
+TEST_CASE("a PFS subscriber removed after the checkpoint is not revived by recovery", "[pfs]") {
   PfsOptions o = Harness::Options();
   o.checkpoint_interval = 2;
   Harness h(o);
@@ -548,7 +549,7 @@ TEST_CASE("a subscriber removed after the checkpoint is not revived by recovery"
   REQUIRE(h.ReadAll(1, 0, 30).empty());
 }
 
-TEST_CASE("pubends sharing one storage keep separate logs", "[pfs]") {
+TEST_CASE("the PFS of pubends sharing one storage keep separate logs", "[pfs]") {
   auto storage = NewMemoryStorage();
   PfsOptions a;
   a.pubend = PubendId{1};
@@ -703,8 +704,7 @@ class PropertyRun {
  public:
   static constexpr uint64_t kPool = 12;  // subscriber ids 1..kPool
 
-  PropertyRun(uint64_t seed, std::unique_ptr<Backend> backend,
-              std::function<Fate(uint64_t)> fate)
+  PropertyRun(uint64_t seed, std::unique_ptr<Backend> backend, std::function<Fate(uint64_t)> fate)
       : rng_(seed), fate_(std::move(fate)), h_(RandomOptions(seed), std::move(backend)) {}
 
   static PfsOptions RandomOptions(uint64_t seed) {
@@ -816,9 +816,9 @@ class PropertyRun {
 
   void Chop() {
     // Mostly well behind the written point, as the released point is; sometimes anywhere.
-    const Tick t = rng_.OneIn(5) ? rng_.Range(0, pending_.written)
-                                 : pending_.written - std::min<Tick>(pending_.written,
-                                                                     rng_.Range(30, 100));
+    const Tick t = rng_.OneIn(5)
+                       ? rng_.Range(0, pending_.written)
+                       : pending_.written - std::min<Tick>(pending_.written, rng_.Range(30, 100));
     REQUIRE_OK(h_.pfs->Chop(t, &batch_));
     if (t > pending_.chopped) {
       pending_.chopped = t;
@@ -978,14 +978,16 @@ TEST_CASE("the PFS matches a naive model under random writes, reads, chops, chur
   }
 }
 
-TEST_CASE("after a crash or failed commit at every commit point, lastIndex is exactly the last "
-          "committed one",
-          "[pfs][property][recovery]") {
+TEST_CASE(
+    "after a crash or failed commit at every commit point, PFS lastIndex is exactly the "
+    "last committed one",
+    "[pfs][property][recovery]") {
   for (uint64_t seed : testing::Seeds(2000, 4)) {
     INFO("seed " << seed);
     uint64_t commits = 0;
     {
-      PropertyRun dry(seed, std::make_unique<MemoryBackend>(), [](uint64_t) { return Fate::kCommit; });
+      PropertyRun dry(seed, std::make_unique<MemoryBackend>(),
+                      [](uint64_t) { return Fate::kCommit; });
       dry.Run(150);
       commits = dry.commits();
     }

@@ -268,7 +268,7 @@ class PFS {
     Tick added_at = 0;    // registration tick: the subscriber's records are all above it
     Tick last_index = 0;  // lastIndex(s); 0 = no record since registration
     uint64_t incarnation = 0;
-    bool dirty = false;   // last_index changed since the last checkpoint
+    bool dirty = false;  // last_index changed since the last checkpoint
   };
 
   PFS(const PfsOptions& options, Storage* storage);

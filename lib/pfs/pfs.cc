@@ -187,9 +187,8 @@ const PFS::Sub* PFS::FindSub(SubscriberId s) const {
 absl::Status PFS::AddSubscriber(SubscriberId s, WriteBatch* batch) {
   GRYPH_RETURN_IF_ERROR(CheckUsable());
   if (subs_.contains(s.value)) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("PFS of pubend ", options_.pubend.value, ": subscriber ", s.value,
-                     " is registered"));
+    return absl::AlreadyExistsError(absl::StrCat("PFS of pubend ", options_.pubend.value,
+                                                 ": subscriber ", s.value, " is registered"));
   }
   Sub sub;
   sub.added_at = last_tick_;
@@ -207,8 +206,8 @@ absl::Status PFS::RemoveSubscriber(SubscriberId s, WriteBatch* batch) {
   GRYPH_RETURN_IF_ERROR(CheckUsable());
   auto it = subs_.find(s.value);
   if (it == subs_.end()) {
-    return absl::NotFoundError(absl::StrCat("PFS of pubend ", options_.pubend.value,
-                                            ": unknown subscriber ", s.value));
+    return absl::NotFoundError(
+        absl::StrCat("PFS of pubend ", options_.pubend.value, ": unknown subscriber ", s.value));
   }
   subs_.erase(it);  // a stale id left in dirty_ is skipped by AppendCheckpoint
   batch->Delete(internal::kPfsSubscribersTable, internal::PfsSubscriberKey(options_.pubend, s));
@@ -240,8 +239,7 @@ absl::Status PFS::Write(Tick t, absl::Span<const SubscriberId> subscribers, Writ
   for (size_t i = 1; i < scratch_subs_.size(); ++i) {
     if (scratch_subs_[i].first == scratch_subs_[i - 1].first) {
       return absl::InvalidArgumentError(absl::StrCat("PFS of pubend ", options_.pubend.value,
-                                                     ": write of tick ", t,
-                                                     " lists subscriber ",
+                                                     ": write of tick ", t, " lists subscriber ",
                                                      scratch_subs_[i].first, " twice"));
     }
   }
@@ -311,12 +309,11 @@ absl::Status PFS::Chop(Tick through, WriteBatch* batch) {
   // Recovery replays only the records after the checkpoint: the ones about to be deleted must be
   // in a checkpoint first.
   if (last_tick_ > checkpoint_tick_ && through > checkpoint_tick_) AppendCheckpoint(batch);
-  batch->DeleteRange(kPfsRecordsTable, internal::PfsRecordKey(options_.pubend, chopped_ + 1),
-                     through == kMaxTick ? records_end_
-                                         : internal::PfsRecordKey(options_.pubend, through + 1));
+  batch->DeleteRange(
+      kPfsRecordsTable, internal::PfsRecordKey(options_.pubend, chopped_ + 1),
+      through == kMaxTick ? records_end_ : internal::PfsRecordKey(options_.pubend, through + 1));
   batch->Put(internal::kPfsMetaTable,
-             internal::PfsMetaKey(options_.pubend, internal::kPfsMetaChopped),
-             EncodeBE64(through));
+             internal::PfsMetaKey(options_.pubend, internal::kPfsMetaChopped), EncodeBE64(through));
   chopped_ = through;
   last_tick_ = std::max(last_tick_, through);
   return absl::OkStatus();
@@ -339,9 +336,8 @@ void PFS::MarkCommitted(Tick through) {
     const size_t base = unsettled_offsets_[unsettled_begin_];
     unsettled_ticks_.erase(unsettled_ticks_.begin(),
                            unsettled_ticks_.begin() + static_cast<ptrdiff_t>(unsettled_begin_));
-    unsettled_offsets_.erase(
-        unsettled_offsets_.begin(),
-        unsettled_offsets_.begin() + static_cast<ptrdiff_t>(unsettled_begin_));
+    unsettled_offsets_.erase(unsettled_offsets_.begin(),
+                             unsettled_offsets_.begin() + static_cast<ptrdiff_t>(unsettled_begin_));
     for (size_t& off : unsettled_offsets_) off -= base;
     unsettled_bytes_.erase(0, base);
     unsettled_begin_ = 0;
@@ -371,8 +367,8 @@ absl::StatusOr<absl::string_view> PFS::LookupRecord(Tick t, std::unique_ptr<Curs
     const size_t i = static_cast<size_t>(it - unsettled_ticks_.begin());
     const size_t end =
         i + 1 < unsettled_ticks_.size() ? unsettled_offsets_[i + 1] : unsettled_bytes_.size();
-    return absl::string_view(unsettled_bytes_).substr(unsettled_offsets_[i],
-                                                      end - unsettled_offsets_[i]);
+    return absl::string_view(unsettled_bytes_)
+        .substr(unsettled_offsets_[i], end - unsettled_offsets_[i]);
   }
   if (*cursor == nullptr) {
     GRYPH_ASSIGN_OR_RETURN(*cursor, storage_->NewCursor(kPfsRecordsTable));
@@ -476,8 +472,7 @@ absl::Status PFS::Reader::WalkNext() {
   Tick p = seg.start != 0 ? seg.start : sub->last_index;
   while (p > lo) {
     absl::StatusOr<absl::string_view> record = pfs_->LookupRecord(p, &cursor);
-    absl::StatusOr<Tick> prev =
-        record.ok() ? FindPrev(*record, p, subscriber_) : record.status();
+    absl::StatusOr<Tick> prev = record.ok() ? FindPrev(*record, p, subscriber_) : record.status();
     if (!prev.ok()) {
       ticks_.clear();
       return prev.status();
