@@ -174,31 +174,55 @@ struct Harness {
   std::unique_ptr<PFS> pfs;
 };
 
-std::string Entry(uint64_t subscriber, Tick prev) {
-  std::string e(16, '\0');
-  internal::StoreBE64(e.data(), subscriber);
-  internal::StoreBE64(e.data() + 8, prev);
-  return e;
+// A record value as docs/pfs_format.md specifies it, written independently of the PFS: a header
+// with the widths, then (subscriber, tick - previous tick or 0) pairs, big-endian.
+std::string Rec(Tick t, std::vector<std::pair<uint64_t, Tick>> entries) {
+  auto width = [](uint64_t v) {
+    int w = 1;
+    while (w < 8 && (v >> (8 * w)) != 0) ++w;
+    return w;
+  };
+  uint64_t max_delta = 0;
+  for (const auto& [id, prev] : entries) {
+    if (prev != 0) max_delta = std::max(max_delta, t - prev);
+  }
+  const int iw = width(entries.back().first);
+  const int dw = width(max_delta);
+  std::string out(1, static_cast<char>(((iw - 1) << 4) | (dw - 1)));
+  for (const auto& [id, prev] : entries) {
+    for (int i = iw - 1; i >= 0; --i) out += static_cast<char>(id >> (8 * i));
+    const uint64_t delta = prev == 0 ? 0 : t - prev;
+    for (int i = dw - 1; i >= 0; --i) out += static_cast<char>(delta >> (8 * i));
+  }
+  return out;
 }
 
 // ---- Unit tests ---------------------------------------------------------------------------------
 
-TEST_CASE("a PFS record holds the tick and each subscriber's previous record, 16 bytes each",
-          "[pfs]") {
+TEST_CASE("a PFS record holds the tick and each subscriber's previous record, compactly", "[pfs]") {
   Harness h;
   for (uint64_t id : {1, 2, 3}) h.Add(id);
   h.Write(10, {2, 1});
   h.Write(20, {3, 1});
   h.Write(30, {1});
-  // The key is pubend ‖ tick; the value (subscriber, previous tick) pairs sorted by subscriber.
-  REQUIRE(h.Record(10) == Entry(1, 0) + Entry(2, 0));
-  REQUIRE(h.Record(20) == Entry(1, 10) + Entry(3, 0));
-  REQUIRE(h.Record(30) == Entry(1, 20));
+  // The key is pubend ‖ tick; the value a header with the field widths, then (subscriber,
+  // tick - previous tick) pairs sorted by subscriber, 0 for "no previous record".
+  REQUIRE(h.Record(10) == std::string("\x00\x01\x00\x02\x00", 5));
+  REQUIRE(h.Record(20) == std::string("\x00\x01\x0a\x03\x00", 5));
+  REQUIRE(h.Record(30) == Rec(30, {{1, 20}}));
   REQUIRE(h.pfs->last_timestamp() == 30);
   REQUIRE(h.pfs->last_index(S(1)) == Tick{30});
   REQUIRE(h.pfs->last_index(S(2)) == Tick{10});
   REQUIRE(h.pfs->last_index(S(3)) == Tick{20});
   REQUIRE(h.pfs->last_index(S(4)) == std::nullopt);
+  // Wide ids and deltas widen every entry of their record (5-byte ids, 2-byte deltas here).
+  const uint64_t big = 0x123456789;
+  h.Add(big);
+  h.Write(1000, {big});
+  h.Write(1300, {big, 3});
+  REQUIRE(h.Record(1300) ==
+          std::string("\x41\x00\x00\x00\x00\x03\x05\x00\x01\x23\x45\x67\x89\x01\x2c", 15));
+  REQUIRE(h.Record(1300) == Rec(1300, {{3, 20}, {big, 1000}}));
 }
 
 TEST_CASE("the PFS writes no record for a tick that matched nobody", "[pfs]") {
@@ -222,7 +246,7 @@ TEST_CASE("a PFS write at or below lastTimestamp is a no-op, as a replay after a
   REQUIRE_OK(h.pfs->Write(9, Subs({2}), &b));
   REQUIRE(b.empty());
   REQUIRE(h.pfs->last_index(S(2)) == Tick{0});
-  REQUIRE(h.Record(10) == Entry(1, 0));
+  REQUIRE(h.Record(10) == Rec(10, {{1, 0}}));
 }
 
 TEST_CASE("bad PFS writes fail and change nothing", "[pfs]") {
@@ -523,7 +547,7 @@ TEST_CASE("a removed PFS subscriber is unknown and a reused id starts a fresh ch
   REQUIRE(h.pfs->last_index(S(1)) == Tick{0});
   REQUIRE(h.ReadAll(1, 0, 20).empty());
   h.Write(30, {1, 2});
-  REQUIRE(h.Record(30) == Entry(1, 0) + Entry(2, 10));
+  REQUIRE(h.Record(30) == Rec(30, {{1, 0}, {2, 10}}));
   REQUIRE(h.ReadAll(1, 0, 30) == std::vector<Tick>{30});
   h.Restart();
   REQUIRE(h.pfs->last_index(S(1)) == Tick{30});
@@ -592,13 +616,18 @@ TEST_CASE("damaged PFS data is reported as DataLoss", "[pfs]") {
     REQUIRE_OK(h.storage->Commit(b));
   };
 
-  SECTION("a record of the wrong size") {
-    put("pfs.records", internal::PfsRecordKey(kP, 5), std::string(15, 'x'));
+  SECTION("a record with a reserved header bit set") {
+    put("pfs.records", internal::PfsRecordKey(kP, 5), std::string("\x80\x01\x01", 3));
+    h.pfs.reset();
+    REQUIRE_CODE(h.TryOpen(), absl::StatusCode::kDataLoss);
+  }
+  SECTION("a record that is not a whole number of entries") {
+    put("pfs.records", internal::PfsRecordKey(kP, 5), std::string("\x00\x01\x02\x03", 4));
     h.pfs.reset();
     REQUIRE_CODE(h.TryOpen(), absl::StatusCode::kDataLoss);
   }
   SECTION("a back-pointer that disagrees with the rebuilt lastIndex") {
-    put("pfs.records", internal::PfsRecordKey(kP, 5), Entry(1, 3) + Entry(2, 4));
+    put("pfs.records", internal::PfsRecordKey(kP, 5), Rec(5, {{1, 3}, {2, 4}}));
     h.pfs.reset();
     REQUIRE_CODE(h.TryOpen(), absl::StatusCode::kDataLoss);
   }
@@ -620,7 +649,7 @@ TEST_CASE("damaged PFS data is reported as DataLoss", "[pfs]") {
     WriteBatch cp;
     REQUIRE_OK(h.pfs->Checkpoint(&cp));
     REQUIRE_OK(h.pfs->Commit(cp));
-    put("pfs.records", internal::PfsRecordKey(kP, 6), Entry(2, 5));
+    put("pfs.records", internal::PfsRecordKey(kP, 6), Rec(6, {{2, 5}}));
     h.Restart();
     REQUIRE_CODE(h.ReadAllStatus(1, 0, 10), absl::StatusCode::kDataLoss);
   }

@@ -11,7 +11,6 @@ namespace gryph {
 
 using internal::EncodeBE64;
 using internal::EncodePfsKey;
-using internal::kPfsEntryBytes;
 using internal::kPfsRecordKeyBytes;
 using internal::kPfsRecordsTable;
 using internal::kPfsSubscriberRowBytes;
@@ -129,16 +128,18 @@ absl::Status PFS::Recover() {
             return false;
           }
           const Tick t = LoadBE64(key.data() + 4);
-          if (value.empty() || value.size() % kPfsEntryBytes != 0) {
-            parse = Corrupt(p, absl::StrCat("the record of tick ", t, " is ", value.size(),
-                                            " bytes, not a positive multiple of 16"));
+          internal::PfsRecordView record;
+          if (!record.Parse(value)) {
+            parse = Corrupt(p, absl::StrCat("the record of tick ", t, " (", value.size(),
+                                            " bytes) does not parse"));
             return false;
           }
           uint64_t previous_id = 0;
-          for (size_t off = 0; off < value.size(); off += kPfsEntryBytes) {
-            const uint64_t id = LoadBE64(value.data() + off);
-            const Tick prev = LoadBE64(value.data() + off + 8);
-            if ((off > 0 && id <= previous_id) || prev >= t) {
+          for (size_t i = 0; i < record.count(); ++i) {
+            const uint64_t id = record.id(i);
+            const uint64_t delta = record.delta(i);
+            const Tick prev = delta == 0 ? 0 : t - delta;
+            if ((i > 0 && id <= previous_id) || delta >= t) {
               parse = Corrupt(p, absl::StrCat("the record of tick ", t,
                                               " has unsorted subscribers or a forward pointer"));
               return false;
@@ -244,13 +245,22 @@ absl::Status PFS::Write(Tick t, absl::Span<const SubscriberId> subscribers, Writ
     }
   }
 
-  // The record: (subscriber, previous record tick) pairs, sorted by subscriber.
-  scratch_value_.resize(scratch_subs_.size() * kPfsEntryBytes);
+  // The record: (subscriber, tick - previous record tick) pairs sorted by subscriber, each field
+  // as wide as the record's largest needs.
+  uint64_t max_delta = 0;
+  for (const auto& [id, sub] : scratch_subs_) {
+    if (sub->last_index != 0) max_delta = std::max(max_delta, t - sub->last_index);
+  }
+  const int id_bytes = internal::BytesFor(scratch_subs_.back().first);
+  const int delta_bytes = internal::BytesFor(max_delta);
+  scratch_value_.resize(1 + scratch_subs_.size() * static_cast<size_t>(id_bytes + delta_bytes));
   char* out = scratch_value_.data();
+  *out++ = static_cast<char>(internal::PfsRecordHeader(id_bytes, delta_bytes));
   for (auto& [id, sub] : scratch_subs_) {
-    StoreBE64(out, id);
-    StoreBE64(out + 8, sub->last_index);
-    out += kPfsEntryBytes;
+    internal::StoreBEn(out, id, id_bytes);
+    out += id_bytes;
+    internal::StoreBEn(out, sub->last_index == 0 ? 0 : t - sub->last_index, delta_bytes);
+    out += delta_bytes;
     sub->last_index = t;
     if (!sub->dirty) {
       sub->dirty = true;
@@ -386,34 +396,24 @@ absl::StatusOr<absl::string_view> PFS::LookupRecord(Tick t, std::unique_ptr<Curs
   return c->value();
 }
 
-absl::StatusOr<Tick> PFS::FindPrev(absl::string_view record, Tick t, SubscriberId s) {
-  if (record.empty() || record.size() % kPfsEntryBytes != 0) {
-    return absl::DataLossError(absl::StrCat("PFS: the record of tick ", t, " is ", record.size(),
-                                            " bytes, not a positive multiple of 16"));
+absl::StatusOr<Tick> PFS::FindPrev(absl::string_view value, Tick t, SubscriberId s) {
+  internal::PfsRecordView record;
+  if (!record.Parse(value)) {
+    return absl::DataLossError(
+        absl::StrCat("PFS: the record of tick ", t, " (", value.size(), " bytes) does not parse"));
   }
-  // Binary search over the fixed-width pairs, sorted by subscriber.
-  size_t lo = 0;
-  size_t hi = record.size() / kPfsEntryBytes;
-  while (lo < hi) {
-    const size_t mid = lo + (hi - lo) / 2;
-    const uint64_t id = LoadBE64(record.data() + mid * kPfsEntryBytes);
-    if (id < s.value) {
-      lo = mid + 1;
-    } else if (id > s.value) {
-      hi = mid;
-    } else {
-      const Tick prev = LoadBE64(record.data() + mid * kPfsEntryBytes + 8);
-      if (prev >= t) {
-        return absl::DataLossError(absl::StrCat("PFS: the record of tick ", t,
-                                                " points forward to tick ", prev,
-                                                " for subscriber ", s.value));
-      }
-      return prev;
-    }
+  const size_t i = record.Find(s.value);
+  if (i == record.count()) {
+    return absl::DataLossError(absl::StrCat("PFS: the record of tick ", t,
+                                            " does not hold subscriber ", s.value,
+                                            ", whose back-pointer leads to it"));
   }
-  return absl::DataLossError(absl::StrCat("PFS: the record of tick ", t,
-                                          " does not hold subscriber ", s.value,
-                                          ", whose back-pointer leads to it"));
+  const uint64_t delta = record.delta(i);
+  if (delta >= t) {
+    return absl::DataLossError(absl::StrCat("PFS: the record of tick ", t, " points ", delta,
+                                            " ticks back for subscriber ", s.value));
+  }
+  return delta == 0 ? 0 : t - delta;
 }
 
 absl::StatusOr<std::unique_ptr<PFS::Reader>> PFS::NewReader(SubscriberId s, Tick from, Tick to) {
