@@ -225,6 +225,47 @@ TEST_CASE("a PFS record holds the tick and each subscriber's previous record, co
   REQUIRE(h.Record(1300) == Rec(1300, {{3, 20}, {big, 1000}}));
 }
 
+TEST_CASE("a PFS record finds each of its subscribers, however their ids are spread", "[pfs]") {
+  testing::Rng rng(5);
+  for (int shape = 0; shape < 4; ++shape) {
+    for (size_t n : {1, 2, 9, 10, 100, 1000}) {
+      std::set<uint64_t> ids;
+      while (ids.size() < n) {
+        const uint64_t r = rng.Next();
+        switch (shape) {
+          case 0:
+            ids.insert(1 + r % (n * 10));
+            break;  // even
+          case 1:
+            ids.insert(uint64_t{1} << (r % 64));
+            break;  // exponential
+          case 2:
+            ids.insert(r % 2 ? 1 + r % 50 : (r >> 1));
+            break;  // two clusters
+          default:
+            ids.insert(r == 0 ? 1 : r);
+            break;  // full 64-bit range
+        }
+        if (shape == 1 && ids.size() == 64) break;
+      }
+      std::vector<std::pair<uint64_t, Tick>> entries;
+      for (uint64_t id : ids) entries.emplace_back(id, 0);
+      const std::string value = Rec(1000, entries);
+      internal::PfsRecordView view;
+      REQUIRE(view.Parse(value));
+      REQUIRE(view.count() == ids.size());
+      size_t i = 0;
+      for (uint64_t id : ids) {
+        INFO("shape " << shape << " n " << n << " id " << id);
+        REQUIRE(view.Find(id) == i++);
+        if (!ids.contains(id + 1)) REQUIRE(view.Find(id + 1) == view.count());
+        if (id > 1 && !ids.contains(id - 1)) REQUIRE(view.Find(id - 1) == view.count());
+      }
+      REQUIRE(view.Find(0) == view.count());
+    }
+  }
+}
+
 TEST_CASE("the PFS writes no record for a tick that matched nobody", "[pfs]") {
   Harness h;
   h.Add(1);

@@ -3,6 +3,7 @@
 #ifndef GRYPH_LIB_PFS_PFS_KEYS_H_
 #define GRYPH_LIB_PFS_PFS_KEYS_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -93,10 +94,32 @@ class PfsRecordView {
   uint64_t delta(size_t i) const {
     return Load(entries_ + i * entry_bytes_ + id_bytes_, delta_bytes_);
   }
-  // The index of subscriber `id`, or count() if absent (binary search).
+  // The index of subscriber `target`, or count() if absent. A few interpolation steps (ids are
+  // spread evenly in practice, so each lands near the target and touches one cache line), then
+  // binary search: O(log n) probes even for skewed ids.
   size_t Find(uint64_t target) const {
     size_t lo = 0;
-    size_t hi = count_;
+    size_t hi = count_;  // the target, if present, is in [lo, hi)
+    for (int step = 0; step < 3 && hi - lo > 8; ++step) {
+      const uint64_t first = id(lo);
+      const uint64_t last = id(hi - 1);
+      if (target <= first || target >= last) {
+        if (target == first) return lo;
+        if (target == last) return hi - 1;
+        return count_;
+      }
+      const double fraction =
+          static_cast<double>(target - first) / static_cast<double>(last - first);
+      const size_t guess =
+          std::min(hi - 1, lo + static_cast<size_t>(fraction * static_cast<double>(hi - 1 - lo)));
+      const uint64_t v = id(guess);
+      if (v == target) return guess;
+      if (v < target) {
+        lo = guess + 1;
+      } else {
+        hi = guess;
+      }
+    }
     while (lo < hi) {
       const size_t mid = lo + (hi - lo) / 2;
       const uint64_t v = id(mid);
