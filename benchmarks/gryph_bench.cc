@@ -7,6 +7,16 @@
 //   knowledge_update   KnowledgeStream updates per second on a stream of 1,000,000 ticks with
 //                      interleaved S ranges and D ticks, in order and shuffled in windows
 //                      (updates_per_s, ticks, order)
+//   pfs_write          PFS records for events matching 1%, 10%, 50% of 1,000 durable subscribers,
+//                      1,000 events per sync LMDB transaction (match_fraction, events_per_s,
+//                      bytes_per_event, written_bytes_per_event)
+//   subscriber_queue_write  the same events copied into a queue per matching subscriber, the
+//                      design the PFS replaces (same keys as pfs_write)
+//   pfs_read           batch reads of a subscriber that missed 100,000 events matching 10%
+//                      (ticks_per_s, q_ticks, buffer_ticks)
+//   pfs_records        PFS records with n = 1, 10, 100 subscribers each, beside a raw LMDB append
+//                      of 250-byte values (n, records_per_s, bytes_per_record,
+//                      written_bytes_per_record, baseline_records_per_s, ratio_to_baseline)
 //
 // Every figure is the median of several runs; compare figures against the baselines printed in
 // the same run, since this machine is small and shared.
