@@ -16,7 +16,27 @@
 //                      (p50_us, p99_us, lmdb_p50_us, lmdb_p99_us)
 //   storage_group_commit  one record per GroupCommitter::Submit, background thread, two
 //                      submitters (records_per_s, records_per_group, ack_p50_us, ack_p99_us)
-//   (storage workloads: benchmarks/storage_workloads.cc)
+//   (one file per subsystem: benchmarks/*_workloads.cc)
+//   pfs_write          PFS records for events matching 1%, 10%, 50% of 1,000 durable subscribers,
+//                      1,000 events per sync LMDB transaction (match_fraction, events_per_s,
+//                      bytes_per_event, written_bytes_per_event)
+//   subscriber_queue_write  the same events copied into a queue per matching subscriber, the
+//                      design the PFS replaces (same keys as pfs_write)
+//   pfs_read           batch reads of a subscriber that missed 100,000 events matching 10%
+//                      (ticks_per_s, q_ticks, buffer_ticks)
+//   pfs_records        PFS records with n = 1, 10, 100 subscribers each, beside a raw LMDB append
+//                      of 250-byte values (n, records_per_s, bytes_per_record,
+//                      written_bytes_per_record, baseline_records_per_s, ratio_to_baseline)
+//   publish_sync       durable publish throughput, 250-byte payloads, 1 and 4 pubends, sync
+//                      (events_per_s, pubends)
+//   publish_nosync     the same with Durability::kNoSync (events_per_s, pubends)
+//   publish_latency    publish -> durable ack at a fixed offered load of 10,000 and 100,000/s
+//                      (offered_per_s, p50_us, p99_us, p999_us)
+//   nack_answer        a pubend answering nacks for ranges of 1,000 events (events_per_s)
+//   shb_steady         4 pubends -> SHB -> 400 durable subscribers, each event matching 100 of
+//                      them, no disconnections (deliveries_per_s)
+//   shb_churn          the same while subscribers disconnect and catch up in turn
+//   shb_all_catchup    the same with every subscriber disconnected, then catching up at once
 //
 // Every figure is the median of several runs; compare figures against the baselines printed in
 // the same run, since this machine is small and shared.

@@ -21,10 +21,18 @@
 //     - lastTimestamp is the last key (plus the chop point when the log was chopped empty), and
 //       "tick <= lastTimestamp" detects a replayed write after a crash;
 //     - records of several pubends interleave in one table yet stay contiguous per pubend.
-//   A record is 12 bytes of key (pubend u32 + tick u64) and 16n bytes of value (n pairs of
-//   subscriber u64 + previous tick u64, sorted by subscriber): the paper's 8 + 16n, plus the
-//   pubend. Fixed-width pairs sorted by subscriber let a walk find its subscriber's pair by
-//   binary search in place, without decoding the record.
+//
+// * A record holds what the paper's 8 + 16n bytes hold, in fewer bytes. The key is 12 bytes
+//   (pubend u32 + tick u64: the paper's 8 bytes of timestamp, plus the pubend). The value is a
+//   one-byte header and n pairs (subscriber, tick - previous record tick), sorted by
+//   subscriber, each field big-endian and as wide as the record's largest value needs: 1 + 16n
+//   bytes at worst, typically 1 + 4n to 1 + 6n (a thousand subscribers need 2-byte ids; the
+//   distance to a subscriber's previous match is a few bytes of microseconds). The fields are
+//   fixed-width within a record, so a walk finds its subscriber by binary search in place,
+//   without decoding the record. Why not the paper's fixed 16 bytes: LMDB splits a 4 KiB page
+//   so that two 1.6 KB records (n = 100) fill a page each, so the paper's layout cost 4 KiB of
+//   store per record at n = 100 against ~520 bytes for this one, and a batch read, which visits
+//   records at random, ran slower for the larger footprint (see docs/pfs_format.md).
 //
 // * lastIndex(s) lives in memory and is checkpointed, not written per record. Every
 //   `checkpoint_interval` records (and on Checkpoint(), and before a Chop that would discard
@@ -62,7 +70,8 @@
 //   - Commit the batches in the order the PFS appended to them (a GroupCommitter does).
 //   - Tell the PFS what committed: MarkCommitted(t) after the commit that holds every PFS
 //     operation appended up to the record at tick t. Until then the PFS keeps those records in
-//     memory (16 bytes per subscriber entry), so reads see them before they reach storage.
+//     memory (as encoded: a few bytes per subscriber entry), so reads see them before they
+//     reach storage.
 //   - If a commit fails (or the process may have lost a batch), destroy the PFS and its readers
 //     and Open it again from storage: it recovers exactly the committed state. Do not keep
 //     writing into new batches after a failed commit.
@@ -268,7 +277,7 @@ class PFS {
     Tick added_at = 0;    // registration tick: the subscriber's records are all above it
     Tick last_index = 0;  // lastIndex(s); 0 = no record since registration
     uint64_t incarnation = 0;
-    bool dirty = false;   // last_index changed since the last checkpoint
+    bool dirty = false;  // last_index changed since the last checkpoint
   };
 
   PFS(const PfsOptions& options, Storage* storage);

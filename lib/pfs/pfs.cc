@@ -11,7 +11,6 @@ namespace gryph {
 
 using internal::EncodeBE64;
 using internal::EncodePfsKey;
-using internal::kPfsEntryBytes;
 using internal::kPfsRecordKeyBytes;
 using internal::kPfsRecordsTable;
 using internal::kPfsSubscriberRowBytes;
@@ -129,16 +128,18 @@ absl::Status PFS::Recover() {
             return false;
           }
           const Tick t = LoadBE64(key.data() + 4);
-          if (value.empty() || value.size() % kPfsEntryBytes != 0) {
-            parse = Corrupt(p, absl::StrCat("the record of tick ", t, " is ", value.size(),
-                                            " bytes, not a positive multiple of 16"));
+          internal::PfsRecordView record;
+          if (!record.Parse(value)) {
+            parse = Corrupt(p, absl::StrCat("the record of tick ", t, " (", value.size(),
+                                            " bytes) does not parse"));
             return false;
           }
           uint64_t previous_id = 0;
-          for (size_t off = 0; off < value.size(); off += kPfsEntryBytes) {
-            const uint64_t id = LoadBE64(value.data() + off);
-            const Tick prev = LoadBE64(value.data() + off + 8);
-            if ((off > 0 && id <= previous_id) || prev >= t) {
+          for (size_t i = 0; i < record.count(); ++i) {
+            const uint64_t id = record.id(i);
+            const uint64_t delta = record.delta(i);
+            const Tick prev = delta == 0 ? 0 : t - delta;
+            if ((i > 0 && id <= previous_id) || delta >= t) {
               parse = Corrupt(p, absl::StrCat("the record of tick ", t,
                                               " has unsorted subscribers or a forward pointer"));
               return false;
@@ -187,9 +188,8 @@ const PFS::Sub* PFS::FindSub(SubscriberId s) const {
 absl::Status PFS::AddSubscriber(SubscriberId s, WriteBatch* batch) {
   GRYPH_RETURN_IF_ERROR(CheckUsable());
   if (subs_.contains(s.value)) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("PFS of pubend ", options_.pubend.value, ": subscriber ", s.value,
-                     " is registered"));
+    return absl::AlreadyExistsError(absl::StrCat("PFS of pubend ", options_.pubend.value,
+                                                 ": subscriber ", s.value, " is registered"));
   }
   Sub sub;
   sub.added_at = last_tick_;
@@ -207,8 +207,8 @@ absl::Status PFS::RemoveSubscriber(SubscriberId s, WriteBatch* batch) {
   GRYPH_RETURN_IF_ERROR(CheckUsable());
   auto it = subs_.find(s.value);
   if (it == subs_.end()) {
-    return absl::NotFoundError(absl::StrCat("PFS of pubend ", options_.pubend.value,
-                                            ": unknown subscriber ", s.value));
+    return absl::NotFoundError(
+        absl::StrCat("PFS of pubend ", options_.pubend.value, ": unknown subscriber ", s.value));
   }
   subs_.erase(it);  // a stale id left in dirty_ is skipped by AppendCheckpoint
   batch->Delete(internal::kPfsSubscribersTable, internal::PfsSubscriberKey(options_.pubend, s));
@@ -240,19 +240,27 @@ absl::Status PFS::Write(Tick t, absl::Span<const SubscriberId> subscribers, Writ
   for (size_t i = 1; i < scratch_subs_.size(); ++i) {
     if (scratch_subs_[i].first == scratch_subs_[i - 1].first) {
       return absl::InvalidArgumentError(absl::StrCat("PFS of pubend ", options_.pubend.value,
-                                                     ": write of tick ", t,
-                                                     " lists subscriber ",
+                                                     ": write of tick ", t, " lists subscriber ",
                                                      scratch_subs_[i].first, " twice"));
     }
   }
 
-  // The record: (subscriber, previous record tick) pairs, sorted by subscriber.
-  scratch_value_.resize(scratch_subs_.size() * kPfsEntryBytes);
+  // The record: (subscriber, tick - previous record tick) pairs sorted by subscriber, each field
+  // as wide as the record's largest needs.
+  uint64_t max_delta = 0;
+  for (const auto& [id, sub] : scratch_subs_) {
+    if (sub->last_index != 0) max_delta = std::max(max_delta, t - sub->last_index);
+  }
+  const int id_bytes = internal::BytesFor(scratch_subs_.back().first);
+  const int delta_bytes = internal::BytesFor(max_delta);
+  scratch_value_.resize(1 + scratch_subs_.size() * static_cast<size_t>(id_bytes + delta_bytes));
   char* out = scratch_value_.data();
+  *out++ = static_cast<char>(internal::PfsRecordHeader(id_bytes, delta_bytes));
   for (auto& [id, sub] : scratch_subs_) {
-    StoreBE64(out, id);
-    StoreBE64(out + 8, sub->last_index);
-    out += kPfsEntryBytes;
+    internal::StoreBEn(out, id, id_bytes);
+    out += id_bytes;
+    internal::StoreBEn(out, sub->last_index == 0 ? 0 : t - sub->last_index, delta_bytes);
+    out += delta_bytes;
     sub->last_index = t;
     if (!sub->dirty) {
       sub->dirty = true;
@@ -311,12 +319,11 @@ absl::Status PFS::Chop(Tick through, WriteBatch* batch) {
   // Recovery replays only the records after the checkpoint: the ones about to be deleted must be
   // in a checkpoint first.
   if (last_tick_ > checkpoint_tick_ && through > checkpoint_tick_) AppendCheckpoint(batch);
-  batch->DeleteRange(kPfsRecordsTable, internal::PfsRecordKey(options_.pubend, chopped_ + 1),
-                     through == kMaxTick ? records_end_
-                                         : internal::PfsRecordKey(options_.pubend, through + 1));
+  batch->DeleteRange(
+      kPfsRecordsTable, internal::PfsRecordKey(options_.pubend, chopped_ + 1),
+      through == kMaxTick ? records_end_ : internal::PfsRecordKey(options_.pubend, through + 1));
   batch->Put(internal::kPfsMetaTable,
-             internal::PfsMetaKey(options_.pubend, internal::kPfsMetaChopped),
-             EncodeBE64(through));
+             internal::PfsMetaKey(options_.pubend, internal::kPfsMetaChopped), EncodeBE64(through));
   chopped_ = through;
   last_tick_ = std::max(last_tick_, through);
   return absl::OkStatus();
@@ -339,9 +346,8 @@ void PFS::MarkCommitted(Tick through) {
     const size_t base = unsettled_offsets_[unsettled_begin_];
     unsettled_ticks_.erase(unsettled_ticks_.begin(),
                            unsettled_ticks_.begin() + static_cast<ptrdiff_t>(unsettled_begin_));
-    unsettled_offsets_.erase(
-        unsettled_offsets_.begin(),
-        unsettled_offsets_.begin() + static_cast<ptrdiff_t>(unsettled_begin_));
+    unsettled_offsets_.erase(unsettled_offsets_.begin(),
+                             unsettled_offsets_.begin() + static_cast<ptrdiff_t>(unsettled_begin_));
     for (size_t& off : unsettled_offsets_) off -= base;
     unsettled_bytes_.erase(0, base);
     unsettled_begin_ = 0;
@@ -371,8 +377,8 @@ absl::StatusOr<absl::string_view> PFS::LookupRecord(Tick t, std::unique_ptr<Curs
     const size_t i = static_cast<size_t>(it - unsettled_ticks_.begin());
     const size_t end =
         i + 1 < unsettled_ticks_.size() ? unsettled_offsets_[i + 1] : unsettled_bytes_.size();
-    return absl::string_view(unsettled_bytes_).substr(unsettled_offsets_[i],
-                                                      end - unsettled_offsets_[i]);
+    return absl::string_view(unsettled_bytes_)
+        .substr(unsettled_offsets_[i], end - unsettled_offsets_[i]);
   }
   if (*cursor == nullptr) {
     GRYPH_ASSIGN_OR_RETURN(*cursor, storage_->NewCursor(kPfsRecordsTable));
@@ -390,34 +396,24 @@ absl::StatusOr<absl::string_view> PFS::LookupRecord(Tick t, std::unique_ptr<Curs
   return c->value();
 }
 
-absl::StatusOr<Tick> PFS::FindPrev(absl::string_view record, Tick t, SubscriberId s) {
-  if (record.empty() || record.size() % kPfsEntryBytes != 0) {
-    return absl::DataLossError(absl::StrCat("PFS: the record of tick ", t, " is ", record.size(),
-                                            " bytes, not a positive multiple of 16"));
+absl::StatusOr<Tick> PFS::FindPrev(absl::string_view value, Tick t, SubscriberId s) {
+  internal::PfsRecordView record;
+  if (!record.Parse(value)) {
+    return absl::DataLossError(
+        absl::StrCat("PFS: the record of tick ", t, " (", value.size(), " bytes) does not parse"));
   }
-  // Binary search over the fixed-width pairs, sorted by subscriber.
-  size_t lo = 0;
-  size_t hi = record.size() / kPfsEntryBytes;
-  while (lo < hi) {
-    const size_t mid = lo + (hi - lo) / 2;
-    const uint64_t id = LoadBE64(record.data() + mid * kPfsEntryBytes);
-    if (id < s.value) {
-      lo = mid + 1;
-    } else if (id > s.value) {
-      hi = mid;
-    } else {
-      const Tick prev = LoadBE64(record.data() + mid * kPfsEntryBytes + 8);
-      if (prev >= t) {
-        return absl::DataLossError(absl::StrCat("PFS: the record of tick ", t,
-                                                " points forward to tick ", prev,
-                                                " for subscriber ", s.value));
-      }
-      return prev;
-    }
+  const size_t i = record.Find(s.value);
+  if (i == record.count()) {
+    return absl::DataLossError(absl::StrCat("PFS: the record of tick ", t,
+                                            " does not hold subscriber ", s.value,
+                                            ", whose back-pointer leads to it"));
   }
-  return absl::DataLossError(absl::StrCat("PFS: the record of tick ", t,
-                                          " does not hold subscriber ", s.value,
-                                          ", whose back-pointer leads to it"));
+  const uint64_t delta = record.delta(i);
+  if (delta >= t) {
+    return absl::DataLossError(absl::StrCat("PFS: the record of tick ", t, " points ", delta,
+                                            " ticks back for subscriber ", s.value));
+  }
+  return delta == 0 ? 0 : t - delta;
 }
 
 absl::StatusOr<std::unique_ptr<PFS::Reader>> PFS::NewReader(SubscriberId s, Tick from, Tick to) {
@@ -476,8 +472,7 @@ absl::Status PFS::Reader::WalkNext() {
   Tick p = seg.start != 0 ? seg.start : sub->last_index;
   while (p > lo) {
     absl::StatusOr<absl::string_view> record = pfs_->LookupRecord(p, &cursor);
-    absl::StatusOr<Tick> prev =
-        record.ok() ? FindPrev(*record, p, subscriber_) : record.status();
+    absl::StatusOr<Tick> prev = record.ok() ? FindPrev(*record, p, subscriber_) : record.status();
     if (!prev.ok()) {
       ticks_.clear();
       return prev.status();
