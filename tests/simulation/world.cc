@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "gryph/exactly_once_checker.h"
 #include "gryph/subscription.h"
 #include "lib/util/coding.h"
 
@@ -334,76 +335,31 @@ void World::Run(absl::Duration faulty, absl::Duration settle) {
 }
 
 std::vector<std::string> World::Check() const {
+  ExactlyOnceChecker checker;
+  for (const auto& [p, events] : log_.events) {
+    for (const auto& [t, e] : events) checker.Logged(p, t, e);
+  }
+  for (int i = 1; i <= options_.pubends; ++i) {
+    const PubendId p{static_cast<uint32_t>(i)};
+    checker.AddPubend(p);
+    auto lp = log_.l_prefix.find(p);
+    if (lp != log_.l_prefix.end()) checker.Released(p, lp->second);
+  }
   std::vector<std::string> bad;
-  auto fail = [&](const SubscriberApp& a, PubendId p, std::string what) {
-    if (bad.size() < 20) bad.push_back(absl::StrCat(a.name, " [", a.selector, "] pubend ", p.value, ": ", what));
-  };
   for (const SubscriberApp& a : subs_) {
     for (const std::string& e : a.errors) bad.push_back(absl::StrCat(a.name, ": ", e));
-    auto sub = Subscription::Create(a.selector);
-    if (!sub.ok()) std::abort();
     if (!a.started) {
       bad.push_back(absl::StrCat(a.name, " never connected"));
       continue;
     }
-    for (int i = 1; i <= options_.pubends; ++i) {
-      const PubendId p{static_cast<uint32_t>(i)};
-      static const std::map<Tick, EventRef> kNone;
-      auto lit = log_.events.find(p);
-      const std::map<Tick, EventRef>& events = lit == log_.events.end() ? kNone : lit->second;
-      auto lp = log_.l_prefix.find(p);
-      const Tick released = lp == log_.l_prefix.end() ? 0 : lp->second;
-      std::vector<Tick> matching;
-      for (const auto& [t, e] : events) {
-        if (t > a.start.Get(p) && sub->Matches(*e)) matching.push_back(t);
-      }
-      auto matches_in = [&](Tick lo, Tick hi) {  // any matching tick in (lo, hi]
-        auto it = std::upper_bound(matching.begin(), matching.end(), lo);
-        return it != matching.end() && *it <= hi;
-      };
-      Tick prev = a.start.Get(p);
-      static const std::vector<Consumed> kEmpty;
-      auto cit = a.consumed.find(p);
-      const std::vector<Consumed>& list = cit == a.consumed.end() ? kEmpty : cit->second;
-      for (const Consumed& c : list) {
-        if (c.tick <= prev) {
-          fail(a, p, absl::StrCat("tick ", c.tick, " not after ", prev, " (duplicate or reorder)"));
-          return bad;
-        }
-        switch (c.kind) {
-          case DeliveryKind::kEvent: {
-            auto e = events.find(c.tick);
-            if (e == events.end()) {
-              fail(a, p, absl::StrCat("Event at ", c.tick, " which the pubend never logged"));
-            } else if (!(*e->second == *c.event)) {
-              fail(a, p, absl::StrCat("Event at ", c.tick, " differs from the log"));
-            }
-            if (matches_in(prev, c.tick - 1)) {
-              fail(a, p, absl::StrCat("Event at ", c.tick, " skipped a match after ", prev));
-            }
-            break;
-          }
-          case DeliveryKind::kSilence:
-            if (matches_in(prev, c.tick)) {
-              fail(a, p, absl::StrCat("Silence at ", c.tick, " hid a match after ", prev));
-            }
-            break;
-          case DeliveryKind::kGap:
-            if (a.well_behaved) fail(a, p, absl::StrCat("well-behaved subscriber got Gap at ", c.tick));
-            if (prev >= released && prev >= a.high_water.Get(p)) {
-              fail(a, p, absl::StrCat("Gap (", prev, ",", c.tick, "] but nothing above ", released,
-                                      " was released and the subscriber had not consumed it"));
-            }
-            break;
-        }
-        prev = c.tick;
-      }
-      if (!matching.empty() && prev < matching.back()) {
-        fail(a, p, absl::StrCat("stopped at ", prev, " but the last match is ", matching.back(),
-                                " (", list.size(), " consumed)"));
-      }
+    ExactlyOnceChecker::SubscriberRecord r{a.name, *Subscription::Create(a.selector), a.start,
+                                           a.high_water, a.well_behaved, {}};
+    for (const auto& [p, list] : a.consumed) {
+      for (const Consumed& c : list) r.consumed[p].push_back({c.kind, c.tick, c.event});
     }
+    checker.AddSubscriber(std::move(r));
   }
+  for (std::string& b : checker.Check()) bad.push_back(std::move(b));
   return bad;
 }
 
