@@ -79,12 +79,10 @@ class PublisherHostingBroker {
   GroupCommitter& committer() { return *committer_; }
 
  private:
-  PublisherHostingBroker(PublisherHostingBrokerOptions options, Storage* storage,
-                         Channel* channel);
+  PublisherHostingBroker(PublisherHostingBrokerOptions options, Channel* channel);
   absl::Time Now() const;
 
   const PublisherHostingBrokerOptions options_;
-  Storage* const storage_;
   Channel* const channel_;
   std::unique_ptr<GroupCommitter> committer_;
   std::map<PubendId, std::unique_ptr<Pubend>> pubends_;

@@ -89,6 +89,9 @@ absl::Status Pubend::Recover() {
 
   const std::string begin = internal::PubendPrefix(p);
   const std::string end = internal::PubendEnd(p);
+  // Scan callbacks fill locals (the lock analysis does not follow into lambdas).
+  absl::btree_map<std::string, Downstream> downstream;
+  absl::flat_hash_map<std::string, Publisher> publishers;
   absl::Status parse;
   GRYPH_RETURN_IF_ERROR(storage_->Scan(
       internal::kDownstreamTable, begin, end, [&](absl::string_view key, absl::string_view value) {
@@ -96,7 +99,7 @@ absl::Status Pubend::Recover() {
           parse = absl::DataLossError("pubend downstream row is not 16 bytes");
           return false;
         }
-        downstream_[std::string(key.substr(4))] =
+        downstream[std::string(key.substr(4))] =
             Downstream{DecodeFixed64BE(value.data()), DecodeFixed64BE(value.data() + 8)};
         return true;
       }));
@@ -122,9 +125,11 @@ absl::Status Pubend::Recover() {
           return false;
         }
         pub.last_sequence = pub.committed.empty() ? 0 : pub.committed.back().sequence;
-        publishers_[std::string(key.substr(4))] = std::move(pub);
+        publishers[std::string(key.substr(4))] = std::move(pub);
         return true;
       }));
+  downstream_ = std::move(downstream);
+  publishers_ = std::move(publishers);
   return parse;
 }
 

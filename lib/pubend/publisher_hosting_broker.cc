@@ -8,15 +8,15 @@
 namespace gryph {
 
 PublisherHostingBroker::PublisherHostingBroker(PublisherHostingBrokerOptions options,
-                                               Storage* storage, Channel* channel)
-    : options_(std::move(options)), storage_(storage), channel_(channel) {}
+                                               Channel* channel)
+    : options_(std::move(options)), channel_(channel) {}
 
 absl::StatusOr<std::unique_ptr<PublisherHostingBroker>> PublisherHostingBroker::Open(
     PublisherHostingBrokerOptions options, Storage* storage, Channel* channel) {
   if (options.pubends.empty()) return absl::InvalidArgumentError("a PHB needs a pubend");
   if (!options.clock) options.clock = [] { return absl::Now(); };
   std::unique_ptr<PublisherHostingBroker> phb(
-      new PublisherHostingBroker(std::move(options), storage, channel));
+      new PublisherHostingBroker(std::move(options), channel));
   GroupCommitOptions gc = phb->options_.group_commit;
   gc.clock = phb->options_.clock;
   PublisherHostingBroker* self = phb.get();
