@@ -78,6 +78,7 @@ struct Scenario {
   // One round of the event loop: a bounded number of messages, then timers every 5 ms.
   void Pump(absl::Time now) {
     if (net.Deliver(20'000) == 0) std::this_thread::yield();
+    shb->Flush();
     if (now - last_timer < absl::Milliseconds(5)) return;
     last_timer = now;
     shb->OnTimer(now);

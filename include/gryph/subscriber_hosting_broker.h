@@ -95,8 +95,13 @@ class SubscriberHostingBroker {
       SubscriberHostingBrokerOptions options, Storage* storage, Channel* channel);
   ~SubscriberHostingBroker();
 
-  // Handles one message (the channel receiver calls this).
+  // Handles one message (the channel receiver calls this). Knowledge is only accumulated here;
+  // Flush() delivers it.
   void HandleMessage(absl::string_view from, const Message& message);
+  // Delivers what the knowledge received since the last call allows: constreams (one storage
+  // commit for all pubends), then catchup streams. Call it after handing the broker a batch of
+  // messages; OnTimer calls it too.
+  void Flush();
   // Nacks, releases, Silence and persistence of acks. Call every few milliseconds.
   void OnTimer(absl::Time now);
 
@@ -148,9 +153,10 @@ class SubscriberHostingBroker {
   void OnDisconnect(absl::string_view from, const std::string& subscription);
   void OnUnsubscribe(absl::string_view from, const std::string& subscription);
 
-  // Advances the constream and the catchup streams of `p` as far as knowledge allows.
-  void Pump(PubendState& p);
-  absl::Status AdvanceConStream(PubendState& p);
+  // Advances every constream as far as knowledge allows, one commit per round for all pubends.
+  absl::Status AdvanceConStreams();
+  // Drops cached events of `p` that no catchup needs, beyond the cache window.
+  void Forget(PubendState& p);
   void StepCatchups(PubendState& p);
   void Nack(PubendState& p, const std::string& requester, const std::vector<TickRange>& ranges);
   void EndSession(SubscriptionState& s);
@@ -172,6 +178,7 @@ class SubscriberHostingBroker {
   absl::flat_hash_map<uint64_t, std::string> names_;  // subscriber id -> subscription name
   absl::btree_map<std::string, std::vector<PubendId>> dirty_released_;
   absl::Time last_release_ = absl::InfinitePast();
+  bool dirty_ = false;  // knowledge arrived since the last Flush
 };
 
 }  // namespace gryph

@@ -214,13 +214,20 @@ void SubscriberHostingBroker::OnKnowledge(absl::string_view from, const Knowledg
     p.highest_seen = std::max(p.highest_seen, s.range.last);
   }
   p.curiosity.Prune(p.istream);
-  Pump(p);
+  dirty_ = true;
 }
 
-void SubscriberHostingBroker::Pump(PubendState& p) {
-  if (!status_.ok()) return;
-  if (!AdvanceConStream(p).ok()) return;
-  StepCatchups(p);
+void SubscriberHostingBroker::Flush() {
+  if (!dirty_ || !status_.ok()) return;
+  dirty_ = false;
+  if (!AdvanceConStreams().ok()) return;
+  for (auto& [id, p] : pubends_) {
+    StepCatchups(p);
+    Forget(p);
+  }
+}
+
+void SubscriberHostingBroker::Forget(PubendState& p) {
   // Forget events no catchup stream needs, beyond the cache window.
   const Tick ld = p.constream->latest_delivered();
   Tick forget = ld > options_.event_cache_ticks ? ld - options_.event_cache_ticks : 0;
@@ -236,36 +243,45 @@ void SubscriberHostingBroker::Pump(PubendState& p) {
   }
 }
 
-absl::Status SubscriberHostingBroker::AdvanceConStream(PubendState& p) {
+absl::Status SubscriberHostingBroker::AdvanceConStreams() {
+  // Every round takes what each pubend's doubt horizon allows and commits it, for all pubends,
+  // in ONE transaction: the PFS records with the new latestDelivered values.
   for (;;) {
-    ConStream::Batch batch = p.constream->Next(p.istream, options_.max_batch_events);
-    if (batch.through == p.constream->latest_delivered()) return absl::OkStatus();
     WriteBatch wb;
-    std::vector<DeliveryMessage> deliveries;
+    std::vector<std::pair<PubendState*, Tick>> advanced;
+    std::vector<std::pair<PubendState*, DeliveryMessage>> deliveries;
     std::vector<SubscriberId> matched;
-    for (const KnowledgeSpan& d : batch.data) {
-      matched.clear();
-      for (const auto& [name, s] : subscriptions_) {
-        if (!s.subscription.Matches(*d.event)) continue;
-        matched.push_back(s.id);
-        if (p.constream->IsMember(name)) {
-          deliveries.push_back(
-              DeliveryMessage{name, p.id, DeliveryKind::kEvent, d.range.first, d.event});
+    for (auto& [id, p] : pubends_) {
+      ConStream::Batch batch = p.constream->Next(p.istream, options_.max_batch_events);
+      if (batch.through == p.constream->latest_delivered()) continue;
+      for (const KnowledgeSpan& d : batch.data) {
+        matched.clear();
+        for (const auto& [name, s] : subscriptions_) {
+          if (!s.subscription.Matches(*d.event)) continue;
+          matched.push_back(s.id);
+          if (p.constream->IsMember(name)) {
+            deliveries.emplace_back(
+                &p, DeliveryMessage{name, p.id, DeliveryKind::kEvent, d.range.first, d.event});
+          }
+        }
+        if (!matched.empty()) {
+          GRYPH_RETURN_IF_ERROR(p.pfs->Write(d.range.first, matched, &wb));
+          ++stats_.pfs_records;
         }
       }
-      if (!matched.empty()) {
-        GRYPH_RETURN_IF_ERROR(p.pfs->Write(d.range.first, matched, &wb));
-        ++stats_.pfs_records;
-      }
+      wb.Put(kDeliveredTable, PubendKey(p.id), Fixed64(batch.through));
+      advanced.emplace_back(&p, batch.through);
     }
-    wb.Put(kDeliveredTable, PubendKey(p.id), Fixed64(batch.through));
+    if (advanced.empty()) return absl::OkStatus();
     GRYPH_RETURN_IF_ERROR(Commit(wb));
-    p.pfs->MarkCommitted(p.pfs->last_timestamp());
-    p.constream->Advanced(batch.through);
+    for (auto& [p, through] : advanced) {
+      p->pfs->MarkCommitted(p->pfs->last_timestamp());
+      p->constream->Advanced(through);
+    }
     const absl::Time now = Now();
-    for (DeliveryMessage& d : deliveries) {
+    for (auto& [p, d] : deliveries) {
       const std::string& to = subscriptions_.at(d.subscription).session;
-      p.constream->NoteDelivered(d.subscription, d.tick, now);
+      p->constream->NoteDelivered(d.subscription, d.tick, now);
       ++stats_.events_delivered;
       Send(to, std::move(d));
     }
@@ -582,8 +598,9 @@ void SubscriberHostingBroker::OnTimer(absl::Time now) {
         }
       }
     }
-    Pump(p);
   }
+  dirty_ = true;
+  Flush();
   if (release_due) last_release_ = now;
   if (!wb.empty() || !dirty_released_.empty()) (void)Commit(wb);
 }
