@@ -174,7 +174,7 @@ struct Harness {
   std::unique_ptr<PFS> pfs;
 };
 
-// A record value as docs/pfs_format.md specifies it, written independently of the PFS: a header
+// A record value as docs/format.md ("PFS") specifies it, written independently of the PFS: a header
 // with the widths, then (subscriber, tick - previous tick or 0) pairs, big-endian.
 std::string Rec(Tick t, std::vector<std::pair<uint64_t, Tick>> entries) {
   auto width = [](uint64_t v) {

@@ -8,7 +8,7 @@
 // following its back-pointers from lastIndex(s); every tick in the window that is not reported Q
 // is S for that subscriber. The released prefix of the log is chopped.
 //
-// Design (docs/pfs_format.md has every byte):
+// Design (docs/format.md ("PFS") has every byte):
 //
 // * Records are keyed by (pubend, tick): the record index IS the tick. The paper's log volume
 //   assigns each record a separate monotonic index; in an ordered key-value store the tick is
@@ -32,7 +32,7 @@
 //   without decoding the record. Why not the paper's fixed 16 bytes: LMDB splits a 4 KiB page
 //   so that two 1.6 KB records (n = 100) fill a page each, so the paper's layout cost 4 KiB of
 //   store per record at n = 100 against ~520 bytes for this one, and a batch read, which visits
-//   records at random, ran slower for the larger footprint (see docs/pfs_format.md).
+//   records at random, ran slower for the larger footprint (see docs/format.md ("PFS")).
 //
 // * lastIndex(s) lives in memory and is checkpointed, not written per record. Every
 //   `checkpoint_interval` records (and on Checkpoint(), and before a Chop that would discard

@@ -1,4 +1,4 @@
-// Internal: the PFS's tables and key and value layouts (docs/pfs_format.md).
+// Internal: the PFS's tables and key and value layouts (docs/format.md ("PFS")).
 
 #ifndef GRYPH_LIB_PFS_PFS_KEYS_H_
 #define GRYPH_LIB_PFS_PFS_KEYS_H_
@@ -61,7 +61,7 @@ inline uint64_t LoadBEn(const char* p, int w) {
   return __builtin_bswap64(v) >> (8 * (8 - w));
 }
 
-// A record value (docs/pfs_format.md, "pfs.records"):
+// A record value (docs/format.md ("PFS"), "pfs.records"):
 //
 //   record := header:u8 entry{n}                      n >= 1
 //   header := 0 iii 0 ddd    (bits 7 and 3 zero; id_bytes = iii + 1, delta_bytes = ddd + 1)
