@@ -376,3 +376,27 @@ TEST_CASE("keys map to pubends stably", "[pubend]") {
 
 }  // namespace
 }  // namespace gryph
+
+namespace gryph {
+namespace {
+
+TEST_CASE("released events are reclaimed in bounded chunks, also across a restart",
+          "[pubend][release]") {
+  Harness h;
+  const size_t total = 2 * Pubend::kReclaimChunk + 100;
+  for (size_t i = 0; i < total; ++i) h.Publish(Order(static_cast<int64_t>(i)));
+  REQUIRE_OK(h.phb->Flush());
+  const Tick last = h.pubend().committed_tick();
+  REQUIRE_OK(h.Release("shb1", last, last));
+  REQUIRE_OK(h.Release("shb2", last, last));
+  h.Advance(absl::Milliseconds(1));  // the L prefix moves; the first chunk goes
+  REQUIRE(h.pubend().l_prefix() == last);
+  REQUIRE(h.StoredEvents() == total - Pubend::kReclaimChunk);
+  h.Restart();
+  REQUIRE(h.pubend().l_prefix() == last);
+  for (int i = 0; i < 4; ++i) h.Advance(absl::Milliseconds(1));
+  REQUIRE(h.StoredEvents() == 0);
+}
+
+}  // namespace
+}  // namespace gryph

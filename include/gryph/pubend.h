@@ -22,6 +22,9 @@
 // kSequenceWindow sequences returns the original tick and logs nothing, also after a restart and
 // while the original is still being committed; an older retry fails with AlreadyExists.
 //
+// Released events are deleted in chunks of kReclaimChunk per OnTimer once the L prefix moved;
+// the L prefix itself is durable at once, and nothing at or below it is ever served as D again.
+//
 // Persistence (docs/format.md, "Pubend"): tables pubend.events, pubend.meta, pubend.downstream and
 // pubend.publishers in the shared storage; several pubends share one storage and one
 // GroupCommitter (one fsync for all).
@@ -79,6 +82,8 @@ class Pubend {
  public:
   // How many of a publisher's latest sequences are remembered for retries.
   static constexpr size_t kSequenceWindow = 16;
+  // Released events are deleted at most this many per commit (OnTimer), after the L prefix moved.
+  static constexpr size_t kReclaimChunk = 4096;
 
   using PublishDone = absl::AnyInvocable<void(absl::StatusOr<Tick>) &&>;
 
@@ -162,6 +167,8 @@ class Pubend {
   void Fail(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the release condition at `now`; submits the reclaiming commit when L advances.
   void MaybeRelease(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Deletes the next chunk of events below the L prefix.
+  void ReclaimSome() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistDownstream(const std::string& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendLocked(KnowledgeMessage message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FlushKnowledgeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -182,6 +189,8 @@ class Pubend {
   Tick committed_ ABSL_GUARDED_BY(mu_) = 0;   // T(p), durable
   Tick l_prefix_ ABSL_GUARDED_BY(mu_) = 0;    // durable L prefix
   Tick releasing_ ABSL_GUARDED_BY(mu_) = 0;   // L prefix being committed (>= l_prefix_)
+  Tick reclaimed_ ABSL_GUARDED_BY(mu_) = 0;   // events at or below are deleted
+  bool reclaiming_ ABSL_GUARDED_BY(mu_) = false;
   size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0; // publishes and heartbeats not yet committed
   absl::Time last_activity_ ABSL_GUARDED_BY(mu_);
   std::vector<KnowledgeSpan> unsent_ ABSL_GUARDED_BY(mu_);  // committed, in tick order

@@ -285,6 +285,7 @@ void Pubend::OnTimer(absl::Time now) {
   if (!status_.ok()) return;
   FlushKnowledgeLocked();
   MaybeRelease(now);
+  ReclaimSome();
   if (in_flight_ > 0 || now - last_activity_ < options_.heartbeat) return;
   last_activity_ = now;
   const Tick t = NowTick(now);
@@ -311,6 +312,47 @@ void Pubend::OnTimer(absl::Time now) {
   });
 }
 
+void Pubend::ReclaimSome() {
+  if (reclaiming_ || reclaimed_ >= l_prefix_) return;
+  absl::StatusOr<std::unique_ptr<Cursor>> c = storage_->NewCursor(internal::kEventsTable);
+  if (!c.ok()) {
+    Fail(c.status());
+    return;
+  }
+  Tick last = 0;
+  size_t n = 0;
+  for ((*c)->Seek(EventKey(options_.id, reclaimed_ + 1)); (*c)->Valid() && n < kReclaimChunk;
+       (*c)->Next(), ++n) {
+    absl::string_view key = (*c)->key();
+    if (key.size() != 12 || internal::DecodeFixed32BE(key.data()) != options_.id.value) break;
+    const Tick t = DecodeFixed64BE(key.data() + 4);
+    if (t > l_prefix_) break;
+    last = t;
+  }
+  if (absl::Status st = (*c)->status(); !st.ok()) {
+    Fail(st);
+    return;
+  }
+  c->reset();
+  if (n == 0 || last == 0) {  // nothing left below the L prefix
+    reclaimed_ = l_prefix_;
+    return;
+  }
+  WriteBatch batch;
+  batch.DeleteRange(internal::kEventsTable, EventKey(options_.id, reclaimed_ + 1),
+                    EventKey(options_.id, last + 1));
+  reclaiming_ = true;
+  committer_->Submit(std::move(batch), 0, [this, last](absl::Status s) {
+    absl::MutexLock l(&mu_);
+    reclaiming_ = false;
+    if (!s.ok()) {
+      Fail(s);
+      return;
+    }
+    reclaimed_ = std::max(reclaimed_, last);
+  });
+}
+
 void Pubend::MaybeRelease(absl::Time now) {
   if (downstream_.empty() || !status_.ok()) return;
   Tick tr = kMaxTick;
@@ -330,10 +372,9 @@ void Pubend::MaybeRelease(absl::Time now) {
   }
   target = std::min(target, committed_);
   if (target <= releasing_) return;
+  // The L prefix moves at once; the events below it are deleted by ReclaimSome in bounded chunks
+  // (one huge delete could exceed what one storage transaction may touch).
   WriteBatch batch;
-  batch.DeleteRange(internal::kEventsTable, EventKey(options_.id, releasing_ + 1),
-                    target == kMaxTick ? internal::PubendEnd(options_.id)
-                                       : EventKey(options_.id, target + 1));
   batch.Put(internal::kMetaTable, MetaKey(options_.id, internal::kMetaLPrefix),
             EncodeFixed64(target));
   releasing_ = target;  // nack answers treat ticks up to here as L from now on
