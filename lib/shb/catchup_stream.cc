@@ -55,6 +55,9 @@ void CatchupStream::Step(const KnowledgeStream& knowledge, Tick latest_delivered
     const Tick t = matches_.front();
     const KnowledgeSpan span = knowledge.SpanAt(t);
     if (span.value == TickValue::kQ) {
+      // Still waiting for what was nacked: nothing to do until knowledge arrives (this is the
+      // common case while many catchups wait, so it must cost O(1)).
+      if (t <= nacked_through_) return;
       // Nack the next matches that are unknown, up to the flow-control window.
       size_t window = 0;
       for (Tick m : matches_) {
