@@ -17,6 +17,8 @@
 //   pfs_records        PFS records with n = 1, 10, 100 subscribers each, beside a raw LMDB append
 //                      of 250-byte values (n, records_per_s, bytes_per_record,
 //                      written_bytes_per_record, baseline_records_per_s, ratio_to_baseline)
+//   pfs_open           PFS::Open (restart) time with 1,000 or 100,000 subscribers and 10,000 or
+//                      100,000 records (subscribers, records, tail_records, open_ms)
 //
 // Every figure is the median of several runs; compare figures against the baselines printed in
 // the same run, since this machine is small and shared.
