@@ -27,6 +27,8 @@
 //   pfs_records        PFS records with n = 1, 10, 100 subscribers each, beside a raw LMDB append
 //                      of 250-byte values (n, records_per_s, bytes_per_record,
 //                      written_bytes_per_record, baseline_records_per_s, ratio_to_baseline)
+//   pfs_open           PFS::Open (restart) time with 1,000 or 100,000 subscribers and 10,000 or
+//                      100,000 records (subscribers, records, tail_records, open_ms)
 //   publish_sync       durable publish throughput, 250-byte payloads, 1 and 4 pubends, sync
 //                      (events_per_s, pubends)
 //   publish_nosync     the same with Durability::kNoSync (events_per_s, pubends)

@@ -10,6 +10,8 @@
 //   pfs_records
 //       Records per second with n = 1, 10, 100 subscribers per record, beside a raw LMDB append
 //       of 250-byte values (1,000 per sync transaction) measured in the same run.
+//   pfs_open
+//       Restart: the time PFS::Open takes as subscribers and history grow.
 //
 // Byte figures: `bytes_per_*` is what the store grew by (Storage::ApproximateBytesUsed: LMDB
 // pages in use, overhead included); `written_bytes_per_*` is what the process wrote to files
@@ -330,6 +332,64 @@ GRYPH_WORKLOAD(pfs_records) {
         .Add("baseline_written_bytes_per_record", b.written_bytes)
         .Add("ratio_to_baseline", f.per_s / b.per_s)
         .Print();
+  }
+}
+
+// Restart cost: PFS::Open reads one row per subscriber and the records after the last
+// checkpoint, not the history. Records match 10 random subscribers each.
+GRYPH_WORKLOAD(pfs_open) {
+  for (uint64_t subscribers : {uint64_t{1000}, uint64_t{100'000}}) {
+    for (uint64_t records : {uint64_t{10'000}, uint64_t{100'000}}) {
+      const std::string dir = ctx.scratch_dir + "/db";
+      PfsOptions o;
+      o.pubend = PubendId{1};
+      {
+        std::unique_ptr<Storage> storage = OpenFresh(dir, Durability::kNoSync);
+        std::unique_ptr<PFS> pfs = Check(PFS::Open(o, storage.get()), "PFS::Open");
+        WriteBatch batch;
+        for (uint64_t s = 1; s <= subscribers; ++s) {
+          Check(pfs->AddSubscriber(SubscriberId{s}, &batch), "AddSubscriber");
+        }
+        Check(pfs->Commit(batch), "Commit");
+        batch.Clear();
+        std::mt19937_64 rng(99);
+        std::vector<SubscriberId> set;
+        for (uint64_t r = 1; r <= records; ++r) {
+          set.clear();
+          for (int i = 0; i < 10; ++i) set.push_back(SubscriberId{1 + rng() % subscribers});
+          std::sort(set.begin(), set.end());
+          set.erase(std::unique(set.begin(), set.end()), set.end());
+          Check(pfs->Write(r * kTickSpacing, set, &batch), "Write");
+          if (r % kEventsPerTxn == 0 || r == records) {
+            Check(pfs->Commit(batch), "Commit");
+            batch.Clear();
+          }
+        }
+      }
+      std::unique_ptr<Storage> storage = Check(
+          [&] {
+            StorageOptions so;
+            so.path = dir;
+            so.durability = Durability::kNoSync;
+            return OpenLmdbStorage(so);
+          }(),
+          "OpenLmdbStorage");
+      size_t tail = 0;
+      const double ms = MedianOf(5, [&] {
+        const auto start = Clock::now();
+        std::unique_ptr<PFS> pfs = Check(PFS::Open(o, storage.get()), "PFS::Open");
+        const double elapsed =
+            std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+        tail = pfs->recovered_tail_records();
+        return elapsed;
+      });
+      Report("pfs_open")
+          .Add("subscribers", static_cast<int64_t>(subscribers))
+          .Add("records", static_cast<int64_t>(records))
+          .Add("tail_records", static_cast<int64_t>(tail))
+          .Add("open_ms", ms)
+          .Print();
+    }
   }
 }
 
