@@ -85,5 +85,67 @@ TEST_CASE("four pubends with early release under faults", "[simulation]") {
   RunSeeds("4 pubends, maxRetain 300ms", o, 5000, 500);
 }
 
+TEST_CASE("PHB to intermediate to two SHBs under faults", "[simulation][intermediate]") {
+  WorldOptions o;
+  o.intermediate = true;
+  o.ib_filters = true;
+  o.subscribers = 8;
+  o.broker_link.loss = 0.05;
+  o.broker_link.duplicate = 0.02;
+  o.broker_link.max_delay = absl::Milliseconds(5);
+  o.broker_link.fifo = false;
+  o.subscriber_disconnect = 0.03;
+  o.subscriber_old_checkpoint = 0.3;
+  o.subscriber_crash = 0.01;
+  o.shb_crash = 0.01;
+  o.phb_crash = 0.01;
+  o.ib_crash = 0.02;
+  RunSeeds("phb->ib->2 shbs", o, 9000, 500);
+}
+
+TEST_CASE("a quiet run through the intermediate delivers every match exactly once",
+          "[simulation][intermediate]") {
+  WorldOptions o;
+  o.intermediate = true;
+  o.ib_filters = true;
+  o.subscribers = 8;
+  World w(3, o);
+  w.Run(absl::Seconds(2), absl::Seconds(2));
+  const std::vector<std::string> bad = w.Check();
+  for (const std::string& b : bad) UNSCOPED_INFO(b);
+  REQUIRE(bad.empty());
+  REQUIRE(w.events_consumed() > 500);
+  for (const char* shb : {"shb-a", "shb-b"}) {
+    REQUIRE(w.shb(shb)->stats().conflicting_knowledge == 0);
+  }
+  REQUIRE(w.ib()->stats().conflicting_knowledge == 0);
+  REQUIRE(w.ib()->stats().events_filtered > 0);  // shb-a's subscribers want only some events
+  REQUIRE(w.ib()->stats().releases_sent > 0);
+}
+
+TEST_CASE("on lossy links the intermediate answers from its cache and consolidates nacks",
+          "[simulation][intermediate]") {
+  WorldOptions o;
+  o.intermediate = true;
+  o.ib_filters = true;
+  o.subscribers = 8;
+  o.broker_link.loss = 0.05;
+  o.broker_link.duplicate = 0.02;
+  o.broker_link.max_delay = absl::Milliseconds(5);
+  o.broker_link.fifo = false;
+  o.subscriber_disconnect = 0.03;
+  World w(1, o);
+  w.Run(absl::Seconds(3), absl::Seconds(4));
+  const std::vector<std::string> bad = w.Check();
+  for (const std::string& b : bad) UNSCOPED_INFO(b);
+  REQUIRE(bad.empty());
+  const IntermediateBroker::Stats& s = w.ib()->stats();
+  REQUIRE(s.ticks_answered_from_cache > 0);
+  REQUIRE(s.nack_ranges_consolidated > 0);
+  REQUIRE(s.nacks_sent > 0);
+  REQUIRE(s.conflicting_knowledge == 0);
+  REQUIRE(s.unknown_senders == 0);
+}
+
 }  // namespace
 }  // namespace gryph::sim

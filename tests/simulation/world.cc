@@ -68,7 +68,7 @@ class PhbNode : public SimNode {
       po.max_spans_per_message = 64;
       o.pubends.push_back(po);
     }
-    o.downstream = {"shb"};
+    o.downstream = {w->options_.intermediate ? "ib" : "shb"};
     o.commit_thread = false;
     o.group_commit.max_records = 64;
     o.group_commit.max_delay = absl::Milliseconds(1);
@@ -122,10 +122,11 @@ class PhbNode : public SimNode {
 
 class ShbNode : public SimNode {
  public:
-  ShbNode(SimContext& ctx, World* w) : ctx_(ctx), storage_(w->shb_state_) {
+  ShbNode(SimContext& ctx, World* w) : ctx_(ctx), storage_(w->shb_states_.at(ctx.name())) {
     SubscriberHostingBrokerOptions o;
+    const char* upstream = w->options_.intermediate ? "ib" : "phb";
     for (int i = 1; i <= w->options_.pubends; ++i) {
-      o.pubends.push_back({PubendId{static_cast<uint32_t>(i)}, "phb"});
+      o.pubends.push_back({PubendId{static_cast<uint32_t>(i)}, upstream});
     }
     o.silence_interval = absl::Milliseconds(300);
     o.event_cache_ticks = 200'000;  // 200 ms: catchups beyond it nack from the PHB
@@ -151,13 +152,50 @@ class ShbNode : public SimNode {
   std::unique_ptr<SubscriberHostingBroker> shb_;
 };
 
+// The intermediate broker between the PHB and the two SHBs. It keeps nothing across a crash.
+class IbNode : public SimNode {
+ public:
+  IbNode(SimContext& ctx, World* w) : ctx_(ctx) {
+    IntermediateBrokerOptions o;
+    for (int i = 1; i <= w->options_.pubends; ++i) {
+      o.pubends.push_back({PubendId{static_cast<uint32_t>(i)}, "phb"});
+    }
+    for (const std::string& shb : w->ShbNames()) {
+      IntermediateBrokerOptions::Downstream d{shb, {}};
+      if (w->options_.ib_filters) {
+        for (const SubscriberApp& app : w->subs_) {
+          if (app.broker == shb) d.filter.push_back(*Subscription::Create(app.selector));
+        }
+      }
+      o.downstream.push_back(std::move(d));
+    }
+    o.cache_ticks = 300'000;  // 300 ms: older nacks go on to the PHB
+    o.cache_events = 1024;
+    o.max_spans_per_message = 64;
+    auto ib = IntermediateBroker::Open(std::move(o), &ctx.channel());
+    if (!ib.ok()) std::abort();
+    ib_ = *std::move(ib);
+    Tick();
+  }
+  IntermediateBroker* ib() { return ib_.get(); }
+
+ private:
+  void Tick() {
+    ib_->OnTimer(ctx_.Now());
+    ctx_.After(absl::Milliseconds(5), [this] { Tick(); });
+  }
+
+  SimContext& ctx_;
+  std::unique_ptr<IntermediateBroker> ib_;
+};
+
 class SubscriberNode : public SimNode, public DurableSubscriber::Handler {
  public:
   SubscriberNode(SimContext& ctx, SubscriberApp* app) : ctx_(ctx), app_(app) {
     DurableSubscriberOptions o;
     o.subscription = app->name;
     o.selector = app->selector;
-    o.broker = "shb";
+    o.broker = app->broker;
     o.checkpoint = app->ct;
     o.epoch = ++app->epoch;
     o.ack_interval = absl::Milliseconds(50);
@@ -232,16 +270,28 @@ class SubscriberNode : public SimNode, public DurableSubscriber::Handler {
 };
 
 World::World(uint64_t seed, WorldOptions options) : options_(options), sim_(seed) {
-  sim_.SetLink("phb", "shb", options_.broker_link);
-  sim_.SetLink("shb", "phb", options_.broker_link);
+  for (const auto& [a, b] : BrokerLinks()) {
+    sim_.SetLink(a, b, options_.broker_link);
+    sim_.SetLink(b, a, options_.broker_link);
+  }
   subs_.resize(options_.subscribers);
   for (int i = 0; i < options_.subscribers; ++i) {
     subs_[i].name = absl::StrCat("sub-", i);
     subs_[i].selector = kSelectors[i % std::size(kSelectors)];
+    subs_[i].broker = options_.intermediate ? (i % 2 == 1 ? "shb-a" : "shb-b") : "shb";
   }
-  if (!sim_.AddNode("phb", [this](SimContext& c) { return std::make_unique<PhbNode>(c, this); }).ok() ||
-      !sim_.AddNode("shb", [this](SimContext& c) { return std::make_unique<ShbNode>(c, this); }).ok()) {
+  for (const std::string& shb : ShbNames()) shb_states_[shb] = MemoryStorage::NewState();
+  if (!sim_.AddNode("phb", [this](SimContext& c) { return std::make_unique<PhbNode>(c, this); }).ok()) {
     std::abort();
+  }
+  if (options_.intermediate &&
+      !sim_.AddNode("ib", [this](SimContext& c) { return std::make_unique<IbNode>(c, this); }).ok()) {
+    std::abort();
+  }
+  for (const std::string& shb : ShbNames()) {
+    if (!sim_.AddNode(shb, [this](SimContext& c) { return std::make_unique<ShbNode>(c, this); }).ok()) {
+      std::abort();
+    }
   }
   for (SubscriberApp& app : subs_) {
     SubscriberApp* a = &app;
@@ -251,9 +301,31 @@ World::World(uint64_t seed, WorldOptions options) : options_(options), sim_(seed
   }
 }
 
-SubscriberHostingBroker* World::shb() {
-  ShbNode* n = sim_.node_as<ShbNode>("shb");
+std::vector<std::string> World::ShbNames() const {
+  if (options_.intermediate) return {"shb-a", "shb-b"};
+  return {"shb"};
+}
+
+std::vector<std::string> World::BrokerNames() const {
+  std::vector<std::string> names = {"phb"};
+  if (options_.intermediate) names.push_back("ib");
+  for (std::string& shb : ShbNames()) names.push_back(std::move(shb));
+  return names;
+}
+
+std::vector<std::pair<std::string, std::string>> World::BrokerLinks() const {
+  if (!options_.intermediate) return {{"phb", "shb"}};
+  return {{"phb", "ib"}, {"ib", "shb-a"}, {"ib", "shb-b"}};
+}
+
+SubscriberHostingBroker* World::shb(const std::string& name) {
+  ShbNode* n = sim_.node_as<ShbNode>(name);
   return n == nullptr ? nullptr : n->shb();
+}
+
+IntermediateBroker* World::ib() {
+  IbNode* n = sim_.node_as<IbNode>("ib");
+  return n == nullptr ? nullptr : n->ib();
 }
 
 uint64_t World::events_consumed() const {
@@ -304,11 +376,29 @@ void World::FaultTick() {
       sim_.Schedule(later(20, 400), [this, a] { sim_.Restart(a->name); });
     }
   }
-  if (sim_.is_up("shb") && chance(options_.shb_crash)) {
-    shb_crashed_ever_ = true;
-    for (SubscriberApp& app : subs_) app.well_behaved = false;
-    sim_.Crash("shb");
-    sim_.Schedule(later(20, 400), [this] { sim_.Restart("shb"); });
+  if (!options_.intermediate) {
+    if (sim_.is_up("shb") && chance(options_.shb_crash)) {
+      shb_crashed_ever_ = true;
+      for (SubscriberApp& app : subs_) app.well_behaved = false;
+      sim_.Crash("shb");
+      sim_.Schedule(later(20, 400), [this] { sim_.Restart("shb"); });
+    }
+  } else {
+    for (const std::string& shb : ShbNames()) {
+      if (!sim_.is_up(shb) || !chance(options_.shb_crash)) continue;
+      shb_crashed_ever_ = true;
+      for (SubscriberApp& app : subs_) {
+        if (app.broker == shb) app.well_behaved = false;
+      }
+      sim_.Crash(shb);
+      sim_.Schedule(later(20, 400), [this, shb] { sim_.Restart(shb); });
+    }
+    // An intermediate crash ends no session: its subscribers stay well behaved.
+    if (sim_.is_up("ib") && chance(options_.ib_crash)) {
+      ib_crashed_ever_ = true;
+      sim_.Crash("ib");
+      sim_.Schedule(later(20, 300), [this] { sim_.Restart("ib"); });
+    }
   }
   if (sim_.is_up("phb") && chance(options_.phb_crash)) {
     sim_.Crash("phb");
@@ -321,11 +411,13 @@ void World::Run(absl::Duration faulty, absl::Duration settle) {
   sim_.Schedule(absl::Milliseconds(50), [this] { FaultTick(); });
   sim_.RunFor(faulty);
   faults_on_ = false;
-  sim_.SetLink("phb", "shb", LinkProfile{});
-  sim_.SetLink("shb", "phb", LinkProfile{});
+  for (const auto& [a, b] : BrokerLinks()) {
+    sim_.SetLink(a, b, LinkProfile{});
+    sim_.SetLink(b, a, LinkProfile{});
+  }
   // Let pending restarts happen, then make sure everything is up and connected.
   sim_.RunFor(absl::Seconds(1));
-  for (const char* n : {"phb", "shb"}) sim_.Restart(n);
+  for (const std::string& n : BrokerNames()) sim_.Restart(n);
   for (SubscriberApp& app : subs_) {
     app.want_connected = true;
     sim_.Restart(app.name);

@@ -1,6 +1,7 @@
 // The deterministic simulation world for gryph's end-to-end tests: a PHB with its pubends and a
-// publishing application, an SHB, and durable subscriber applications, all on the Simulator,
-// with seeded faults; and the oracle that checks every subscriber against the pubends' logs.
+// publishing application, an SHB (or an intermediate broker "ib" feeding two SHBs "shb-a" and
+// "shb-b"), and durable subscriber applications, all on the Simulator, with seeded faults; and
+// the oracle that checks every subscriber against the pubends' logs.
 
 #ifndef GRYPH_TESTS_SIMULATION_WORLD_H_
 #define GRYPH_TESTS_SIMULATION_WORLD_H_
@@ -12,6 +13,7 @@
 
 #include "absl/time/time.h"
 #include "gryph/durable_subscriber.h"
+#include "gryph/intermediate_broker.h"
 #include "gryph/memory_storage.h"
 #include "gryph/publisher_hosting_broker.h"
 #include "gryph/simulator.h"
@@ -24,13 +26,20 @@ struct WorldOptions {
   int subscribers = 6;
   absl::Duration publish_interval = absl::Milliseconds(2);  // per pubend, on average
   absl::Duration max_retain = absl::InfiniteDuration();
-  LinkProfile broker_link;  // PHB <-> SHB, both ways
+  LinkProfile broker_link;  // every link between brokers, both ways
+  // Topology. false: PHB -> SHB "shb". true: PHB -> intermediate "ib" -> SHBs "shb-a" and
+  // "shb-b"; odd-numbered subscribers connect to shb-a, even-numbered ones to shb-b.
+  bool intermediate = false;
+  // With the intermediate: each SHB's link carries a D -> S filter made of the selectors of the
+  // subscribers it hosts (they never move, so the filter covers all of them).
+  bool ib_filters = false;
   // Faults (each a probability per fault tick of 50 ms while faults are on).
   double subscriber_disconnect = 0;
   double subscriber_old_checkpoint = 0;  // on reconnect, use an older stored CT
   double subscriber_crash = 0;
   double shb_crash = 0;
   double phb_crash = 0;
+  double ib_crash = 0;  // crash and restart the intermediate (it starts empty)
 };
 
 // Every event the pubends committed (the log), and how far each released.
@@ -50,6 +59,7 @@ struct Consumed {
 struct SubscriberApp {
   std::string name;
   std::string selector;
+  std::string broker;  // the SHB it connects to
   bool started = false;
   CheckpointToken start;
   CheckpointToken ct;
@@ -84,7 +94,9 @@ class World {
   Simulator& sim() { return sim_; }
   const Log& log() const { return log_; }
   const std::vector<SubscriberApp>& subscribers() const { return subs_; }
-  SubscriberHostingBroker* shb();
+  // The SHB named `name` ("shb", or "shb-a" / "shb-b" with the intermediate), null when down.
+  SubscriberHostingBroker* shb(const std::string& name = "shb");
+  IntermediateBroker* ib();
   uint64_t events_consumed() const;
 
   bool publishing = true;
@@ -92,8 +104,13 @@ class World {
  private:
   friend class PhbNode;
   friend class ShbNode;
+  friend class IbNode;
   friend class SubscriberNode;
   void FaultTick();
+  // The broker nodes and the links between them (both ways).
+  std::vector<std::string> BrokerNames() const;
+  std::vector<std::pair<std::string, std::string>> BrokerLinks() const;
+  std::vector<std::string> ShbNames() const;
 
   WorldOptions options_;
   Simulator sim_;
@@ -101,9 +118,10 @@ class World {
   PublisherApp publisher_;
   std::vector<SubscriberApp> subs_;
   std::shared_ptr<MemoryStorage::State> phb_state_ = MemoryStorage::NewState();
-  std::shared_ptr<MemoryStorage::State> shb_state_ = MemoryStorage::NewState();
+  std::map<std::string, std::shared_ptr<MemoryStorage::State>> shb_states_;
   bool faults_on_ = true;
   bool shb_crashed_ever_ = false;
+  bool ib_crashed_ever_ = false;
 };
 
 }  // namespace gryph::sim
