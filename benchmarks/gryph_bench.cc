@@ -39,6 +39,8 @@
 //                      them, no disconnections (deliveries_per_s)
 //   shb_churn          the same while subscribers disconnect and catch up in turn
 //   shb_all_catchup    the same with every subscriber disconnected, then catching up at once
+//   e2e_latency        publish -> deliver latency at 10,000 events/s through PHB and SHB, sync
+//                      at both (offered_per_s, deliveries, p50_us, p99_us)
 //
 // Every figure is the median of several runs; compare figures against the baselines printed in
 // the same run, since this machine is small and shared.
