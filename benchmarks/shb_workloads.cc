@@ -182,6 +182,13 @@ double Run(const Context& ctx, Mode mode) {
   const uint64_t delivered = s.Delivered() - before;
   if (std::getenv("GRYPH_BENCH_VERBOSE") != nullptr) {
     const auto& st = s.shb->stats();
+    uint64_t dups = 0;
+    size_t connected = 0;
+    for (auto& sub : s.subscribers) {
+      dups += sub->duplicates_dropped();
+      connected += sub->connected() ? 1 : 0;
+    }
+    std::fprintf(stderr, "connected %zu, duplicates %llu, ", connected, (unsigned long long)dups);
     std::fprintf(stderr, "iterations %llu, published %llu, shb delivered %llu, handled %llu, pending %zu, ld %llu\n",
                  (unsigned long long)iterations, (unsigned long long)acked.load(), (unsigned long long)st.events_delivered,
                  (unsigned long long)delivered, s.net.pending(),

@@ -118,6 +118,8 @@ class SubscriberHostingBroker {
     Tick released = 0;  // released(s,p)
     std::unique_ptr<CatchupStream> catchup;
     std::unique_ptr<PFS::Reader> reader;
+    bool member = false;  // in the constream (connected, not catching up)
+    Tick noted_tick = 0;  // scratch: the last Event tick sent in this constream round
   };
   struct SubscriptionState {
     SubscriberId id;

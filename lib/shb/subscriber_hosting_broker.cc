@@ -249,19 +249,27 @@ absl::Status SubscriberHostingBroker::AdvanceConStreams() {
   for (;;) {
     WriteBatch wb;
     std::vector<std::pair<PubendState*, Tick>> advanced;
-    std::vector<std::pair<PubendState*, DeliveryMessage>> deliveries;
+    // Deliveries name their session and member record directly: no lookups by name per event.
+    struct Delivery {
+      const std::string* session;
+      Position* position;
+      DeliveryMessage message;
+    };
+    std::vector<Delivery> deliveries;
     std::vector<SubscriberId> matched;
     for (auto& [id, p] : pubends_) {
       ConStream::Batch batch = p.constream->Next(p.istream, options_.max_batch_events);
       if (batch.through == p.constream->latest_delivered()) continue;
       for (const KnowledgeSpan& d : batch.data) {
         matched.clear();
-        for (const auto& [name, s] : subscriptions_) {
+        for (auto& [name, s] : subscriptions_) {
           if (!s.subscription.Matches(*d.event)) continue;
           matched.push_back(s.id);
-          if (p.constream->IsMember(name)) {
-            deliveries.emplace_back(
-                &p, DeliveryMessage{name, p.id, DeliveryKind::kEvent, d.range.first, d.event});
+          auto pos = s.positions.find(p.id);
+          if (pos != s.positions.end() && pos->second.member) {
+            deliveries.push_back(Delivery{
+                &s.session, &pos->second,
+                DeliveryMessage{name, p.id, DeliveryKind::kEvent, d.range.first, d.event}});
           }
         }
         if (!matched.empty()) {
@@ -279,11 +287,18 @@ absl::Status SubscriberHostingBroker::AdvanceConStreams() {
       p->constream->Advanced(through);
     }
     const absl::Time now = Now();
-    for (auto& [p, d] : deliveries) {
-      const std::string& to = subscriptions_.at(d.subscription).session;
-      p->constream->NoteDelivered(d.subscription, d.tick, now);
+    for (Delivery& d : deliveries) {
+      d.position->noted_tick = d.message.tick;
       ++stats_.events_delivered;
-      Send(to, std::move(d));
+      Send(*d.session, std::move(d.message));
+    }
+    // The constream's silence bookkeeping, once per subscriber and pubend per round.
+    for (auto& [name, s] : subscriptions_) {
+      for (auto& [id, pos] : s.positions) {
+        if (pos.noted_tick == 0) continue;
+        pubends_.at(id).constream->NoteDelivered(name, pos.noted_tick, now);
+        pos.noted_tick = 0;
+      }
     }
   }
 }
@@ -324,6 +339,7 @@ void SubscriberHostingBroker::StepCatchups(PubendState& p) {
       pos.catchup.reset();
       pos.reader.reset();
       p.constream->Join(name, Now());
+      pos.member = true;
       ++stats_.catchups_completed;
     }
   }
@@ -456,6 +472,7 @@ void SubscriberHostingBroker::OnConnect(absl::string_view from, const ConnectMes
     start.Set(id, from_tick);
     if (from_tick >= ld) {
       p.constream->Join(s.name, Now());
+      pos.member = true;
       continue;
     }
     const Tick refilter_through = from_tick < pos.created ? pos.created : 0;
@@ -480,6 +497,7 @@ void SubscriberHostingBroker::EndSession(SubscriptionState& s) {
     pos.catchup.reset();
     pos.reader.reset();
     pubends_.at(id).constream->Leave(s.name);
+    pos.member = false;
   }
   s.session.clear();
 }
