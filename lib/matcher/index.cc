@@ -1,0 +1,417 @@
+#include "lib/matcher/index.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace gryph::matcher_internal {
+
+namespace {
+
+CheckedEntry MakeChecked(Record* rec, uint32_t slot) {
+  return CheckedEntry{rec, rec->id.value, slot, rec->verify, rec->dedupe,
+                      rec->checks.empty() ? Check() : rec->checks.front()};
+}
+
+// Removes (rec, slot) from map[key]'s list, erasing the list once empty.
+template <typename Map, typename Key>
+void RemoveKeyed(Map& map, const Key& key, const Record* rec, uint32_t slot, int copy) {
+  auto it = map.find(key);
+  it->second.Remove(rec, slot, copy);
+  if (it->second.empty()) map.erase(it);
+}
+
+// Splits `topic` into its levels ("" is one empty level).
+void SplitLevels(absl::string_view topic, std::vector<absl::string_view>* levels) {
+  levels->clear();
+  size_t begin = 0;
+  while (true) {
+    const size_t end = topic.find('/', begin);
+    if (end == absl::string_view::npos) {
+      levels->push_back(topic.substr(begin));
+      return;
+    }
+    levels->push_back(topic.substr(begin, end - begin));
+    begin = end + 1;
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Changes
+
+Group& Index::GroupFor(const Record* rec) {
+  switch (rec->placement) {
+    case Placement::kAnyTopic:
+      return any_topic_;
+    case Placement::kExactTopic:
+      return exact_.try_emplace(rec->topic()).first->second;
+    case Placement::kWildcardTopic:
+      break;
+  }
+  TrieNode* node = &wildcards_;
+  node->subscriptions++;
+  for (const std::string& level : rec->subscription.topic_filter()->levels()) {
+    if (level == "#") {
+      if (node->rest == nullptr) node->rest = std::make_unique<Group>();
+      return *node->rest;
+    }
+    std::unique_ptr<TrieNode>* child;
+    if (level == "+") {
+      child = &node->plus;
+    } else {
+      child = &node->children.try_emplace(level).first->second;
+    }
+    if (*child == nullptr) *child = std::make_unique<TrieNode>();
+    node = child->get();
+    node->subscriptions++;
+  }
+  if (node->here == nullptr) node->here = std::make_unique<Group>();
+  return *node->here;
+}
+
+Group* Index::FindGroup(const Record* rec) {
+  switch (rec->placement) {
+    case Placement::kAnyTopic:
+      return &any_topic_;
+    case Placement::kExactTopic: {
+      auto it = exact_.find(rec->topic());
+      return it == exact_.end() ? nullptr : &it->second;
+    }
+    case Placement::kWildcardTopic:
+      break;
+  }
+  TrieNode* node = &wildcards_;
+  for (const std::string& level : rec->subscription.topic_filter()->levels()) {
+    if (level == "#") return node->rest.get();
+    if (level == "+") {
+      node = node->plus.get();
+    } else {
+      auto it = node->children.find(level);
+      node = it == node->children.end() ? nullptr : it->second.get();
+    }
+    if (node == nullptr) return nullptr;
+  }
+  return node->here.get();
+}
+
+// Called after the record's entries left its group: drops the group if empty, and for a wildcard
+// filter decrements the subscription counts on its path, pruning the subtree that becomes empty.
+void Index::DropGroupIfEmpty(const Record* rec) {
+  switch (rec->placement) {
+    case Placement::kAnyTopic:
+      return;
+    case Placement::kExactTopic: {
+      auto it = exact_.find(rec->topic());
+      if (it->second.size() == 0) exact_.erase(it);
+      return;
+    }
+    case Placement::kWildcardTopic:
+      break;
+  }
+  TrieNode* node = &wildcards_;
+  node->subscriptions--;
+  for (const std::string& level : rec->subscription.topic_filter()->levels()) {
+    if (level == "#") {
+      if (node->rest->size() == 0) node->rest.reset();
+      return;
+    }
+    std::unique_ptr<TrieNode>* child;
+    if (level == "+") {
+      child = &node->plus;
+    } else {
+      auto it = node->children.find(level);
+      if (--it->second->subscriptions == 0) {
+        node->children.erase(it);  // the whole subtree held only this record
+        return;
+      }
+      node = it->second.get();
+      continue;
+    }
+    if (--(*child)->subscriptions == 0) {
+      child->reset();
+      return;
+    }
+    node = child->get();
+  }
+  if (node->here->size() == 0) node->here.reset();
+}
+
+void Index::AddToGroup(Group& g, Record* rec, uint32_t slot) {
+  const Access& a = rec->accesses[slot];
+  if (a.kind == Access::Kind::kUnindexed) {
+    g.unindexed.Add(Entry{rec, rec->id.value, slot, rec->verify, rec->dedupe}, copy_);
+    return;
+  }
+  std::unique_ptr<AttrIndex>& slot_index = g.attrs[a.attr];
+  if (slot_index == nullptr) slot_index = std::make_unique<AttrIndex>();
+  AttrIndex& ai = *slot_index;
+  ai.entries++;
+  g.attr_entries++;
+  const CheckedEntry e = MakeChecked(rec, slot);
+  switch (a.kind) {
+    case Access::Kind::kEqString:
+      ai.strings.try_emplace(a.str).first->second.Add(e, copy_);
+      break;
+    case Access::Kind::kEqInt:
+      ai.ints[a.key.i].Add(e, copy_);
+      break;
+    case Access::Kind::kEqDouble:
+      ai.doubles[a.key.d].Add(e, copy_);
+      break;
+    case Access::Kind::kEqBool:
+      ai.bools[a.key.b ? 1 : 0].Add(e, copy_);
+      break;
+    case Access::Kind::kAtLeast:
+      ai.at_least.insert(BoundEntry{a.key.d, e});
+      break;
+    case Access::Kind::kAtMost:
+      ai.at_most.insert(BoundEntry{a.key.d, e});
+      break;
+    case Access::Kind::kInterval:
+      ai.intervals[a.width_class][a.key.i].Add(e, copy_);
+      break;
+    case Access::Kind::kWide:
+      ai.wide.Add(e, copy_);
+      break;
+    case Access::Kind::kPrefix:
+      ai.prefixes.try_emplace(a.str).first->second.Add(e, copy_);
+      ai.prefix_lengths[a.str.size()]++;
+      break;
+    case Access::Kind::kUnindexed:
+      break;
+  }
+}
+
+void Index::RemoveFromGroup(Group& g, Record* rec, uint32_t slot) {
+  const Access& a = rec->accesses[slot];
+  if (a.kind == Access::Kind::kUnindexed) {
+    g.unindexed.Remove(rec, slot, copy_);
+    return;
+  }
+  auto ait = g.attrs.find(a.attr);
+  AttrIndex& ai = *ait->second;
+  switch (a.kind) {
+    case Access::Kind::kEqString:
+      RemoveKeyed(ai.strings, a.str, rec, slot, copy_);
+      break;
+    case Access::Kind::kEqInt:
+      RemoveKeyed(ai.ints, a.key.i, rec, slot, copy_);
+      break;
+    case Access::Kind::kEqDouble:
+      RemoveKeyed(ai.doubles, a.key.d, rec, slot, copy_);
+      break;
+    case Access::Kind::kEqBool:
+      ai.bools[a.key.b ? 1 : 0].Remove(rec, slot, copy_);
+      break;
+    case Access::Kind::kAtLeast:
+    case Access::Kind::kAtMost: {
+      BoundEntry key{a.key.d, CheckedEntry{rec, 0, slot, Verify::kProven, false, Check()}};
+      (a.kind == Access::Kind::kAtLeast ? ai.at_least : ai.at_most).erase(key);
+      break;
+    }
+    case Access::Kind::kInterval: {
+      auto cit = ai.intervals.find(a.width_class);
+      RemoveKeyed(cit->second, a.key.i, rec, slot, copy_);
+      if (cit->second.empty()) ai.intervals.erase(cit);
+      break;
+    }
+    case Access::Kind::kWide:
+      ai.wide.Remove(rec, slot, copy_);
+      break;
+    case Access::Kind::kPrefix: {
+      RemoveKeyed(ai.prefixes, a.str, rec, slot, copy_);
+      auto lit = ai.prefix_lengths.find(a.str.size());
+      if (--lit->second == 0) ai.prefix_lengths.erase(lit);
+      break;
+    }
+    case Access::Kind::kUnindexed:
+      break;
+  }
+  g.attr_entries--;
+  if (--ai.entries == 0) g.attrs.erase(ait);
+}
+
+void Index::Add(Record* rec) {
+  for (const auto& [name, id] : rec->attributes) {
+    auto [it, inserted] = names_.try_emplace(name, Name{id, 0});
+    it->second.refs++;
+    id_limit_ = std::max(id_limit_, id + 1);
+  }
+  Group& g = GroupFor(rec);
+  for (uint32_t slot = 0; slot < rec->accesses.size(); ++slot) AddToGroup(g, rec, slot);
+}
+
+void Index::Remove(Record* rec) {
+  Group* g = FindGroup(rec);
+  for (uint32_t slot = 0; slot < rec->accesses.size(); ++slot) RemoveFromGroup(*g, rec, slot);
+  DropGroupIfEmpty(rec);
+  for (const auto& [name, id] : rec->attributes) {
+    auto it = names_.find(name);
+    if (--it->second.refs == 0) names_.erase(it);
+  }
+}
+
+void Index::Prefetch(const Record* rec) const {
+  if (rec->placement == Placement::kExactTopic) exact_.prefetch(rec->topic());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Matching
+
+class Index::Matching {
+ public:
+  Matching(const Index& index, const Event& event, Scratch& scratch,
+           absl::FunctionRef<void(SubscriberId)> sink)
+      : index_(index), event_(event), s_(scratch), sink_(sink) {}
+
+  ~Matching() {
+    for (uint32_t id : s_.set_ids) s_.values[id] = nullptr;
+    s_.set_ids.clear();
+    if (used_seen_) s_.seen.clear();
+  }
+
+  void MatchGroup(const Group& g) {
+    for (const Entry& e : g.unindexed.entries()) {
+      if (e.verify == Verify::kProven) {
+        sink_(SubscriberId{e.id});
+      } else {
+        Resolve();
+        if (e.rec->ChecksHold(0, values(), event_)) sink_(SubscriberId{e.id});
+      }
+    }
+    if (g.attrs.empty()) return;
+    Resolve();
+    for (const auto& [id, ai] : g.attrs) {
+      const AttributeValue* v = s_.values[id];
+      if (v != nullptr) MatchAttr(*ai, *v);
+    }
+  }
+
+  void MatchWildcards(const TrieNode& root) {
+    SplitLevels(event_.topic(), &s_.levels);
+    const size_t n = s_.levels.size();
+    s_.stack.clear();
+    s_.stack.emplace_back(&root, 0);
+    while (!s_.stack.empty()) {
+      const auto [node, i] = s_.stack.back();
+      s_.stack.pop_back();
+      if (node->rest != nullptr) MatchGroup(*node->rest);
+      if (i == n) {
+        if (node->here != nullptr) MatchGroup(*node->here);
+        continue;
+      }
+      if (node->plus != nullptr) s_.stack.emplace_back(node->plus.get(), i + 1);
+      auto it = node->children.find(s_.levels[i]);
+      if (it != node->children.end()) s_.stack.emplace_back(it->second.get(), i + 1);
+    }
+  }
+
+ private:
+  AttrValues values() const { return s_.values.data(); }
+
+  void Resolve() {
+    if (resolved_) return;
+    resolved_ = true;
+    if (s_.values.size() < index_.id_limit_) s_.values.resize(index_.id_limit_, nullptr);
+    for (const Attribute& a : event_.attributes()) {
+      auto it = index_.names_.find(a.name);
+      if (it != index_.names_.end()) {
+        s_.values[it->second.id] = &a.value;
+        s_.set_ids.push_back(it->second.id);
+      }
+    }
+  }
+
+  void Emit(const CheckedEntry& e) {
+    if (e.dedupe) {
+      used_seen_ = true;
+      if (!s_.seen.insert(e.rec).second) return;
+    }
+    switch (e.verify) {
+      case Verify::kProven:
+        break;
+      case Verify::kFirstCheck:
+        if (!e.first.Holds(values(), event_)) return;
+        break;
+      case Verify::kAllChecks:
+        if (!e.first.Holds(values(), event_) || !e.rec->ChecksHold(1, values(), event_)) return;
+        break;
+    }
+    sink_(SubscriberId{e.id});
+  }
+
+  void EmitAll(const EntryList<CheckedEntry>& list) {
+    for (const CheckedEntry& e : list.entries()) Emit(e);
+  }
+
+  template <typename Map, typename Key>
+  void EmitKey(const Map& map, const Key& key) {
+    if (map.empty()) return;
+    auto it = map.find(key);
+    if (it != map.end()) EmitAll(it->second);
+  }
+
+  void MatchAttr(const AttrIndex& ai, const AttributeValue& v) {
+    switch (v.index()) {
+      case 2: {
+        const absl::string_view s = *std::get_if<std::string>(&v);
+        EmitKey(ai.strings, s);
+        for (const auto& [length, count] : ai.prefix_lengths) {
+          if (length > s.size()) break;
+          EmitKey(ai.prefixes, s.substr(0, length));
+        }
+        return;
+      }
+      case 3:
+        EmitAll(ai.bools[*std::get_if<bool>(&v) ? 1 : 0]);
+        return;
+      default:
+        break;
+    }
+    Access::Kind kind;
+    Scalar key;
+    if (!NumericKey(v, &kind, &key)) return;  // NaN: no comparison is TRUE
+    if (kind == Access::Kind::kEqInt) {
+      EmitKey(ai.ints, key.i);
+    } else {
+      EmitKey(ai.doubles, key.d);
+    }
+    const double x = RangeValue(v);
+    for (auto it = ai.at_least.begin(); it != ai.at_least.end() && it->bound <= x; ++it) {
+      Emit(it->entry);
+    }
+    if (!ai.at_most.empty()) {
+      const BoundEntry from{x, CheckedEntry{nullptr, 0, 0, Verify::kProven, false, Check()}};
+      for (auto it = ai.at_most.lower_bound(from); it != ai.at_most.end(); ++it) Emit(it->entry);
+    }
+    for (const auto& [width_class, buckets] : ai.intervals) {
+      int64_t b;
+      if (!ValueBucket(x, width_class, &b)) continue;
+      EmitKey(buckets, b);
+      EmitKey(buckets, b - 1);
+    }
+    EmitAll(ai.wide);
+  }
+
+  const Index& index_;
+  const Event& event_;
+  Scratch& s_;
+  absl::FunctionRef<void(SubscriberId)> sink_;
+  bool resolved_ = false;
+  bool used_seen_ = false;
+};
+
+void Index::Match(const Event& event, Scratch& scratch,
+                  absl::FunctionRef<void(SubscriberId)> sink) const {
+  Matching m(*this, event, scratch, sink);
+  m.MatchGroup(any_topic_);
+  if (!exact_.empty()) {
+    auto it = exact_.find(event.topic());
+    if (it != exact_.end()) m.MatchGroup(it->second);
+  }
+  if (wildcards_.subscriptions > 0) m.MatchWildcards(wildcards_);
+}
+
+}  // namespace gryph::matcher_internal

@@ -1,0 +1,177 @@
+// Internal: how the matcher indexes one subscription — its Record.
+//
+// Compile() turns a Subscription into a Record: where its topic filter places it (no filter, an
+// exact topic, a wildcard filter), the "accesses" under which the index files it, and the
+// "checks" that a candidate found through those accesses must still pass.
+//
+// A selector is TRUE exactly when each of its top-level conjuncts (selector_ast::Conjuncts) is
+// TRUE, so the matcher picks one conjunct as the access — the one expected to select fewest
+// subscriptions — and verifies the others:
+//
+//   access                          from                                 lookup
+//   equality key (one per value)    a = lit, a IN (...), a LIKE 'exact'  hash of a normalized key
+//   interval [lo, hi]               ranges and BETWEEN on one attribute  width-class buckets
+//   at-least lo / at-most hi        one-sided ranges                     ordered set of bounds
+//   LIKE prefix                     a LIKE 'abc%...'                     hash of each prefix length
+//   one of the above per branch     an OR whose every branch has one     several lookups, deduped
+//   unindexed                       anything else, or an empty selector  scanned per event
+//
+// Equality keys are exact: a hit proves the conjunct, which is then not checked again. Ranges
+// are kept as doubles rounded to nearest (the same rounding for bounds and event values, which
+// keeps `<=`), inclusive: a superset, so the range conjunct itself stays among the checks. The
+// final answer for every candidate is therefore exactly Subscription::Matches.
+//
+// Checks replicate the evaluator's TRUE cases (lib/selector/evaluator.cc) for the simple
+// conditions — comparisons with a literal, IN, LIKE, IS NULL — reading attribute values through
+// interned attribute ids; anything else is evaluated with selector_ast::EvaluateCondition.
+//
+// Invariants of a Record:
+//   - `accesses` is never empty; all accesses of a record live in the same topic group.
+//   - For each access and each index copy c, `pos[c]` is where that copy keeps the entry of that
+//     access (meaningful only in position-tracked lists; written by the copy's writer only).
+//   - `dedupe` is set when one event may reach the record through more than one access.
+//   - The record owns its Subscription, so every pointer into the selector tree (literals,
+//     IN and LIKE nodes, generic conditions) lives as long as the record.
+
+#ifndef GRYPH_LIB_MATCHER_PLAN_H_
+#define GRYPH_LIB_MATCHER_PLAN_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/functional/function_ref.h"
+#include "absl/strings/string_view.h"
+#include "gryph/event.h"
+#include "gryph/subscription.h"
+#include "gryph/tick.h"
+#include "lib/selector/ast.h"
+
+namespace gryph::matcher_internal {
+
+// Attribute values of the event being matched, by interned attribute id (nullptr: absent).
+using AttrValues = const AttributeValue* const*;
+
+// The type of a literal kept inline in a Check or an Access.
+enum class Tag : uint8_t { kNone, kInt, kDouble, kString, kBool };
+
+union Scalar {
+  int64_t i;
+  double d;
+  bool b;
+};
+
+// One conjunct to verify.
+struct Check {
+  enum class Kind : uint8_t {
+    kEqual,     // attr = lit (lit: tag/lo, or `ptr` to the std::string for kString)
+    kNotEqual,  // attr <> lit (same representation)
+    kRange,     // lo <(=) attr <(=) hi; tag kNone for an absent bound
+    kIn,        // ptr: the InNode (NOT IN too)
+    kLike,      // ptr: the LikeNode (NOT LIKE too)
+    kIsNull,    // attr IS NULL
+    kIsNotNull,
+    kGeneric,   // ptr: a condition node, evaluated by the evaluator
+  };
+  static constexpr uint8_t kLowInclusive = 1;
+  static constexpr uint8_t kHighInclusive = 2;
+
+  Kind kind = Kind::kGeneric;
+  Tag lo_tag = Tag::kNone;
+  Tag hi_tag = Tag::kNone;
+  uint8_t flags = 0;
+  uint32_t attr = 0;
+  Scalar lo{0};
+  Scalar hi{0};
+  const void* ptr = nullptr;
+
+  // Whether the conjunct is TRUE on the event.
+  bool Holds(AttrValues values, const Event& event) const;
+};
+
+// Where a subscription's topic filter puts it.
+enum class Placement : uint8_t { kAnyTopic, kExactTopic, kWildcardTopic };
+
+// One way the index finds a record.
+struct Access {
+  enum class Kind : uint8_t {
+    kUnindexed,  // the group's scanned list
+    kEqString,   // key: str
+    kEqInt,      // key: i (every integral numeric in int64 range)
+    kEqDouble,   // key: d (other numerics)
+    kEqBool,     // key: b
+    kAtLeast,    // attr >= key.d
+    kAtMost,     // attr <= key.d
+    kInterval,   // bucket key.i of width class `width_class`
+    kWide,       // an interval no bucket holds: scanned when the attribute is numeric
+    kPrefix,     // string attribute starting with str
+  };
+  Kind kind = Kind::kUnindexed;
+  int32_t width_class = 0;
+  uint32_t attr = 0;
+  uint32_t pos[2] = {0, 0};
+  Scalar key{0};
+  absl::string_view str;  // points into the record's selector tree
+};
+
+// How a candidate is verified.
+enum class Verify : uint8_t {
+  kProven,       // the access proves the whole subscription (topic and selector)
+  kFirstCheck,   // only checks[0] is left: kept inline in index entries
+  kAllChecks,    // checks[0] inline, then checks[1..] from the record
+};
+
+struct Record {
+  Record(SubscriberId i, Subscription s) : id(i), subscription(std::move(s)) {}
+
+  SubscriberId id;
+  Subscription subscription;
+  Placement placement = Placement::kAnyTopic;
+  Verify verify = Verify::kProven;
+  bool dedupe = false;
+  absl::InlinedVector<Access, 1> accesses;
+  std::vector<Check> checks;  // most selective first; empty when kProven
+  // The distinct attribute names the record's checks and accesses use, with their interned ids
+  // (names point into the selector tree).
+  absl::InlinedVector<std::pair<absl::string_view, uint32_t>, 2> attributes;
+
+  // The topic filter text (kExactTopic, kWildcardTopic).
+  absl::string_view topic() const;
+
+  // Whether checks[from..] all hold.
+  bool ChecksHold(size_t from, AttrValues values, const Event& event) const {
+    for (size_t i = from; i < checks.size(); ++i) {
+      if (!checks[i].Holds(values, event)) return false;
+    }
+    return true;
+  }
+};
+
+// Interns an attribute name, returning its id; called once per distinct name of a record.
+using InternFn = absl::FunctionRef<uint32_t(absl::string_view)>;
+
+// Builds the record for `subscription`.
+std::unique_ptr<Record> Compile(SubscriberId id, Subscription subscription, InternFn intern);
+
+// Normalized equality keys: numbers equal by exact value get the same key (5 and 5.0 are int 5;
+// 0.5 stays a double). Returns false for NaN (equal to nothing).
+bool NumericKey(const AttributeValue& v, Access::Kind* kind, Scalar* key);
+
+// Rounds a numeric value to the double the range indexes order it by. REQUIRES: v is numeric.
+inline double RangeValue(const AttributeValue& v) {
+  return v.index() == 0 ? static_cast<double>(*std::get_if<int64_t>(&v)) : *std::get_if<double>(&v);
+}
+
+// Interval buckets: an interval [lo, hi] (rounded, lo <= hi, finite width) has width class e with
+// hi - lo < 2^e and lives in bucket floor(lo / 2^e); a value v can only be inside intervals of
+// buckets floor(v / 2^e) and floor(v / 2^e) - 1. e is kept high enough that |lo / 2^e| < 2^41.
+// Returns false when the interval fits no bucket (infinite width).
+bool IntervalBucket(double lo, double hi, int32_t* width_class, int64_t* bucket);
+// The bucket of value v in class e, or false when no interval of that class can hold v.
+bool ValueBucket(double v, int32_t width_class, int64_t* bucket);
+
+}  // namespace gryph::matcher_internal
+
+#endif  // GRYPH_LIB_MATCHER_PLAN_H_
