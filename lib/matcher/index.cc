@@ -46,7 +46,7 @@ Group& Index::GroupFor(const Record* rec) {
     case Placement::kAnyTopic:
       return any_topic_;
     case Placement::kExactTopic:
-      return exact_.try_emplace(rec->topic()).first->second;
+      return exact_.FindOrCreate({rec->topic, rec->topic_hash});
     case Placement::kWildcardTopic:
       break;
   }
@@ -57,85 +57,57 @@ Group& Index::GroupFor(const Record* rec) {
       if (node->rest == nullptr) node->rest = std::make_unique<Group>();
       return *node->rest;
     }
-    std::unique_ptr<TrieNode>* child;
     if (level == "+") {
-      child = &node->plus;
+      if (node->plus == nullptr) node->plus = std::make_unique<TrieNode>(pool_);
+      node = node->plus.get();
     } else {
-      child = &node->children.try_emplace(level).first->second;
+      node = &node->children.FindOrCreate({level, NameHash(level)}, pool_);
     }
-    if (*child == nullptr) *child = std::make_unique<TrieNode>();
-    node = child->get();
     node->subscriptions++;
   }
   if (node->here == nullptr) node->here = std::make_unique<Group>();
   return *node->here;
 }
 
-Group* Index::FindGroup(const Record* rec) {
-  switch (rec->placement) {
-    case Placement::kAnyTopic:
-      return &any_topic_;
-    case Placement::kExactTopic: {
-      auto it = exact_.find(rec->topic());
-      return it == exact_.end() ? nullptr : &it->second;
-    }
-    case Placement::kWildcardTopic:
-      break;
-  }
+// Removes a wildcard record: finds its group along the trie path, takes its entries out, then
+// decrements the subscription counts on the path and prunes the highest node left with none
+// (its whole subtree held only this record).
+void Index::RemoveWildcard(Record* rec) {
+  const auto levels = rec->subscription.topic_filter()->levels();
+  struct Step {
+    TrieNode* parent;
+    TrieNode* node;
+    const std::string* level;  // nullptr for '+'
+  };
+  absl::InlinedVector<Step, 8> path;
   TrieNode* node = &wildcards_;
-  for (const std::string& level : rec->subscription.topic_filter()->levels()) {
-    if (level == "#") return node->rest.get();
-    if (level == "+") {
-      node = node->plus.get();
-    } else {
-      auto it = node->children.find(level);
-      node = it == node->children.end() ? nullptr : it->second.get();
-    }
-    if (node == nullptr) return nullptr;
-  }
-  return node->here.get();
-}
-
-// Called after the record's entries left its group: drops the group if empty, and for a wildcard
-// filter decrements the subscription counts on its path, pruning the subtree that becomes empty.
-void Index::DropGroupIfEmpty(const Record* rec) {
-  switch (rec->placement) {
-    case Placement::kAnyTopic:
-      return;
-    case Placement::kExactTopic: {
-      auto it = exact_.find(rec->topic());
-      if (it->second.size() == 0) exact_.erase(it);
-      return;
-    }
-    case Placement::kWildcardTopic:
-      break;
-  }
-  TrieNode* node = &wildcards_;
-  node->subscriptions--;
-  for (const std::string& level : rec->subscription.topic_filter()->levels()) {
+  std::unique_ptr<Group>* group = nullptr;
+  for (const std::string& level : levels) {
     if (level == "#") {
-      if (node->rest->size() == 0) node->rest.reset();
-      return;
+      group = &node->rest;
+      break;
     }
-    std::unique_ptr<TrieNode>* child;
-    if (level == "+") {
-      child = &node->plus;
-    } else {
-      auto it = node->children.find(level);
-      if (--it->second->subscriptions == 0) {
-        node->children.erase(it);  // the whole subtree held only this record
-        return;
-      }
-      node = it->second.get();
-      continue;
-    }
-    if (--(*child)->subscriptions == 0) {
-      child->reset();
-      return;
-    }
-    node = child->get();
+    TrieNode* next = level == "+" ? node->plus.get()
+                                  : node->children.Find({level, NameHash(level)});
+    path.push_back(Step{node, next, level == "+" ? nullptr : &level});
+    node = next;
   }
-  if (node->here->size() == 0) node->here.reset();
+  if (group == nullptr) group = &node->here;
+  for (uint32_t slot = 0; slot < rec->accesses.size(); ++slot) {
+    RemoveFromGroup(**group, rec, slot);
+  }
+  wildcards_.subscriptions--;
+  for (const Step& step : path) {
+    if (--step.node->subscriptions == 0) {
+      if (step.level == nullptr) {
+        step.parent->plus.reset();
+      } else {
+        step.parent->children.Erase({*step.level, NameHash(*step.level)});
+      }
+      return;  // the group went with the subtree
+    }
+  }
+  if ((*group)->empty()) group->reset();
 }
 
 void Index::AddToGroup(Group& g, Record* rec, uint32_t slot) {
@@ -144,11 +116,12 @@ void Index::AddToGroup(Group& g, Record* rec, uint32_t slot) {
     g.unindexed.Add(Entry{rec, rec->id.value, slot, rec->verify, rec->dedupe}, copy_);
     return;
   }
-  std::unique_ptr<AttrIndex>& slot_index = g.attrs[a.attr];
+  if (g.content == nullptr) g.content = std::make_unique<Content>();
+  std::unique_ptr<AttrIndex>& slot_index = g.content->attrs[a.attr];
   if (slot_index == nullptr) slot_index = std::make_unique<AttrIndex>();
   AttrIndex& ai = *slot_index;
   ai.entries++;
-  g.attr_entries++;
+  g.content->entries++;
   const CheckedEntry e = MakeChecked(rec, slot);
   switch (a.kind) {
     case Access::Kind::kEqString:
@@ -190,7 +163,7 @@ void Index::RemoveFromGroup(Group& g, Record* rec, uint32_t slot) {
     g.unindexed.Remove(rec, slot, copy_);
     return;
   }
-  auto ait = g.attrs.find(a.attr);
+  auto ait = g.content->attrs.find(a.attr);
   AttrIndex& ai = *ait->second;
   switch (a.kind) {
     case Access::Kind::kEqString:
@@ -229,8 +202,8 @@ void Index::RemoveFromGroup(Group& g, Record* rec, uint32_t slot) {
     case Access::Kind::kUnindexed:
       break;
   }
-  g.attr_entries--;
-  if (--ai.entries == 0) g.attrs.erase(ait);
+  if (--ai.entries == 0) g.content->attrs.erase(ait);
+  if (--g.content->entries == 0) g.content.reset();
 }
 
 void Index::Add(Record* rec) {
@@ -240,21 +213,39 @@ void Index::Add(Record* rec) {
     id_limit_ = std::max(id_limit_, id + 1);
   }
   Group& g = GroupFor(rec);
+  rec->group[copy_] = &g;
   for (uint32_t slot = 0; slot < rec->accesses.size(); ++slot) AddToGroup(g, rec, slot);
 }
 
 void Index::Remove(Record* rec) {
-  Group* g = FindGroup(rec);
-  for (uint32_t slot = 0; slot < rec->accesses.size(); ++slot) RemoveFromGroup(*g, rec, slot);
-  DropGroupIfEmpty(rec);
+  switch (rec->placement) {
+    case Placement::kAnyTopic:
+      for (uint32_t slot = 0; slot < rec->accesses.size(); ++slot) {
+        RemoveFromGroup(any_topic_, rec, slot);
+      }
+      break;
+    case Placement::kExactTopic: {
+      Group* g = rec->group[copy_];
+      for (uint32_t slot = 0; slot < rec->accesses.size(); ++slot) RemoveFromGroup(*g, rec, slot);
+      if (g->empty()) exact_.Erase({rec->topic, rec->topic_hash});
+      break;
+    }
+    case Placement::kWildcardTopic:
+      RemoveWildcard(rec);
+      break;
+  }
   for (const auto& [name, id] : rec->attributes) {
     auto it = names_.find(name);
     if (--it->second.refs == 0) names_.erase(it);
   }
 }
 
-void Index::Prefetch(const Record* rec) const {
-  if (rec->placement == Placement::kExactTopic) exact_.prefetch(rec->topic());
+void Index::Prefetch(const Record* rec, bool add) const {
+  if (!add) __builtin_prefetch(rec->group[copy_]);
+  if (rec->placement == Placement::kExactTopic) {
+    exact_.Prefetch({rec->topic, rec->topic_hash});
+    __builtin_prefetch(rec->topic.data());  // compared with (or copied into) the group's node
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -281,9 +272,9 @@ class Index::Matching {
         if (e.rec->ChecksHold(0, values(), event_)) sink_(SubscriberId{e.id});
       }
     }
-    if (g.attrs.empty()) return;
+    if (g.content == nullptr) return;
     Resolve();
-    for (const auto& [id, ai] : g.attrs) {
+    for (const auto& [id, ai] : g.content->attrs) {
       const AttributeValue* v = s_.values[id];
       if (v != nullptr) MatchAttr(*ai, *v);
     }
@@ -292,6 +283,8 @@ class Index::Matching {
   void MatchWildcards(const TrieNode& root) {
     SplitLevels(event_.topic(), &s_.levels);
     const size_t n = s_.levels.size();
+    s_.level_hashes.clear();
+    for (absl::string_view level : s_.levels) s_.level_hashes.push_back(NameHash(level));
     s_.stack.clear();
     s_.stack.emplace_back(&root, 0);
     while (!s_.stack.empty()) {
@@ -303,8 +296,11 @@ class Index::Matching {
         continue;
       }
       if (node->plus != nullptr) s_.stack.emplace_back(node->plus.get(), i + 1);
-      auto it = node->children.find(s_.levels[i]);
-      if (it != node->children.end()) s_.stack.emplace_back(it->second.get(), i + 1);
+      if (!node->children.empty()) {
+        if (const TrieNode* child = node->children.Find({s_.levels[i], s_.level_hashes[i]})) {
+          s_.stack.emplace_back(child, i + 1);
+        }
+      }
     }
   }
 
@@ -408,8 +404,7 @@ void Index::Match(const Event& event, Scratch& scratch,
   Matching m(*this, event, scratch, sink);
   m.MatchGroup(any_topic_);
   if (!exact_.empty()) {
-    auto it = exact_.find(event.topic());
-    if (it != exact_.end()) m.MatchGroup(it->second);
+    if (const Group* g = exact_.Find({event.topic(), NameHash(event.topic())})) m.MatchGroup(*g);
   }
   if (wildcards_.subscriptions > 0) m.MatchWildcards(wildcards_);
 }

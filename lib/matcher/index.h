@@ -4,20 +4,22 @@
 // Layout, from the event inwards:
 //
 //   any_topic_              the group of subscriptions without a topic filter
-//   exact_[topic]           groups of exact topic filters, one hash lookup by the whole topic
-//   wildcard trie           filters with '+' or '#': one node per level; a node holds the group of
+//   exact_[topic]           groups of exact topic filters: one hash lookup by the whole topic
+//   wildcards_ (a trie)     filters with '+' or '#': one node per level; a node holds the group of
 //                           filters ending there (`here`) and of filters ending with '#' after it
 //                           (`rest`); literal children by hash, the '+' child apart
-//   Group                   `unindexed` entries (scanned) and a ContentIndex
-//   ContentIndex[attr id]   an AttrIndex per attribute some access of the group uses
+//   Group                   `unindexed` entries (scanned) and, per attribute, an AttrIndex
 //   AttrIndex               equality hashes (string, normalized int, other double, bool), the
 //                           at-least / at-most ordered sets, interval buckets by width class,
 //                           wide intervals, LIKE prefixes by length
 //
-// Entries are stored by value in vectors (swap-remove, with each entry's position kept in its
-// record's Access::pos[copy]) or in B-trees keyed by bound. Adding or removing one entry is O(1)
-// amortized (O(log n) in the B-trees) whatever the size of the node or list: nothing copies a
-// node's children or a list to change it — vectors only grow and shrink geometrically.
+// Scale: the exact-topic table and the trie's children are NameTables — hash sets of pointers to
+// nodes that carry their name and its hash — so a level a million wide grows by moving 8-byte
+// slots (amortized O(1) per insert) and a lookup compares one precomputed hash before the name.
+// Entries are stored by value in vectors (swap-remove, each entry's position kept in its record's
+// Access::pos[copy]) or in B-trees keyed by bound. Adding or removing one subscription costs the
+// same whatever the width of a level or the number of subscribers of a topic: nothing copies a
+// node's children or a list to change it.
 //
 // Thread-safety: thread-compatible. The Matcher guarantees that Add and Remove never run while a
 // reader is inside this copy; any number of readers may call Match concurrently.
@@ -26,19 +28,24 @@
 #define GRYPH_LIB_MATCHER_INDEX_H_
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
+#include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/btree_map.h"
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
 #include "gryph/event.h"
 #include "gryph/tick.h"
 #include "lib/matcher/plan.h"
+#include "lib/matcher/pool.h"
 
 namespace gryph::matcher_internal {
 
@@ -63,7 +70,7 @@ struct CheckedEntry {
 };
 
 // A vector of entries with O(1) removal: each entry's position is stored in its record.
-template <typename E>
+template <typename E, typename Vector = std::vector<E>>
 class EntryList {
  public:
   void Add(const E& e, int copy) {
@@ -84,10 +91,94 @@ class EntryList {
   }
   bool empty() const { return entries_.empty(); }
   size_t size() const { return entries_.size(); }
-  const std::vector<E>& entries() const { return entries_; }
+  const Vector& entries() const { return entries_; }
 
  private:
-  std::vector<E> entries_;
+  Vector entries_;
+};
+
+// A hash table of heap nodes that carry their own name, keyed by name. A slot is the name's hash
+// (NameHash) and a pointer: growth moves 16 bytes per node and never touches the nodes, and a
+// lookup with a precomputed hash reads a node only when the hashes agree.
+template <typename T>
+class NameTable {
+ public:
+  struct Key {
+    absl::string_view name;
+    size_t hash;
+  };
+
+  explicit NameTable(Pool* pool) : pool_(pool) {}
+  NameTable(const NameTable&) = delete;
+  NameTable& operator=(const NameTable&) = delete;
+  ~NameTable() {
+    for (const Slot& s : set_) Destroy(s.node);
+  }
+
+  T* Find(const Key& k) const {
+    auto it = set_.find(k);
+    return it == set_.end() ? nullptr : &it->node->value;
+  }
+  // Creates a missing node's value from `args`.
+  template <typename... Args>
+  T& FindOrCreate(const Key& k, Args&&... args) {
+    auto it = set_.find(k);
+    if (it != set_.end()) return it->node->value;
+    Node* n = Create(k, std::forward<Args>(args)...);
+    set_.insert(Slot{k.hash, n});  // probes the lines find just read
+    return n->value;
+  }
+  void Erase(const Key& k) {
+    auto it = set_.find(k);
+    Node* n = it->node;
+    set_.erase(it);
+    Destroy(n);
+  }
+  void Prefetch(const Key& k) const { set_.prefetch(k); }
+  bool empty() const { return set_.empty(); }
+  size_t size() const { return set_.size(); }
+
+ private:
+  struct Node {
+    template <typename... Args>
+    explicit Node(size_t s, Args&&... args) : size(s), value(std::forward<Args>(args)...) {}
+    absl::string_view name() const { return {reinterpret_cast<const char*>(this + 1), size}; }
+    const size_t size;
+    T value;
+  };
+  struct Slot {
+    size_t hash;
+    Node* node;
+  };
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(const Slot& s) const { return s.hash; }
+    size_t operator()(const Key& k) const { return k.hash; }
+  };
+  struct Eq {
+    using is_transparent = void;
+    bool operator()(const Slot& a, const Slot& b) const { return a.node == b.node; }
+    bool operator()(const Slot& a, const Key& k) const {
+      return a.hash == k.hash && a.node->name() == k.name;
+    }
+    bool operator()(const Key& k, const Slot& a) const { return (*this)(a, k); }
+  };
+
+  template <typename... Args>
+  Node* Create(const Key& k, Args&&... args) {
+    void* mem = pool_->Allocate(sizeof(Node) + k.name.size());
+    Node* n = new (mem) Node(k.name.size(), std::forward<Args>(args)...);
+    if (!k.name.empty()) std::memcpy(reinterpret_cast<char*>(n + 1), k.name.data(), k.name.size());
+    return n;
+  }
+  void Destroy(Node* n) {
+    const size_t bytes = sizeof(Node) + n->size;
+    n->~Node();
+    pool_->Free(n, bytes);
+  }
+
+  Pool* pool_;
+  absl::flat_hash_set<Slot, Hash, Eq> set_;
 };
 
 struct BoundEntry {
@@ -113,19 +204,26 @@ struct AttrIndex {
   absl::btree_map<int32_t, absl::flat_hash_map<int64_t, EntryList<CheckedEntry>>> intervals;
   EntryList<CheckedEntry> wide;
   absl::flat_hash_map<std::string, EntryList<CheckedEntry>> prefixes;
-  absl::btree_map<size_t, size_t> prefix_lengths;  // length -> number of prefixes that long
+  absl::btree_map<size_t, size_t> prefix_lengths;  // length -> entries with a prefix that long
+  size_t entries = 0;
+};
+
+// The attribute indexes of a group.
+struct Content {
+  absl::flat_hash_map<uint32_t, std::unique_ptr<AttrIndex>> attrs;  // by attribute id
   size_t entries = 0;
 };
 
 struct Group {
-  EntryList<Entry> unindexed;
-  absl::flat_hash_map<uint32_t, std::unique_ptr<AttrIndex>> attrs;  // by attribute id
-  size_t size() const { return unindexed.size() + attr_entries; }
-  size_t attr_entries = 0;
+  // Most exact topics have one subscriber: its entry lives inside the group.
+  EntryList<Entry, absl::InlinedVector<Entry, 1>> unindexed;
+  std::unique_ptr<Content> content;  // null while no entry is in an attribute index
+  bool empty() const { return unindexed.empty() && content == nullptr; }
 };
 
 struct TrieNode {
-  absl::flat_hash_map<std::string, std::unique_ptr<TrieNode>> children;
+  explicit TrieNode(Pool* pool) : children(pool) {}
+  NameTable<TrieNode> children;
   std::unique_ptr<TrieNode> plus;
   std::unique_ptr<Group> here;  // filters whose levels end at this node
   std::unique_ptr<Group> rest;  // filters ending with '#' after this node's levels
@@ -137,14 +235,16 @@ struct Scratch {
   std::vector<const AttributeValue*> values;  // by attribute id; nullptr between calls
   std::vector<uint32_t> set_ids;              // the ids set in `values` by this call
   std::vector<absl::string_view> levels;      // the event topic's levels
+  std::vector<size_t> level_hashes;
   std::vector<std::pair<const TrieNode*, size_t>> stack;
   absl::flat_hash_set<const Record*> seen;    // dedupe of records reachable several ways
 };
 
 class Index {
  public:
-  // `copy` (0 or 1) selects the Access::pos slot this copy maintains.
-  explicit Index(int copy) : copy_(copy) {}
+  // `copy` (0 or 1) selects the Access::pos slot this copy maintains. Nodes come from `pool`,
+  // which must outlive the index.
+  Index(int copy, Pool* pool) : copy_(copy), pool_(pool), exact_(pool), wildcards_(pool) {}
   Index(const Index&) = delete;
   Index& operator=(const Index&) = delete;
 
@@ -152,8 +252,9 @@ class Index {
   void Add(Record* rec);
   // REQUIRES: no reader is inside this copy; `rec` was added and not removed.
   void Remove(Record* rec);
-  // Hints the caches about the structures Add/Remove of `rec` will touch.
-  void Prefetch(const Record* rec) const;
+  // Hints the caches about the structures Add (add) or Remove (!add) of `rec` will touch first.
+  // REQUIRES: the record's first cache lines are cached or on their way.
+  void Prefetch(const Record* rec, bool add) const;
 
   // Calls sink(id) for each matching subscription, each once.
   void Match(const Event& event, Scratch& scratch,
@@ -167,16 +268,16 @@ class Index {
   class Matching;
 
   Group& GroupFor(const Record* rec);  // creates it
-  Group* FindGroup(const Record* rec);
-  void DropGroupIfEmpty(const Record* rec);
+  void RemoveWildcard(Record* rec);
   void AddToGroup(Group& g, Record* rec, uint32_t slot);
   void RemoveFromGroup(Group& g, Record* rec, uint32_t slot);
 
   const int copy_;
+  Pool* const pool_;
   absl::flat_hash_map<std::string, Name> names_;  // interned attribute names
   uint32_t id_limit_ = 0;                         // all ids < id_limit_
   Group any_topic_;
-  absl::flat_hash_map<std::string, Group> exact_;
+  NameTable<Group> exact_;
   TrieNode wildcards_;
 };
 

@@ -1,5 +1,7 @@
 #include "lib/matcher/plan.h"
 
+#include "absl/hash/hash.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -121,10 +123,7 @@ bool Check::Holds(AttrValues values, const Event& event) const {
   return false;
 }
 
-absl::string_view Record::topic() const {
-  const TopicFilter* f = subscription.topic_filter();
-  return f == nullptr ? absl::string_view() : absl::string_view(f->text());
-}
+size_t NameHash(absl::string_view name) { return absl::Hash<absl::string_view>()(name); }
 
 bool NumericKey(const AttributeValue& v, Access::Kind* kind, Scalar* key) {
   if (const auto* i = std::get_if<int64_t>(&v)) {
@@ -171,7 +170,7 @@ namespace {
 
 // A candidate access: the index slots it needs and what it proves.
 struct Choice {
-  int cost = std::numeric_limits<int>::max();
+  int64_t cost = std::numeric_limits<int64_t>::max();
   absl::InlinedVector<Access, 1> accesses;
   // The conjunct (index into the conjunct list) an exact access proves, or -1.
   int proves = -1;
@@ -179,12 +178,7 @@ struct Choice {
   bool valid() const { return !accesses.empty(); }
 };
 
-// Costs: a guess of how many subscriptions an access brings in, relative to one equality key.
-constexpr int kCostPerKey = 1;
-constexpr int kCostPrefix = 4;
-constexpr int kCostInterval = 16;
-constexpr int kCostOneSided = 64;
-constexpr int kCostOrOverhead = 2;
+constexpr int64_t kCostOrOverhead = 2;
 constexpr size_t kMaxKeys = 64;      // more values than this: not worth the index entries
 constexpr size_t kMaxBranches = 16;  // OR branches indexed one by one at most
 
@@ -229,7 +223,8 @@ bool IsEquality(Access::Kind k) {
 
 class Compiler {
  public:
-  Compiler(Record* rec, InternFn intern) : rec_(rec), intern_(intern) {}
+  Compiler(Record* rec, InternFn intern, const AccessStats& stats)
+      : rec_(rec), intern_(intern), stats_(stats) {}
 
   void Run(const sa::Node* root) {
     const std::vector<const sa::Node*> conjuncts = sa::Conjuncts(root);
@@ -351,7 +346,8 @@ class Compiler {
       }
     }
     if (out->accesses.size() > kMaxKeys) return false;
-    out->cost = kCostPerKey * static_cast<int>(out->accesses.size());
+    out->cost = 0;
+    for (const Access& a : out->accesses) out->cost += stats_.Cost(a);
     return true;
   }
 
@@ -405,14 +401,13 @@ class Compiler {
         a.str = p.literal_prefix();
         if (p.is_exact()) {
           a.kind = Access::Kind::kEqString;  // LIKE without wildcards is string equality
-          ch.cost = kCostPerKey;
           ch.proves = static_cast<int>(i);
         } else if (!a.str.empty()) {
           a.kind = Access::Kind::kPrefix;
-          ch.cost = kCostPrefix;
         } else {
           continue;
         }
+        ch.cost = stats_.Cost(a);
         ch.accesses.push_back(a);
         consider(std::move(ch));
         continue;
@@ -429,12 +424,11 @@ class Compiler {
         } else {
           a.kind = Access::Kind::kWide;  // also an empty interval: found, then refused by checks
         }
-        ch.cost = kCostInterval;
       } else {
         a.kind = r.has_lo ? Access::Kind::kAtLeast : Access::Kind::kAtMost;
         a.key.d = r.has_lo ? r.lo : r.hi;
-        ch.cost = kCostOneSided;
       }
+      ch.cost = stats_.Cost(a);
       ch.accesses.push_back(a);
       consider(std::move(ch));
     }
@@ -486,17 +480,75 @@ class Compiler {
 
   Record* rec_;
   InternFn intern_;
+  const AccessStats& stats_;
 };
 
 }  // namespace
 
-std::unique_ptr<Record> Compile(SubscriberId id, Subscription subscription, InternFn intern) {
-  auto rec = std::make_unique<Record>(id, std::move(subscription));
+int64_t AccessStats::Cost(const Access& a) const {
+  // Fixed parts rank the kinds when nothing is known: an equality key selects one value, a
+  // prefix several, an interval a stretch, a one-sided range typically half of all values.
+  constexpr int64_t kPrefix = 4, kInterval = 16, kOneSided = 64;
+  auto it = attributes_.find(a.attr);
+  const PerAttribute* p = it == attributes_.end() ? nullptr : &it->second;
+  auto count = [](const auto& map, const auto& key) -> int64_t {
+    auto i = map.find(key);
+    return i == map.end() ? 0 : i->second;
+  };
+  switch (a.kind) {
+    case Access::Kind::kEqString: return 1 + (p ? count(p->strings, a.str) : 0);
+    case Access::Kind::kEqInt: return 1 + (p ? count(p->ints, a.key.i) : 0);
+    case Access::Kind::kEqDouble: return 1 + (p ? count(p->doubles, a.key.d) : 0);
+    case Access::Kind::kEqBool: return 1 + (p ? p->bools[a.key.b ? 1 : 0] : 0);
+    case Access::Kind::kPrefix: return kPrefix + (p ? p->prefixes / 16 : 0);
+    case Access::Kind::kInterval:
+    case Access::Kind::kWide: return kInterval + (p ? p->intervals / 32 : 0);
+    case Access::Kind::kAtLeast:
+    case Access::Kind::kAtMost: return kOneSided + (p ? p->one_sided / 4 : 0);
+    case Access::Kind::kUnindexed: break;
+  }
+  return std::numeric_limits<int32_t>::max();
+}
+
+void AccessStats::Count(const Record& rec, int delta) {
+  for (const Access& a : rec.accesses) {
+    if (a.kind == Access::Kind::kUnindexed) continue;
+    PerAttribute& p = attributes_[a.attr];
+    auto bump = [delta](auto& map, const auto& key) {
+      auto [i, inserted] = map.try_emplace(key, 0);
+      if ((i->second += delta) == 0) map.erase(i);
+    };
+    switch (a.kind) {
+      case Access::Kind::kEqString: bump(p.strings, a.str); break;
+      case Access::Kind::kEqInt: bump(p.ints, a.key.i); break;
+      case Access::Kind::kEqDouble: bump(p.doubles, a.key.d); break;
+      case Access::Kind::kEqBool: p.bools[a.key.b ? 1 : 0] += delta; break;
+      case Access::Kind::kPrefix: p.prefixes += delta; break;
+      case Access::Kind::kInterval:
+      case Access::Kind::kWide: p.intervals += delta; break;
+      case Access::Kind::kAtLeast:
+      case Access::Kind::kAtMost: p.one_sided += delta; break;
+      case Access::Kind::kUnindexed: break;
+    }
+    if ((p.total += delta) == 0) attributes_.erase(a.attr);
+  }
+}
+
+void DestroyRecord(Record* rec, Pool& pool) {
+  rec->~Record();
+  pool.Free(rec, sizeof(Record));
+}
+
+Record* Compile(SubscriberId id, Subscription subscription, InternFn intern,
+                const AccessStats& stats, Pool& pool) {
+  Record* rec = new (pool.Allocate(sizeof(Record))) Record(id, std::move(subscription));
   const TopicFilter* filter = rec->subscription.topic_filter();
   if (filter == nullptr) {
     rec->placement = Placement::kAnyTopic;
   } else {
     rec->placement = filter->has_wildcards() ? Placement::kWildcardTopic : Placement::kExactTopic;
+    rec->topic = filter->text();
+    rec->topic_hash = NameHash(rec->topic);
   }
   const Selector& selector = rec->subscription.selector();
   if (selector.matches_everything()) {
@@ -504,7 +556,7 @@ std::unique_ptr<Record> Compile(SubscriberId id, Subscription subscription, Inte
     rec->verify = Verify::kProven;
     return rec;
   }
-  Compiler(rec.get(), intern).Run(selector.ast()->root());
+  Compiler(rec, intern, stats).Run(selector.ast()->root());
   return rec;
 }
 

@@ -41,12 +41,14 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
 #include "gryph/event.h"
 #include "gryph/subscription.h"
 #include "gryph/tick.h"
+#include "lib/matcher/pool.h"
 #include "lib/selector/ast.h"
 
 namespace gryph::matcher_internal {
@@ -96,6 +98,10 @@ enum class Placement : uint8_t { kAnyTopic, kExactTopic, kWildcardTopic };
 
 // One way the index finds a record.
 struct Access {
+  // Where each index copy keeps the entry of this access (meaningful only in position-tracked
+  // lists; written by that copy's writer only). First, so that it shares the record's first
+  // cache lines.
+  uint32_t pos[2] = {0, 0};
   enum class Kind : uint8_t {
     kUnindexed,  // the group's scanned list
     kEqString,   // key: str
@@ -111,7 +117,6 @@ struct Access {
   Kind kind = Kind::kUnindexed;
   int32_t width_class = 0;
   uint32_t attr = 0;
-  uint32_t pos[2] = {0, 0};
   Scalar key{0};
   absl::string_view str;  // points into the record's selector tree
 };
@@ -123,22 +128,26 @@ enum class Verify : uint8_t {
   kAllChecks,    // checks[0] inline, then checks[1..] from the record
 };
 
+struct Group;  // lib/matcher/index.h
+
+// Fields are ordered so that what changes of the index read comes first.
 struct Record {
   Record(SubscriberId i, Subscription s) : id(i), subscription(std::move(s)) {}
 
   SubscriberId id;
-  Subscription subscription;
   Placement placement = Placement::kAnyTopic;
   Verify verify = Verify::kProven;
   bool dedupe = false;
+  size_t topic_hash = 0;  // of `topic` (kExactTopic), for the exact-topic table
+  // The group holding the record's entries in each index copy (set by that copy's Add).
+  Group* group[2] = {nullptr, nullptr};
   absl::InlinedVector<Access, 1> accesses;
+  absl::string_view topic;  // the topic filter's text; empty without one
   std::vector<Check> checks;  // most selective first; empty when kProven
   // The distinct attribute names the record's checks and accesses use, with their interned ids
   // (names point into the selector tree).
-  absl::InlinedVector<std::pair<absl::string_view, uint32_t>, 2> attributes;
-
-  // The topic filter text (kExactTopic, kWildcardTopic).
-  absl::string_view topic() const;
+  std::vector<std::pair<absl::string_view, uint32_t>> attributes;
+  Subscription subscription;
 
   // Whether checks[from..] all hold.
   bool ChecksHold(size_t from, AttrValues values, const Event& event) const {
@@ -149,11 +158,42 @@ struct Record {
   }
 };
 
+// The hash the index's name tables use for topics and topic levels.
+size_t NameHash(absl::string_view name);
+
 // Interns an attribute name, returning its id; called once per distinct name of a record.
 using InternFn = absl::FunctionRef<uint32_t(absl::string_view)>;
 
-// Builds the record for `subscription`.
-std::unique_ptr<Record> Compile(SubscriberId id, Subscription subscription, InternFn intern);
+// The owner's statistics for choosing accesses: how many live records are filed under each
+// equality key, and under each kind of range or prefix access per attribute. The cost of an
+// access estimates how many records share it — so a record goes where it joins fewest others:
+// `side = 'buy' AND symbol = 'IBM'` is filed under 'IBM' once 'buy' is crowded, whatever the
+// order of the conjuncts. Owner only (not shared with readers).
+class AccessStats {
+ public:
+  // Estimated candidates an event brings in through `a` (>= 1).
+  int64_t Cost(const Access& a) const;
+  // Counts (delta +1) or uncounts (-1) the accesses of `rec`.
+  void Count(const Record& rec, int delta);
+
+ private:
+  struct PerAttribute {
+    absl::flat_hash_map<std::string, int64_t> strings;
+    absl::flat_hash_map<int64_t, int64_t> ints;
+    absl::flat_hash_map<double, int64_t> doubles;
+    int64_t bools[2] = {0, 0};
+    int64_t intervals = 0;
+    int64_t one_sided = 0;
+    int64_t prefixes = 0;
+    int64_t total = 0;
+  };
+  absl::flat_hash_map<uint32_t, PerAttribute> attributes_;
+};
+
+// Builds the record for `subscription` in memory from `pool`; DestroyRecord frees it.
+Record* Compile(SubscriberId id, Subscription subscription, InternFn intern,
+                const AccessStats& stats, Pool& pool);
+void DestroyRecord(Record* rec, Pool& pool);
 
 // Normalized equality keys: numbers equal by exact value get the same key (5 and 5.0 are int 5;
 // 0.5 stays a double). Returns false for NaN (equal to nothing).
