@@ -325,13 +325,14 @@ class RandomWorld {
     return kNumbers[rng_.Uniform(std::size(kNumbers))];
   }
   std::string String() {
-    static const char* const kStrings[] = {"''", "'a'", "'ab'", "'abc'", "'b'", "'x_y'", "'ba'"};
+    static const char* const kStrings[] = {"''",  "'a'",  "'ab'", "'abc'", "'b'", "'x_y'",
+                                           "'ba'", "'abcdefgh'", "'abcdefghij'"};
     return kStrings[rng_.Uniform(std::size(kStrings))];
   }
   std::string Pattern() {
     static const char* const kPatterns[] = {"'a%'",  "'ab%'", "'ab'", "'%b'", "'a_c%'", "'_'",
                                             "'%'",   "'abc'", "'b%a'", "'x\\_%' ESCAPE '\\'",
-                                            "'a%c'", "''"};
+                                            "'a%c'", "''",    "'abcdefghi%'", "'abcdefghij'"};
     return kPatterns[rng_.Uniform(std::size(kPatterns))];
   }
   std::string NumberList() {
@@ -432,7 +433,9 @@ class RandomWorld {
         case 3: e.SetInt64(name, static_cast<int64_t>(rng_.Uniform(6)) - 2); break;
         case 4: e.SetDouble(name, static_cast<double>(rng_.Uniform(8)) / 2 - 1); break;
         case 5: {
-          static const char* const kStrings[] = {"", "a", "ab", "abc", "b", "x_y", "ba", "abcc"};
+          static const char* const kStrings[] = {"",   "a",        "ab",         "abc",
+                                                 "b",  "x_y",      "ba",         "abcc",
+                                                 "abcdefgh", "abcdefghij", "abcdefghiX"};
           e.SetString(name, kStrings[rng_.Uniform(std::size(kStrings))]);
           break;
         }

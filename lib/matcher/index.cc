@@ -9,8 +9,23 @@ namespace gryph::matcher_internal {
 namespace {
 
 CheckedEntry MakeChecked(Record* rec, uint32_t slot) {
-  return CheckedEntry{rec, rec->id.value, slot, rec->verify, rec->dedupe,
-                      rec->checks.empty() ? Check() : rec->checks.front()};
+  const std::vector<Check>& checks = rec->checks[rec->accesses[slot].branch];
+  CheckedEntry e{};
+  e.hot.id = rec->id.value;
+  e.hot.verify = VerifyOf(checks);
+  e.hot.dedupe = rec->dedupe;
+  for (size_t i = 0; i < kInlineChecks && i < checks.size(); ++i) {
+    e.hot.checks[e.hot.inline_checks++] = checks[i];
+  }
+  e.cold = ColdEntry{rec, slot};
+  return e;
+}
+
+// A B-tree key for a bound entry (compares bound, record, slot only).
+BoundEntry BoundKey(double bound, Record* rec, uint32_t slot) {
+  BoundEntry k{bound, {}};
+  k.entry.cold = ColdEntry{rec, slot};
+  return k;
 }
 
 // Removes (rec, slot) from map[key]'s list, erasing the list once empty.
@@ -112,11 +127,16 @@ void Index::RemoveWildcard(Record* rec) {
 
 void Index::AddToGroup(Group& g, Record* rec, uint32_t slot) {
   const Access& a = rec->accesses[slot];
-  if (a.kind == Access::Kind::kUnindexed) {
+  if (a.kind == Access::Kind::kUnindexed && rec->verify == Verify::kProven) {
     g.unindexed.Add(Entry{rec, rec->id.value, slot, rec->verify, rec->dedupe}, copy_);
     return;
   }
   if (g.content == nullptr) g.content = std::make_unique<Content>();
+  if (a.kind == Access::Kind::kUnindexed) {
+    g.content->residual.Add(MakeChecked(rec, slot), copy_);
+    g.content->entries++;
+    return;
+  }
   std::unique_ptr<AttrIndex>& slot_index = g.content->attrs[a.attr];
   if (slot_index == nullptr) slot_index = std::make_unique<AttrIndex>();
   AttrIndex& ai = *slot_index;
@@ -143,10 +163,10 @@ void Index::AddToGroup(Group& g, Record* rec, uint32_t slot) {
       ai.at_most.insert(BoundEntry{a.key.d, e});
       break;
     case Access::Kind::kInterval:
-      ai.intervals[a.width_class][a.key.i].Add(e, copy_);
+      ai.intervals[a.width_class][a.key.i].Add(e, a.lo, a.hi, copy_);
       break;
     case Access::Kind::kWide:
-      ai.wide.Add(e, copy_);
+      ai.wide.Add(e, a.lo, a.hi, copy_);
       break;
     case Access::Kind::kPrefix:
       ai.prefixes.try_emplace(a.str).first->second.Add(e, copy_);
@@ -159,8 +179,13 @@ void Index::AddToGroup(Group& g, Record* rec, uint32_t slot) {
 
 void Index::RemoveFromGroup(Group& g, Record* rec, uint32_t slot) {
   const Access& a = rec->accesses[slot];
-  if (a.kind == Access::Kind::kUnindexed) {
+  if (a.kind == Access::Kind::kUnindexed && rec->verify == Verify::kProven) {
     g.unindexed.Remove(rec, slot, copy_);
+    return;
+  }
+  if (a.kind == Access::Kind::kUnindexed) {
+    g.content->residual.Remove(rec, slot, copy_);
+    if (--g.content->entries == 0) g.content.reset();
     return;
   }
   auto ait = g.content->attrs.find(a.attr);
@@ -180,8 +205,8 @@ void Index::RemoveFromGroup(Group& g, Record* rec, uint32_t slot) {
       break;
     case Access::Kind::kAtLeast:
     case Access::Kind::kAtMost: {
-      BoundEntry key{a.key.d, CheckedEntry{rec, 0, slot, Verify::kProven, false, Check()}};
-      (a.kind == Access::Kind::kAtLeast ? ai.at_least : ai.at_most).erase(key);
+      (a.kind == Access::Kind::kAtLeast ? ai.at_least : ai.at_most)
+          .erase(BoundKey(a.key.d, rec, slot));
       break;
     }
     case Access::Kind::kInterval: {
@@ -264,16 +289,10 @@ class Index::Matching {
   }
 
   void MatchGroup(const Group& g) {
-    for (const Entry& e : g.unindexed.entries()) {
-      if (e.verify == Verify::kProven) {
-        sink_(SubscriberId{e.id});
-      } else {
-        Resolve();
-        if (e.rec->ChecksHold(0, values(), event_)) sink_(SubscriberId{e.id});
-      }
-    }
+    for (const Entry& e : g.unindexed.entries()) sink_(SubscriberId{e.id});
     if (g.content == nullptr) return;
     Resolve();
+    EmitAll(g.content->residual);
     for (const auto& [id, ai] : g.content->attrs) {
       const AttributeValue* v = s_.values[id];
       if (v != nullptr) MatchAttr(*ai, *v);
@@ -320,26 +339,29 @@ class Index::Matching {
     }
   }
 
-  void Emit(const CheckedEntry& e) {
+  // `cold` is read only for records with more than the inline checks.
+  // A record reachable several ways (dedupe) may be refused through one access and accepted
+  // through another: it is remembered once emitted.
+  void Emit(const HotEntry& e, const ColdEntry& cold) {
+    if (e.dedupe && used_seen_ && s_.seen.contains(e.id)) return;
+    for (uint8_t i = 0; i < e.inline_checks; ++i) {
+      if (!e.checks[i].Holds(values(), event_)) return;
+    }
+    if (e.verify == Verify::kMoreChecks &&
+        !cold.rec->ChecksHold(cold.rec->accesses[cold.slot].branch, kInlineChecks, values(),
+                              event_)) {
+      return;
+    }
     if (e.dedupe) {
       used_seen_ = true;
-      if (!s_.seen.insert(e.rec).second) return;
-    }
-    switch (e.verify) {
-      case Verify::kProven:
-        break;
-      case Verify::kFirstCheck:
-        if (!e.first.Holds(values(), event_)) return;
-        break;
-      case Verify::kAllChecks:
-        if (!e.first.Holds(values(), event_) || !e.rec->ChecksHold(1, values(), event_)) return;
-        break;
+      s_.seen.insert(e.id);
     }
     sink_(SubscriberId{e.id});
   }
 
-  void EmitAll(const EntryList<CheckedEntry>& list) {
-    for (const CheckedEntry& e : list.entries()) Emit(e);
+  void EmitAll(const CheckedList& list) {
+    const std::vector<HotEntry>& hot = list.hot();
+    for (size_t i = 0; i < hot.size(); ++i) Emit(hot[i], list.cold()[i]);
   }
 
   template <typename Map, typename Key>
@@ -376,19 +398,23 @@ class Index::Matching {
     }
     const double x = RangeValue(v);
     for (auto it = ai.at_least.begin(); it != ai.at_least.end() && it->bound <= x; ++it) {
-      Emit(it->entry);
+      Emit(it->entry.hot, it->entry.cold);
     }
     if (!ai.at_most.empty()) {
-      const BoundEntry from{x, CheckedEntry{nullptr, 0, 0, Verify::kProven, false, Check()}};
-      for (auto it = ai.at_most.lower_bound(from); it != ai.at_most.end(); ++it) Emit(it->entry);
+      for (auto it = ai.at_most.lower_bound(BoundKey(x, nullptr, 0)); it != ai.at_most.end(); ++it) {
+        Emit(it->entry.hot, it->entry.cold);
+      }
     }
+    auto emit = [this](const HotEntry& e, const ColdEntry& cold) { Emit(e, cold); };
     for (const auto& [width_class, buckets] : ai.intervals) {
       int64_t b;
       if (!ValueBucket(x, width_class, &b)) continue;
-      EmitKey(buckets, b);
-      EmitKey(buckets, b - 1);
+      for (int k = 0; k < kBucketsToScan; ++k) {
+        auto it = buckets.find(b - k);
+        if (it != buckets.end()) it->second.ForEachHolding(x, emit);
+      }
     }
-    EmitAll(ai.wide);
+    ai.wide.ForEachHolding(x, emit);
   }
 
   const Index& index_;

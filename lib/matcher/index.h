@@ -58,15 +58,60 @@ struct Entry {
   bool dedupe;
 };
 
-// An entry of the attribute indexes: also carries the record's first check, so that most
-// candidates are refused (or proven) without a cache miss on the record.
-struct CheckedEntry {
-  Record* rec;
+// An entry of the attribute indexes, in two parts kept in parallel arrays. The hot part is what
+// matching reads — the id and the record's first two checks, so that most candidates are refused
+// or proven without touching the record — in exactly one cache line.
+struct alignas(64) HotEntry {
   uint64_t id;
-  uint32_t slot;
   Verify verify;
   bool dedupe;
-  Check first;
+  uint8_t inline_checks;  // how many of `checks` are set
+  Check checks[kInlineChecks];
+};
+static_assert(sizeof(HotEntry) == 64);
+
+// The cold part: what changes of the index and the rare longer verifications read.
+struct ColdEntry {
+  Record* rec;
+  uint32_t slot;  // index into rec->accesses
+};
+
+struct CheckedEntry {
+  HotEntry hot;
+  ColdEntry cold;
+};
+
+// Checked entries with O(1) removal (positions stored in the records), hot and cold parts in
+// parallel vectors.
+class CheckedList {
+ public:
+  void Add(const CheckedEntry& e, int copy) {
+    e.cold.rec->accesses[e.cold.slot].pos[copy] = static_cast<uint32_t>(hot_.size());
+    hot_.push_back(e.hot);
+    cold_.push_back(e.cold);
+  }
+  void Remove(const Record* rec, uint32_t slot, int copy) {
+    const uint32_t i = rec->accesses[slot].pos[copy];
+    if (i + 1 != hot_.size()) {
+      hot_[i] = hot_.back();
+      cold_[i] = cold_.back();
+      cold_[i].rec->accesses[cold_[i].slot].pos[copy] = i;
+    }
+    hot_.pop_back();
+    cold_.pop_back();
+    if (hot_.capacity() > 16 && hot_.size() < hot_.capacity() / 4) {
+      hot_.shrink_to_fit();
+      cold_.shrink_to_fit();
+    }
+  }
+  bool empty() const { return hot_.empty(); }
+  size_t size() const { return hot_.size(); }
+  const std::vector<HotEntry>& hot() const { return hot_; }
+  const std::vector<ColdEntry>& cold() const { return cold_; }
+
+ private:
+  std::vector<HotEntry> hot_;
+  std::vector<ColdEntry> cold_;
 };
 
 // A vector of entries with O(1) removal: each entry's position is stored in its record.
@@ -95,6 +140,38 @@ class EntryList {
 
  private:
   Vector entries_;
+};
+
+// The entries of intervals, with their rounded bounds in a parallel compact array: a stabbing
+// query scans 16 bytes per interval and reads the full entry only of those containing the value.
+class IntervalList {
+ public:
+  void Add(const CheckedEntry& e, double lo, double hi, int copy) {
+    bounds_.emplace_back(lo, hi);
+    entries_.Add(e, copy);
+  }
+  void Remove(const Record* rec, uint32_t slot, int copy) {
+    const uint32_t i = rec->accesses[slot].pos[copy];
+    bounds_[i] = bounds_.back();  // mirrors the swap-remove of entries_
+    bounds_.pop_back();
+    if (bounds_.capacity() > 16 && bounds_.size() < bounds_.capacity() / 4) bounds_.shrink_to_fit();
+    entries_.Remove(rec, slot, copy);
+  }
+  bool empty() const { return bounds_.empty(); }
+  size_t size() const { return bounds_.size(); }
+  // Calls f(hot, cold) for each interval holding x.
+  template <typename F>
+  void ForEachHolding(double x, F&& f) const {
+    for (size_t i = 0; i < bounds_.size(); ++i) {
+      if (bounds_[i].first <= x && x <= bounds_[i].second) {
+        f(entries_.hot()[i], entries_.cold()[i]);
+      }
+    }
+  }
+
+ private:
+  std::vector<std::pair<double, double>> bounds_;
+  CheckedList entries_;
 };
 
 // A hash table of heap nodes that carry their own name, keyed by name. A slot is the name's hash
@@ -188,36 +265,38 @@ struct BoundEntry {
 struct ByBound {
   bool operator()(const BoundEntry& a, const BoundEntry& b) const {
     if (a.bound != b.bound) return a.bound < b.bound;
-    if (a.entry.rec != b.entry.rec) return a.entry.rec < b.entry.rec;
-    return a.entry.slot < b.entry.slot;
+    if (a.entry.cold.rec != b.entry.cold.rec) return a.entry.cold.rec < b.entry.cold.rec;
+    return a.entry.cold.slot < b.entry.cold.slot;
   }
 };
 
 struct AttrIndex {
-  absl::flat_hash_map<std::string, EntryList<CheckedEntry>> strings;
-  absl::flat_hash_map<int64_t, EntryList<CheckedEntry>> ints;
-  absl::flat_hash_map<double, EntryList<CheckedEntry>> doubles;
-  EntryList<CheckedEntry> bools[2];
+  absl::flat_hash_map<std::string, CheckedList> strings;
+  absl::flat_hash_map<int64_t, CheckedList> ints;
+  absl::flat_hash_map<double, CheckedList> doubles;
+  CheckedList bools[2];
   absl::btree_set<BoundEntry, ByBound> at_least;  // attr >= bound
   absl::btree_set<BoundEntry, ByBound> at_most;   // attr <= bound
   // Interval buckets by width class, then bucket number.
-  absl::btree_map<int32_t, absl::flat_hash_map<int64_t, EntryList<CheckedEntry>>> intervals;
-  EntryList<CheckedEntry> wide;
-  absl::flat_hash_map<std::string, EntryList<CheckedEntry>> prefixes;
+  absl::btree_map<int32_t, absl::flat_hash_map<int64_t, IntervalList>> intervals;
+  IntervalList wide;
+  absl::flat_hash_map<std::string, CheckedList> prefixes;
   absl::btree_map<size_t, size_t> prefix_lengths;  // length -> entries with a prefix that long
   size_t entries = 0;
 };
 
-// The attribute indexes of a group.
+// What a group holds beyond subscriptions its topic alone proves.
 struct Content {
+  CheckedList residual;  // no access: verified for every event reaching the group
   absl::flat_hash_map<uint32_t, std::unique_ptr<AttrIndex>> attrs;  // by attribute id
-  size_t entries = 0;
+  size_t entries = 0;  // in residual and attrs
 };
 
 struct Group {
-  // Most exact topics have one subscriber: its entry lives inside the group.
+  // Subscriptions proven by the topic alone (no selector). Most exact topics have one
+  // subscriber: its entry lives inside the group.
   EntryList<Entry, absl::InlinedVector<Entry, 1>> unindexed;
-  std::unique_ptr<Content> content;  // null while no entry is in an attribute index
+  std::unique_ptr<Content> content;  // null while empty
   bool empty() const { return unindexed.empty() && content == nullptr; }
 };
 
@@ -237,7 +316,7 @@ struct Scratch {
   std::vector<absl::string_view> levels;      // the event topic's levels
   std::vector<size_t> level_hashes;
   std::vector<std::pair<const TrieNode*, size_t>> stack;
-  absl::flat_hash_set<const Record*> seen;    // dedupe of records reachable several ways
+  absl::flat_hash_set<uint64_t> seen;         // ids of records reachable several ways
 };
 
 class Index {
