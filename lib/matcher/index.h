@@ -27,8 +27,11 @@
 #ifndef GRYPH_LIB_MATCHER_INDEX_H_
 #define GRYPH_LIB_MATCHER_INDEX_H_
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <new>
 #include <string>
@@ -142,12 +145,15 @@ class EntryList {
   Vector entries_;
 };
 
-// The entries of intervals, with their rounded bounds in a parallel compact array: a stabbing
-// query scans 16 bytes per interval and reads the full entry only of those containing the value.
+// The entries of intervals, with their bounds in a parallel compact array of float pairs: a
+// stabbing query scans 8 bytes per interval and reads the full entry only of those that may hold
+// the value. The float bounds are widened outwards (lo rounded down, hi up) and the value rounded
+// to nearest, so that `lo <= x <= hi` implies the same for the floats: a superset, which the
+// entry's checks then settle exactly.
 class IntervalList {
  public:
   void Add(const CheckedEntry& e, double lo, double hi, int copy) {
-    bounds_.emplace_back(lo, hi);
+    bounds_.push_back(Bounds{RoundDown(lo), RoundUp(hi)});
     entries_.Add(e, copy);
   }
   void Remove(const Record* rec, uint32_t slot, int copy) {
@@ -159,18 +165,52 @@ class IntervalList {
   }
   bool empty() const { return bounds_.empty(); }
   size_t size() const { return bounds_.size(); }
-  // Calls f(hot, cold) for each interval holding x.
+
+  // Calls f(hot, cold) for each interval that may hold x (x is not NaN).
   template <typename F>
   void ForEachHolding(double x, F&& f) const {
-    for (size_t i = 0; i < bounds_.size(); ++i) {
-      if (bounds_[i].first <= x && x <= bounds_[i].second) {
-        f(entries_.hot()[i], entries_.cold()[i]);
+    const float xf = Nearest(x);
+    const size_t n = bounds_.size();
+    // First the indexes of the hits (fetching their entries), then the entries: the misses on
+    // scattered entries overlap instead of queuing behind each comparison.
+    constexpr size_t kBatch = 32;
+    uint32_t hits[kBatch];
+    for (size_t start = 0; start < n; start += kBatch) {
+      const size_t end = std::min(n, start + kBatch);
+      size_t found = 0;
+      for (size_t i = start; i < end; ++i) {
+        if (bounds_[i].lo <= xf && xf <= bounds_[i].hi) {
+          __builtin_prefetch(&entries_.hot()[i]);
+          hits[found++] = static_cast<uint32_t>(i);
+        }
       }
+      for (size_t k = 0; k < found; ++k) f(entries_.hot()[hits[k]], entries_.cold()[hits[k]]);
     }
   }
 
  private:
-  std::vector<std::pair<double, double>> bounds_;
+  struct Bounds {
+    float lo;
+    float hi;
+  };
+  static constexpr float kInf = std::numeric_limits<float>::infinity();
+  static constexpr double kFloatMax = std::numeric_limits<float>::max();
+  // Round to nearest, out-of-range values to infinities (a plain cast of those is undefined).
+  static float Nearest(double d) {
+    if (d > kFloatMax) return kInf;
+    if (d < -kFloatMax) return -kInf;
+    return static_cast<float>(d);
+  }
+  static float RoundDown(double d) {
+    const float f = Nearest(d);
+    return static_cast<double>(f) > d ? std::nextafter(f, -kInf) : f;
+  }
+  static float RoundUp(double d) {
+    const float f = Nearest(d);
+    return static_cast<double>(f) < d ? std::nextafter(f, kInf) : f;
+  }
+
+  std::vector<Bounds> bounds_;
   CheckedList entries_;
 };
 
