@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -230,6 +231,39 @@ TEST_CASE("changes stay invisible until published, and max_unpublished changes p
   Matcher every(MatcherOptions{.max_unpublished = 1});
   REQUIRE_OK(every.Add(SubscriberId{9}, Sub("", "t")));
   REQUIRE(MatchIds(every, e) == std::vector<uint64_t>{9});
+}
+
+TEST_CASE("TryPublish gives up while a reader still holds the copy it must reuse, Publish waits",
+          "[matcher][concurrency]") {
+  Matcher m;
+  const Event e = Topic("t");
+  REQUIRE_OK(m.Add(SubscriberId{1}, Sub("", "t")));
+  m.Publish();
+  std::atomic<bool> inside{false};
+  std::atomic<bool> release{false};
+  std::thread reader([&] {
+    bool first = true;
+    m.Match(e, [&](SubscriberId) {
+      if (!first) return;
+      first = false;
+      inside.store(true);
+      while (!release.load()) std::this_thread::yield();  // holds the copy it reads
+    });
+  });
+  while (!inside.load()) std::this_thread::yield();
+  REQUIRE_OK(m.Add(SubscriberId{2}, Sub("", "t")));
+  REQUIRE(m.TryPublish());  // the other copy is free: published
+  REQUIRE(MatchIds(m, e) == std::vector<uint64_t>{1, 2});
+  REQUIRE_OK(m.Add(SubscriberId{3}, Sub("", "t")));
+  REQUIRE_FALSE(m.TryPublish());  // the copy to reuse is the reader's
+  REQUIRE(MatchIds(m, e) == std::vector<uint64_t>{1, 2});
+  std::thread publisher([&] { m.Publish(); });  // waits for the reader
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  release.store(true);
+  reader.join();
+  publisher.join();
+  REQUIRE(MatchIds(m, e) == std::vector<uint64_t>{1, 2, 3});
+  REQUIRE(m.TryPublish());  // nothing left to publish
 }
 
 TEST_CASE("a matcher holds many subscribers on one topic and removes them in any order",

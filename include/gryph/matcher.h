@@ -20,8 +20,9 @@
 // together at the next publication. Publish() publishes every change made so far; Add and Remove
 // call it themselves once MatcherOptions::max_unpublished changes are waiting. So at most
 // max_unpublished - 1 changes are ever unpublished when Add or Remove returns, and none after
-// Publish returns. A Match call sees exactly the subscriptions of one publication — never part of
-// a batch — namely the latest one published when it started, or a later one.
+// Publish returns (TryPublish, which never waits, leaves them unpublished when it returns false).
+// A Match call sees exactly the subscriptions of one publication — never part of a batch —
+// namely the latest one published when it started, or a later one.
 //
 // Thread-safety: Match may be called from any number of threads at once, concurrently with each
 // other and with the owner's methods; it takes no lock and never waits (it reads one of two index
@@ -75,6 +76,12 @@ class Matcher {
   // Makes every change made so far visible to the Match calls that start after it returns.
   // May wait for Match calls that started before the previous publication (see above). Owner only.
   void Publish();
+
+  // Publishes as Publish() does and returns true when that needs no waiting; returns false,
+  // publishing nothing, while a Match call that started before the previous publication is still
+  // running (a reader preempted inside Match can hold it for a scheduling quantum). For an owner
+  // that must not block: call it again later, or Publish(). Owner only.
+  bool TryPublish();
 
   // Calls sink(id) once for each subscriber whose subscription matches `event` in the snapshot
   // this call reads, in no particular order (the order follows the index's layout and may change

@@ -6,7 +6,8 @@
 //   Add/Remove   compile or find the Record, append the change to pending_ (neither copy has it)
 //   Publish      1. catch up: the non-current copy lacks lagging_ (the previous batch); wait until
 //                   no reader is left in it (readers that began before the previous swap), then
-//                   apply lagging_ to it — now both copies are equal;
+//                   apply lagging_ to it — now both copies are equal (TryPublish gives up here
+//                   instead of waiting);
 //                2. apply pending_ to the non-current copy and make it current (one atomic store);
 //                   pending_ becomes lagging_;
 //                3. catch up at once if no reader is in the old copy (no waiting), else later.
@@ -135,13 +136,13 @@ class Matcher::Impl {
 
   void Publish() {
     CatchUp(/*wait=*/true);
-    if (pending_.empty()) return;
-    const int next = 1 - current_.load(std::memory_order_relaxed);
-    Apply(pending_, copies_[next], /*second=*/false);
-    current_.store(next, std::memory_order_seq_cst);
-    lagging_.swap(pending_);
-    pending_.clear();
-    CatchUp(/*wait=*/false);
+    PublishPending();
+  }
+
+  bool TryPublish() {
+    if (!CatchUp(/*wait=*/false)) return false;
+    PublishPending();
+    return true;
   }
 
   void Match(const Event& event, absl::FunctionRef<void(SubscriberId)> sink) const {
@@ -228,16 +229,29 @@ class Matcher::Impl {
     return true;
   }
 
-  // Brings the non-current copy up to date with lagging_.
-  void CatchUp(bool wait) {
-    if (lagging_.empty()) return;
+  // Brings the non-current copy up to date with lagging_, waiting for its readers to leave if
+  // `wait`. Returns whether it is up to date.
+  bool CatchUp(bool wait) {
+    if (lagging_.empty()) return true;
     const int old = 1 - current_.load(std::memory_order_relaxed);
     for (int spins = 0; !Drained(old); ++spins) {
-      if (!wait) return;
+      if (!wait) return false;
       if (spins > 16) std::this_thread::yield();
     }
     Apply(lagging_, copies_[old], /*second=*/true);
     lagging_.clear();
+    return true;
+  }
+
+  // REQUIRES: the non-current copy is up to date (CatchUp returned true).
+  void PublishPending() {
+    if (pending_.empty()) return;
+    const int next = 1 - current_.load(std::memory_order_relaxed);
+    Apply(pending_, copies_[next], /*second=*/false);
+    current_.store(next, std::memory_order_seq_cst);
+    lagging_.swap(pending_);
+    pending_.clear();
+    CatchUp(/*wait=*/false);  // at once if no reader is left in the old copy
   }
 
   MatcherOptions options_;
@@ -270,6 +284,8 @@ absl::Status Matcher::Add(SubscriberId id, Subscription subscription) {
 absl::Status Matcher::Remove(SubscriberId id) { return impl_->Remove(id); }
 
 void Matcher::Publish() { impl_->Publish(); }
+
+bool Matcher::TryPublish() { return impl_->TryPublish(); }
 
 void Matcher::Match(const Event& event, absl::FunctionRef<void(SubscriberId)> sink) const {
   impl_->Match(event, sink);
