@@ -1,0 +1,443 @@
+// Workloads for the matcher (see gryph_bench.cc for the list).
+//
+// Every workload parses its subscriptions before timing anything: parsing a selector is not part
+// of an insert. Inserts are timed as Add of the pre-parsed subscriptions (moved in) followed by
+// the Publish that makes them visible, so the figure includes both index copies' work; removes
+// likewise. Matching is timed on a pool of pre-built events. Each figure is the median of three
+// runs on a fresh matcher.
+//
+//   match_one_topic   20,000 subscribers on one topic, no selector: every event matches all
+//   match_flat        1,000,000 topics on one level ("<n>-mainTopic"), one subscriber each
+//   match_deep        500,000 subscriptions on 4-level topics (10 x 20 x 50 x 100 values per
+//                     level), 7% with one '+' level, 3% ending with '#' after 2 or 3 levels
+//   match_content     1,000,000 selectors over 10 attributes (ContentWorld below), no topic
+//                     filter; events match about 0.1% of them
+//   match_concurrent  150,000 content selectors; 1 or 2 reader threads match while a writer adds
+//                     and removes 100,000 subscriptions per second (50 + 50 each millisecond,
+//                     then TryPublish: the writer never blocks on a preempted reader)
+//
+// Keys: subscriptions, inserts_per_s, removes_per_s, events_per_s (Match calls per second, all
+// readers together), ns_per_event, matches_per_event; the same rates per second of the thread's
+// CPU time (inserts_per_cpu_s, removes_per_cpu_s, events_per_cpu_s: on a shared machine these
+// exclude the time other tenants held the core); rss_mb (resident set of the whole process
+// after the inserts of the last run, benchmark data included); loadavg (1-minute load average
+// when the workload started); readers, changes_per_s and publishes_per_s (match_concurrent,
+// whose events_per_cpu_s sums each reader's events per second of its own CPU time).
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "benchmarks/workload.h"
+#include "gryph/matcher.h"
+
+namespace gryph::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// CPU time of the calling thread, in seconds: on a shared machine, wall-clock rates also measure
+// the other tenants; CPU-time rates measure the matcher alone (both are reported).
+double ThreadCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// The 1-minute load average, stated with every figure (0 when unavailable).
+double LoadAverage() {
+  double load[1] = {0};
+  return getloadavg(load, 1) == 1 ? load[0] : 0;
+}
+
+// Resident set size of this process in MiB (0 when /proc is unavailable).
+double RssMb() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  long pages = 0, resident = 0;
+  const int n = std::fscanf(f, "%ld %ld", &pages, &resident);
+  std::fclose(f);
+  if (n != 2) return 0;
+  return static_cast<double>(resident) * 4096.0 / (1024.0 * 1024.0);
+}
+
+// A small deterministic generator (splitmix64), the same on every platform.
+class Rand {
+ public:
+  explicit Rand(uint64_t seed) : s_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (s_ += 0x9e3779b97f4a7c15);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111eb;
+    return z ^ (z >> 31);
+  }
+  uint64_t Uniform(uint64_t n) { return Next() % n; }
+  double Real(double lo, double hi) {
+    return lo + (hi - lo) * static_cast<double>(Next() >> 11) / 9007199254740992.0;
+  }
+
+ private:
+  uint64_t s_;
+};
+
+Subscription MustCreate(const std::string& selector, const std::string& filter) {
+  absl::StatusOr<Subscription> s = Subscription::Create(selector, filter);
+  if (!s.ok()) {
+    std::fprintf(stderr, "bad subscription '%s' '%s': %s\n", selector.c_str(), filter.c_str(),
+                 s.status().ToString().c_str());
+    std::abort();
+  }
+  return *std::move(s);
+}
+
+void MustOk(const absl::Status& s) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s\n", s.ToString().c_str());
+    std::abort();
+  }
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Wall-clock and CPU-time stopwatch for the calling thread.
+struct Stopwatch {
+  Clock::time_point wall = Clock::now();
+  double cpu = ThreadCpuSeconds();
+  void Add(double* wall_total, double* cpu_total) const {
+    *wall_total += SecondsSince(wall);
+    *cpu_total += ThreadCpuSeconds() - cpu;
+  }
+};
+
+// Runs insert / match / remove `runs` times on fresh matchers and reports the medians.
+// `rounds` repeats insert+remove within one run (for small sets, so that a run lasts long enough
+// to time); matching runs for `match_seconds` per run.
+void RunTimed(const char* name, const std::vector<Subscription>& subs,
+              const std::vector<Event>& events, double match_seconds, int rounds = 1,
+              int runs = 3) {
+  std::vector<double> inserts, removes, rates, cpu_inserts, cpu_removes, cpu_rates, matches;
+  double rss = 0;
+  const double load = LoadAverage();
+  for (int run = 0; run < runs; ++run) {
+    Matcher m;
+    double insert_s = 0, remove_s = 0, insert_cpu = 0, remove_cpu = 0;
+    for (int round = 0; round < rounds; ++round) {
+      std::vector<Subscription> batch = subs;  // copies made before timing; Add moves them in
+      Stopwatch sw;
+      for (size_t i = 0; i < batch.size(); ++i) MustOk(m.Add(SubscriberId{i}, std::move(batch[i])));
+      m.Publish();
+      sw.Add(&insert_s, &insert_cpu);
+      if (round + 1 == rounds) break;  // keep the last set for matching
+      Stopwatch rw;
+      for (size_t i = 0; i < subs.size(); ++i) MustOk(m.Remove(SubscriberId{i}));
+      m.Publish();
+      rw.Add(&remove_s, &remove_cpu);
+    }
+    rss = RssMb();
+    uint64_t calls = 0, matched = 0;
+    Stopwatch mw;
+    double elapsed = 0, elapsed_cpu = 0;
+    while (elapsed < match_seconds) {
+      for (int k = 0; k < 64; ++k) {
+        m.Match(events[calls % events.size()], [&matched](SubscriberId) { ++matched; });
+        ++calls;
+      }
+      elapsed = SecondsSince(mw.wall);
+    }
+    elapsed_cpu = ThreadCpuSeconds() - mw.cpu;
+    Stopwatch rw;
+    for (size_t i = 0; i < subs.size(); ++i) MustOk(m.Remove(SubscriberId{i}));
+    m.Publish();
+    rw.Add(&remove_s, &remove_cpu);
+    const double n = static_cast<double>(subs.size()) * rounds;
+    inserts.push_back(n / insert_s);
+    removes.push_back(n / remove_s);
+    cpu_inserts.push_back(n / insert_cpu);
+    cpu_removes.push_back(n / remove_cpu);
+    rates.push_back(static_cast<double>(calls) / elapsed);
+    cpu_rates.push_back(static_cast<double>(calls) / elapsed_cpu);
+    matches.push_back(static_cast<double>(matched) / static_cast<double>(calls));
+  }
+  const double rate = Median(rates);
+  Report(name)
+      .Add("subscriptions", static_cast<int64_t>(subs.size()))
+      .Add("inserts_per_s", Median(inserts))
+      .Add("removes_per_s", Median(removes))
+      .Add("events_per_s", rate)
+      .Add("ns_per_event", 1e9 / rate)
+      .Add("matches_per_event", Median(matches))
+      .Add("inserts_per_cpu_s", Median(cpu_inserts))
+      .Add("removes_per_cpu_s", Median(cpu_removes))
+      .Add("events_per_cpu_s", Median(cpu_rates))
+      .Add("rss_mb", rss)
+      .Add("loadavg", load)
+      .Print();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Content: selectors over 10 attributes of trading events.
+//
+//   symbol    'S0'..'S4999'    price     double in [0, 1000)   quantity  int in [1, 1000]
+//   exchange  'E0'..'E9'       side      'buy' / 'sell'        currency  5 codes
+//   trader    'T0'..'T999'     region    'R0'..'R19'           urgent    bool
+//   account   int in [0, 100000)
+//
+// Selector mix (fraction of subscriptions): the index's access in brackets.
+//   41%    symbol = S AND price > p                                     [symbol key]
+//   15%    symbol IN (S1, S2, S3) AND quantity BETWEEN q AND q + 200 AND side = 'buy'
+//                                                                        [3 symbol keys]
+//   20%    price BETWEEN lo AND lo + w AND quantity > q  (w in [1, 10))  [price interval]
+//   10%    trader = T AND currency IN ('USD', 'EUR') AND urgent = TRUE   [trader key]
+//    5%    symbol LIKE 'Sddd%' AND price < p                             [symbol prefix]
+//    5%    (symbol = S AND price > p) OR (trader = T AND quantity < q)   [2 keys, deduped]
+//    3%    exchange = E AND side = 'sell' AND account = n                [account key]
+//    1%    region = R AND urgent AND quantity > q                        [region key]
+//    0.01% residuals: NOT (side = 'buy'), symbol <> S, price > quantity  [scanned]
+class ContentWorld {
+ public:
+  explicit ContentWorld(uint64_t seed) : r_(seed) {}
+
+  std::string Symbol() { return absl::StrCat("'S", r_.Uniform(5000), "'"); }
+  std::string Trader() { return absl::StrCat("'T", r_.Uniform(1000), "'"); }
+
+  std::string Selector() {
+    const uint64_t x = r_.Uniform(10000);
+    if (x < 4100) return absl::StrCat("symbol = ", Symbol(), " AND price > ", Price());
+    if (x < 5600) {
+      const uint64_t q = 1 + r_.Uniform(800);
+      return absl::StrCat("symbol IN (", Symbol(), ", ", Symbol(), ", ", Symbol(),
+                          ") AND quantity BETWEEN ", q, " AND ", q + 200, " AND side = 'buy'");
+    }
+    if (x < 7600) {
+      const double lo = r_.Real(0, 990);
+      return absl::StrCat("price BETWEEN ", Fixed(lo), " AND ", Fixed(lo + r_.Real(1, 10)),
+                          " AND quantity > ", 1 + r_.Uniform(1000));
+    }
+    if (x < 8600) {
+      return absl::StrCat("trader = ", Trader(),
+                          " AND currency IN ('USD', 'EUR') AND urgent = TRUE");
+    }
+    if (x < 9100) {
+      return absl::StrCat("symbol LIKE 'S", 100 + r_.Uniform(400), "%' AND price < ", Price());
+    }
+    if (x < 9600) {
+      return absl::StrCat("(symbol = ", Symbol(), " AND price > ", Price(), ") OR (trader = ",
+                          Trader(), " AND quantity < ", 1 + r_.Uniform(1000), ")");
+    }
+    if (x < 9900) {
+      return absl::StrCat("exchange = 'E", r_.Uniform(10), "' AND side = 'sell' AND account = ",
+                          r_.Uniform(100000));
+    }
+    if (x < 9999) {
+      return absl::StrCat("region = 'R", r_.Uniform(20), "' AND urgent AND quantity > ",
+                          1 + r_.Uniform(1000));
+    }
+    switch (r_.Uniform(3)) {
+      case 0: return "NOT (side = 'buy')";
+      case 1: return absl::StrCat("symbol <> ", Symbol());
+      default: return "price > quantity";
+    }
+  }
+
+  Event RandomEvent() {
+    static const char* const kCurrencies[] = {"USD", "EUR", "JPY", "GBP", "CHF"};
+    Event e;
+    e.SetTopic("trades");
+    e.SetString("symbol", absl::StrCat("S", r_.Uniform(5000)));
+    e.SetDouble("price", r_.Real(0, 1000));
+    e.SetInt64("quantity", static_cast<int64_t>(1 + r_.Uniform(1000)));
+    e.SetString("exchange", absl::StrCat("E", r_.Uniform(10)));
+    e.SetString("side", r_.Uniform(2) == 0 ? "buy" : "sell");
+    e.SetString("currency", kCurrencies[r_.Uniform(5)]);
+    e.SetString("trader", absl::StrCat("T", r_.Uniform(1000)));
+    e.SetString("region", absl::StrCat("R", r_.Uniform(20)));
+    e.SetBool("urgent", r_.Uniform(2) == 0);
+    e.SetInt64("account", static_cast<int64_t>(r_.Uniform(100000)));
+    return e;
+  }
+
+  std::vector<Subscription> Subscriptions(size_t n) {
+    std::vector<Subscription> subs;
+    subs.reserve(n);
+    for (size_t i = 0; i < n; ++i) subs.push_back(MustCreate(Selector(), ""));
+    return subs;
+  }
+
+  std::vector<Event> Events(size_t n) {
+    std::vector<Event> events;
+    for (size_t i = 0; i < n; ++i) events.push_back(RandomEvent());
+    return events;
+  }
+
+ private:
+  std::string Price() { return Fixed(r_.Real(0, 1000)); }
+  static std::string Fixed(double d) { return absl::StrCat(static_cast<int64_t>(d * 100) / 100.0); }
+
+  Rand r_;
+};
+
+}  // namespace
+
+GRYPH_WORKLOAD(match_one_topic) {
+  std::vector<Subscription> subs;
+  for (int i = 0; i < 20000; ++i) subs.push_back(MustCreate("", "orders/us/IBM"));
+  Event e;
+  e.SetTopic("orders/us/IBM");
+  RunTimed("match_one_topic", subs, {e}, ctx.seconds / 3, /*rounds=*/20);
+}
+
+GRYPH_WORKLOAD(match_flat) {
+  constexpr size_t kTopics = 1'000'000;
+  std::vector<Subscription> subs;
+  subs.reserve(kTopics);
+  for (size_t i = 0; i < kTopics; ++i) subs.push_back(MustCreate("", absl::StrCat(i, "-mainTopic")));
+  Rand r(1);
+  std::vector<Event> events(4096);
+  for (Event& e : events) e.SetTopic(absl::StrCat(r.Uniform(kTopics), "-mainTopic"));
+  RunTimed("match_flat", subs, events, ctx.seconds / 3);
+}
+
+GRYPH_WORKLOAD(match_deep) {
+  constexpr size_t kSubscriptions = 500'000;
+  constexpr uint64_t kFanout[] = {10, 20, 50, 100};
+  Rand r(2);
+  // A topic or filter of 4 levels; level `plus` (if < 4) is '+'; with `keep` < 4, only the first
+  // `keep` levels are kept and '#' follows.
+  auto make = [&](size_t plus, size_t keep) {
+    std::string out;
+    for (size_t l = 0; l < std::size(kFanout) && l < keep; ++l) {
+      if (l > 0) out += '/';
+      out += l == plus ? std::string("+") : absl::StrCat("l", l, "-", r.Uniform(kFanout[l]));
+    }
+    if (keep < std::size(kFanout)) out += "/#";
+    return out;
+  };
+  std::vector<Subscription> subs;
+  subs.reserve(kSubscriptions);
+  for (size_t i = 0; i < kSubscriptions; ++i) {
+    const uint64_t x = r.Uniform(100);
+    std::string filter;
+    if (x < 7) {
+      filter = make(r.Uniform(4), 4);
+    } else if (x < 10) {
+      filter = make(4, 2 + r.Uniform(2));  // "l0-3/l1-7/#" or "l0-3/l1-7/l2-9/#"
+    } else {
+      filter = make(4, 4);
+    }
+    subs.push_back(MustCreate("", filter));
+  }
+  std::vector<Event> events(4096);
+  for (Event& e : events) e.SetTopic(make(4, 4));
+  RunTimed("match_deep", subs, events, ctx.seconds / 3);
+}
+
+GRYPH_WORKLOAD(match_content) {
+  ContentWorld world(3);
+  const std::vector<Subscription> subs = world.Subscriptions(1'000'000);
+  const std::vector<Event> events = world.Events(4096);
+  RunTimed("match_content", subs, events, ctx.seconds / 3);
+}
+
+GRYPH_WORKLOAD(match_concurrent) {
+  constexpr size_t kBase = 100'000;
+  constexpr size_t kWindow = 50'000;   // churned subscriptions present at any time
+  constexpr size_t kChurnPool = 100'000;
+  constexpr int kPerMillisecond = 50;  // adds, and as many removes: 100,000 changes per second
+  ContentWorld world(4);
+  const std::vector<Subscription> base = world.Subscriptions(kBase);
+  const std::vector<Subscription> pool = world.Subscriptions(kChurnPool);
+  const std::vector<Event> events = world.Events(4096);
+  for (int readers : {1, 2}) {
+    std::vector<double> rates, cpu_rates, churn_rates, publish_rates;
+    const double load = LoadAverage();
+    for (int run = 0; run < 3; ++run) {
+      // Publication is the writer's TryPublish each millisecond; no automatic publication.
+      Matcher m(MatcherOptions{.max_unpublished = size_t{1} << 30});
+      for (size_t i = 0; i < kBase; ++i) MustOk(m.Add(SubscriberId{i}, base[i]));
+      // Ids kBase + k: the churned ones; a window of kWindow of them is present at any time.
+      uint64_t next = 0, oldest = 0;
+      for (; next < kWindow; ++next) MustOk(m.Add(SubscriberId{kBase + next}, pool[next]));
+      m.Publish();
+      std::atomic<bool> stop{false};
+      std::atomic<uint64_t> changes{0};
+      std::atomic<uint64_t> publishes{0};
+      std::thread writer([&] {
+        auto tick = Clock::now();
+        while (!stop.load(std::memory_order_relaxed)) {
+          for (int k = 0; k < kPerMillisecond; ++k, ++next) {
+            MustOk(m.Add(SubscriberId{kBase + next}, pool[next % kChurnPool]));
+            MustOk(m.Remove(SubscriberId{kBase + oldest++}));
+          }
+          if (m.TryPublish()) publishes.fetch_add(1, std::memory_order_relaxed);
+          changes.fetch_add(2 * kPerMillisecond, std::memory_order_relaxed);
+          tick += std::chrono::milliseconds(1);
+          std::this_thread::sleep_until(tick);
+        }
+      });
+      std::vector<uint64_t> calls(readers, 0);
+      std::vector<double> cpu(readers, 0);
+      std::vector<std::thread> threads;
+      const auto start = Clock::now();
+      for (int t = 0; t < readers; ++t) {
+        threads.emplace_back([&, t] {
+          const double cpu_start = ThreadCpuSeconds();
+          uint64_t n = 0, sink = 0;
+          size_t i = static_cast<size_t>(t) * 997;
+          while (!stop.load(std::memory_order_relaxed)) {
+            for (int k = 0; k < 16; ++k) {
+              m.Match(events[i++ % events.size()], [&sink](SubscriberId id) { sink += id.value; });
+              ++n;
+            }
+          }
+          calls[t] = n;
+          cpu[t] = ThreadCpuSeconds() - cpu_start;
+          if (sink == 42) std::printf(" ");  // keep the work observable
+        });
+      }
+      std::this_thread::sleep_for(std::chrono::duration<double>(ctx.seconds / 3));
+      stop.store(true);
+      for (std::thread& t : threads) t.join();
+      writer.join();
+      const double secs = SecondsSince(start);
+      double total = 0, per_cpu = 0;
+      for (int t = 0; t < readers; ++t) {
+        total += static_cast<double>(calls[t]);
+        per_cpu += static_cast<double>(calls[t]) / cpu[t];
+      }
+      rates.push_back(total / secs);
+      cpu_rates.push_back(per_cpu);
+      churn_rates.push_back(static_cast<double>(changes.load()) / secs);
+      publish_rates.push_back(static_cast<double>(publishes.load()) / secs);
+    }
+    const double rate = Median(rates);
+    Report("match_concurrent")
+        .Add("readers", int64_t{readers})
+        .Add("subscriptions", static_cast<int64_t>(kBase + kWindow))
+        .Add("changes_per_s", Median(churn_rates))
+        .Add("publishes_per_s", Median(publish_rates))
+        .Add("events_per_s", rate)
+        .Add("ns_per_event", 1e9 / rate)
+        // Each reader's events per second of its own CPU time, summed over the readers: what
+        // the readers would reach with a core each, free of other tenants.
+        .Add("events_per_cpu_s", Median(cpu_rates))
+        .Add("loadavg", load)
+        .Print();
+  }
+}
+
+}  // namespace gryph::bench

@@ -1,0 +1,445 @@
+#include "lib/matcher/index.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace gryph::matcher_internal {
+
+namespace {
+
+CheckedEntry MakeChecked(Record* rec, uint32_t slot) {
+  const std::vector<Check>& checks = rec->checks[rec->accesses[slot].branch];
+  CheckedEntry e{};
+  e.hot.id = rec->id.value;
+  e.hot.verify = VerifyOf(checks);
+  e.hot.dedupe = rec->dedupe;
+  for (size_t i = 0; i < kInlineChecks && i < checks.size(); ++i) {
+    e.hot.checks[e.hot.inline_checks++] = checks[i];
+  }
+  e.cold = ColdEntry{rec, slot};
+  return e;
+}
+
+// A B-tree key for a bound entry (compares bound, record, slot only).
+BoundEntry BoundKey(double bound, Record* rec, uint32_t slot) {
+  BoundEntry k{bound, {}};
+  k.entry.cold = ColdEntry{rec, slot};
+  return k;
+}
+
+// Removes (rec, slot) from map[key]'s list, erasing the list once empty.
+template <typename Map, typename Key>
+void RemoveKeyed(Map& map, const Key& key, const Record* rec, uint32_t slot, int copy) {
+  auto it = map.find(key);
+  it->second.Remove(rec, slot, copy);
+  if (it->second.empty()) map.erase(it);
+}
+
+// Splits `topic` into its levels ("" is one empty level).
+void SplitLevels(absl::string_view topic, std::vector<absl::string_view>* levels) {
+  levels->clear();
+  size_t begin = 0;
+  while (true) {
+    const size_t end = topic.find('/', begin);
+    if (end == absl::string_view::npos) {
+      levels->push_back(topic.substr(begin));
+      return;
+    }
+    levels->push_back(topic.substr(begin, end - begin));
+    begin = end + 1;
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Changes
+
+Group& Index::GroupFor(const Record* rec) {
+  switch (rec->placement) {
+    case Placement::kAnyTopic:
+      return any_topic_;
+    case Placement::kExactTopic:
+      return exact_.FindOrCreate({rec->topic, rec->topic_hash});
+    case Placement::kWildcardTopic:
+      break;
+  }
+  TrieNode* node = &wildcards_;
+  node->subscriptions++;
+  for (const std::string& level : rec->subscription.topic_filter()->levels()) {
+    if (level == "#") {
+      if (node->rest == nullptr) node->rest = std::make_unique<Group>();
+      return *node->rest;
+    }
+    if (level == "+") {
+      if (node->plus == nullptr) node->plus = std::make_unique<TrieNode>(pool_);
+      node = node->plus.get();
+    } else {
+      node = &node->children.FindOrCreate({level, NameHash(level)}, pool_);
+    }
+    node->subscriptions++;
+  }
+  if (node->here == nullptr) node->here = std::make_unique<Group>();
+  return *node->here;
+}
+
+// Removes a wildcard record: finds its group along the trie path, takes its entries out, then
+// decrements the subscription counts on the path and prunes the highest node left with none
+// (its whole subtree held only this record).
+void Index::RemoveWildcard(Record* rec) {
+  const auto levels = rec->subscription.topic_filter()->levels();
+  struct Step {
+    TrieNode* parent;
+    TrieNode* node;
+    const std::string* level;  // nullptr for '+'
+  };
+  absl::InlinedVector<Step, 8> path;
+  TrieNode* node = &wildcards_;
+  std::unique_ptr<Group>* group = nullptr;
+  for (const std::string& level : levels) {
+    if (level == "#") {
+      group = &node->rest;
+      break;
+    }
+    TrieNode* next = level == "+" ? node->plus.get()
+                                  : node->children.Find({level, NameHash(level)});
+    path.push_back(Step{node, next, level == "+" ? nullptr : &level});
+    node = next;
+  }
+  if (group == nullptr) group = &node->here;
+  for (uint32_t slot = 0; slot < rec->accesses.size(); ++slot) {
+    RemoveFromGroup(**group, rec, slot);
+  }
+  wildcards_.subscriptions--;
+  for (const Step& step : path) {
+    if (--step.node->subscriptions == 0) {
+      if (step.level == nullptr) {
+        step.parent->plus.reset();
+      } else {
+        step.parent->children.Erase({*step.level, NameHash(*step.level)});
+      }
+      return;  // the group went with the subtree
+    }
+  }
+  if ((*group)->empty()) group->reset();
+}
+
+void Index::AddToGroup(Group& g, Record* rec, uint32_t slot) {
+  const Access& a = rec->accesses[slot];
+  if (a.kind == Access::Kind::kUnindexed && rec->verify == Verify::kProven) {
+    g.unindexed.Add(Entry{rec, rec->id.value, slot, rec->verify, rec->dedupe}, copy_);
+    return;
+  }
+  if (g.content == nullptr) g.content = std::make_unique<Content>();
+  if (a.kind == Access::Kind::kUnindexed) {
+    g.content->residual.Add(MakeChecked(rec, slot), copy_);
+    g.content->entries++;
+    return;
+  }
+  std::unique_ptr<AttrIndex>& slot_index = g.content->attrs[a.attr];
+  if (slot_index == nullptr) slot_index = std::make_unique<AttrIndex>();
+  AttrIndex& ai = *slot_index;
+  ai.entries++;
+  g.content->entries++;
+  const CheckedEntry e = MakeChecked(rec, slot);
+  switch (a.kind) {
+    case Access::Kind::kEqString:
+      ai.strings.try_emplace(a.str).first->second.Add(e, copy_);
+      break;
+    case Access::Kind::kEqInt:
+      ai.ints[a.key.i].Add(e, copy_);
+      break;
+    case Access::Kind::kEqDouble:
+      ai.doubles[a.key.d].Add(e, copy_);
+      break;
+    case Access::Kind::kEqBool:
+      ai.bools[a.key.b ? 1 : 0].Add(e, copy_);
+      break;
+    case Access::Kind::kAtLeast:
+      ai.at_least.insert(BoundEntry{a.key.d, e});
+      break;
+    case Access::Kind::kAtMost:
+      ai.at_most.insert(BoundEntry{a.key.d, e});
+      break;
+    case Access::Kind::kInterval:
+      ai.intervals[a.width_class][a.key.i].Add(e, a.lo, a.hi, copy_);
+      break;
+    case Access::Kind::kWide:
+      ai.wide.Add(e, a.lo, a.hi, copy_);
+      break;
+    case Access::Kind::kPrefix:
+      ai.prefixes.try_emplace(a.str).first->second.Add(e, copy_);
+      ai.prefix_lengths[a.str.size()]++;
+      break;
+    case Access::Kind::kUnindexed:
+      break;
+  }
+}
+
+void Index::RemoveFromGroup(Group& g, Record* rec, uint32_t slot) {
+  const Access& a = rec->accesses[slot];
+  if (a.kind == Access::Kind::kUnindexed && rec->verify == Verify::kProven) {
+    g.unindexed.Remove(rec, slot, copy_);
+    return;
+  }
+  if (a.kind == Access::Kind::kUnindexed) {
+    g.content->residual.Remove(rec, slot, copy_);
+    if (--g.content->entries == 0) g.content.reset();
+    return;
+  }
+  auto ait = g.content->attrs.find(a.attr);
+  AttrIndex& ai = *ait->second;
+  switch (a.kind) {
+    case Access::Kind::kEqString:
+      RemoveKeyed(ai.strings, a.str, rec, slot, copy_);
+      break;
+    case Access::Kind::kEqInt:
+      RemoveKeyed(ai.ints, a.key.i, rec, slot, copy_);
+      break;
+    case Access::Kind::kEqDouble:
+      RemoveKeyed(ai.doubles, a.key.d, rec, slot, copy_);
+      break;
+    case Access::Kind::kEqBool:
+      ai.bools[a.key.b ? 1 : 0].Remove(rec, slot, copy_);
+      break;
+    case Access::Kind::kAtLeast:
+    case Access::Kind::kAtMost: {
+      (a.kind == Access::Kind::kAtLeast ? ai.at_least : ai.at_most)
+          .erase(BoundKey(a.key.d, rec, slot));
+      break;
+    }
+    case Access::Kind::kInterval: {
+      auto cit = ai.intervals.find(a.width_class);
+      RemoveKeyed(cit->second, a.key.i, rec, slot, copy_);
+      if (cit->second.empty()) ai.intervals.erase(cit);
+      break;
+    }
+    case Access::Kind::kWide:
+      ai.wide.Remove(rec, slot, copy_);
+      break;
+    case Access::Kind::kPrefix: {
+      RemoveKeyed(ai.prefixes, a.str, rec, slot, copy_);
+      auto lit = ai.prefix_lengths.find(a.str.size());
+      if (--lit->second == 0) ai.prefix_lengths.erase(lit);
+      break;
+    }
+    case Access::Kind::kUnindexed:
+      break;
+  }
+  if (--ai.entries == 0) g.content->attrs.erase(ait);
+  if (--g.content->entries == 0) g.content.reset();
+}
+
+void Index::Add(Record* rec) {
+  for (const auto& [name, id] : rec->attributes) {
+    auto [it, inserted] = names_.try_emplace(name, Name{id, 0});
+    it->second.refs++;
+    id_limit_ = std::max(id_limit_, id + 1);
+  }
+  Group& g = GroupFor(rec);
+  rec->group[copy_] = &g;
+  for (uint32_t slot = 0; slot < rec->accesses.size(); ++slot) AddToGroup(g, rec, slot);
+}
+
+void Index::Remove(Record* rec) {
+  switch (rec->placement) {
+    case Placement::kAnyTopic:
+      for (uint32_t slot = 0; slot < rec->accesses.size(); ++slot) {
+        RemoveFromGroup(any_topic_, rec, slot);
+      }
+      break;
+    case Placement::kExactTopic: {
+      Group* g = rec->group[copy_];
+      for (uint32_t slot = 0; slot < rec->accesses.size(); ++slot) RemoveFromGroup(*g, rec, slot);
+      if (g->empty()) exact_.Erase({rec->topic, rec->topic_hash});
+      break;
+    }
+    case Placement::kWildcardTopic:
+      RemoveWildcard(rec);
+      break;
+  }
+  for (const auto& [name, id] : rec->attributes) {
+    auto it = names_.find(name);
+    if (--it->second.refs == 0) names_.erase(it);
+  }
+}
+
+void Index::Prefetch(const Record* rec, bool add) const {
+  if (!add) __builtin_prefetch(rec->group[copy_]);
+  if (rec->placement == Placement::kExactTopic) {
+    exact_.Prefetch({rec->topic, rec->topic_hash});
+    __builtin_prefetch(rec->topic.data());  // compared with (or copied into) the group's node
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Matching
+
+class Index::Matching {
+ public:
+  static constexpr size_t kPrefetchEntries = 4;
+
+  Matching(const Index& index, const Event& event, Scratch& scratch,
+           absl::FunctionRef<void(SubscriberId)> sink)
+      : index_(index), event_(event), s_(scratch), sink_(sink) {}
+
+  ~Matching() {
+    for (uint32_t id : s_.set_ids) s_.values[id] = nullptr;
+    s_.set_ids.clear();
+    if (used_seen_) s_.seen.clear();
+  }
+
+  void MatchGroup(const Group& g) {
+    for (const Entry& e : g.unindexed.entries()) sink_(SubscriberId{e.id});
+    if (g.content == nullptr) return;
+    Resolve();
+    EmitAll(g.content->residual);
+    for (const auto& [id, ai] : g.content->attrs) {
+      const AttributeValue* v = s_.values[id];
+      if (v != nullptr) MatchAttr(*ai, *v);
+    }
+  }
+
+  void MatchWildcards(const TrieNode& root) {
+    SplitLevels(event_.topic(), &s_.levels);
+    const size_t n = s_.levels.size();
+    s_.level_hashes.clear();
+    for (absl::string_view level : s_.levels) s_.level_hashes.push_back(NameHash(level));
+    s_.stack.clear();
+    s_.stack.emplace_back(&root, 0);
+    while (!s_.stack.empty()) {
+      const auto [node, i] = s_.stack.back();
+      s_.stack.pop_back();
+      if (node->rest != nullptr) MatchGroup(*node->rest);
+      if (i == n) {
+        if (node->here != nullptr) MatchGroup(*node->here);
+        continue;
+      }
+      if (node->plus != nullptr) s_.stack.emplace_back(node->plus.get(), i + 1);
+      if (!node->children.empty()) {
+        if (const TrieNode* child = node->children.Find({s_.levels[i], s_.level_hashes[i]})) {
+          s_.stack.emplace_back(child, i + 1);
+        }
+      }
+    }
+  }
+
+ private:
+  AttrValues values() const { return s_.values.data(); }
+
+  void Resolve() {
+    if (resolved_) return;
+    resolved_ = true;
+    if (s_.values.size() < index_.id_limit_) s_.values.resize(index_.id_limit_, nullptr);
+    for (const Attribute& a : event_.attributes()) {
+      auto it = index_.names_.find(a.name);
+      if (it != index_.names_.end()) {
+        s_.values[it->second.id] = &a.value;
+        s_.set_ids.push_back(it->second.id);
+      }
+    }
+  }
+
+  // `cold` is read only for records with more than the inline checks.
+  // A record reachable several ways (dedupe) may be refused through one access and accepted
+  // through another: it is remembered once emitted.
+  void Emit(const HotEntry& e, const ColdEntry& cold) {
+    if (e.dedupe && used_seen_ && s_.seen.contains(e.id)) return;
+    for (uint8_t i = 0; i < e.inline_checks; ++i) {
+      if (!e.checks[i].Holds(values(), event_)) return;
+    }
+    if (e.verify == Verify::kMoreChecks &&
+        !cold.rec->ChecksHold(cold.rec->accesses[cold.slot].branch, kInlineChecks, values(),
+                              event_)) {
+      return;
+    }
+    if (e.dedupe) {
+      used_seen_ = true;
+      s_.seen.insert(e.id);
+    }
+    sink_(SubscriberId{e.id});
+  }
+
+  void EmitAll(const CheckedList& list) {
+    const std::vector<HotEntry>& hot = list.hot();
+    const size_t n = hot.size();
+    for (size_t i = 0; i < n; ++i) {
+      // Entries are one cache line each: ask for a few lines ahead of the one being verified.
+      if (i + kPrefetchEntries < n) __builtin_prefetch(&hot[i + kPrefetchEntries]);
+      Emit(hot[i], list.cold()[i]);
+    }
+  }
+
+  template <typename Map, typename Key>
+  void EmitKey(const Map& map, const Key& key) {
+    if (map.empty()) return;
+    auto it = map.find(key);
+    if (it != map.end()) EmitAll(it->second);
+  }
+
+  void MatchAttr(const AttrIndex& ai, const AttributeValue& v) {
+    switch (v.index()) {
+      case 2: {
+        const absl::string_view s = *std::get_if<std::string>(&v);
+        EmitKey(ai.strings, s);
+        for (const auto& [length, count] : ai.prefix_lengths) {
+          if (length > s.size()) break;
+          EmitKey(ai.prefixes, s.substr(0, length));
+        }
+        return;
+      }
+      case 3:
+        EmitAll(ai.bools[*std::get_if<bool>(&v) ? 1 : 0]);
+        return;
+      default:
+        break;
+    }
+    Access::Kind kind;
+    Scalar key;
+    if (!NumericKey(v, &kind, &key)) return;  // NaN: no comparison is TRUE
+    if (kind == Access::Kind::kEqInt) {
+      EmitKey(ai.ints, key.i);
+    } else {
+      EmitKey(ai.doubles, key.d);
+    }
+    const double x = RangeValue(v);
+    for (auto it = ai.at_least.begin(); it != ai.at_least.end() && it->bound <= x; ++it) {
+      Emit(it->entry.hot, it->entry.cold);
+    }
+    if (!ai.at_most.empty()) {
+      for (auto it = ai.at_most.lower_bound(BoundKey(x, nullptr, 0)); it != ai.at_most.end(); ++it) {
+        Emit(it->entry.hot, it->entry.cold);
+      }
+    }
+    auto emit = [this](const HotEntry& e, const ColdEntry& cold) { Emit(e, cold); };
+    for (const auto& [width_class, buckets] : ai.intervals) {
+      int64_t b;
+      if (!ValueBucket(x, width_class, &b)) continue;
+      for (int k = 0; k < kBucketsToScan; ++k) {
+        auto it = buckets.find(b - k);
+        if (it != buckets.end()) it->second.ForEachHolding(x, emit);
+      }
+    }
+    ai.wide.ForEachHolding(x, emit);
+  }
+
+  const Index& index_;
+  const Event& event_;
+  Scratch& s_;
+  absl::FunctionRef<void(SubscriberId)> sink_;
+  bool resolved_ = false;
+  bool used_seen_ = false;
+};
+
+void Index::Match(const Event& event, Scratch& scratch,
+                  absl::FunctionRef<void(SubscriberId)> sink) const {
+  Matching m(*this, event, scratch, sink);
+  m.MatchGroup(any_topic_);
+  if (!exact_.empty()) {
+    if (const Group* g = exact_.Find({event.topic(), NameHash(event.topic())})) m.MatchGroup(*g);
+  }
+  if (wildcards_.subscriptions > 0) m.MatchWildcards(wildcards_);
+}
+
+}  // namespace gryph::matcher_internal

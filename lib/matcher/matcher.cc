@@ -1,0 +1,300 @@
+// The Matcher: two copies of the index (lib/matcher/index.h) in a left-right arrangement.
+//
+// Readers match against copies_[current_]; the owner changes only the other copy, which no reader
+// uses, so neither side ever sees the other's half-done work and readers need no lock:
+//
+//   Add/Remove   compile or find the Record, append the change to pending_ (neither copy has it)
+//   Publish      1. catch up: the non-current copy lacks lagging_ (the previous batch); wait until
+//                   no reader is left in it (readers that began before the previous swap), then
+//                   apply lagging_ to it — now both copies are equal (TryPublish gives up here
+//                   instead of waiting);
+//                2. apply pending_ to the non-current copy and make it current (one atomic store);
+//                   pending_ becomes lagging_;
+//                3. catch up at once if no reader is in the old copy (no waiting), else later.
+//
+// Each change is applied twice, in batches (so the hash lookups of a batch can be prefetched),
+// and no structure is ever copied: the cost of a change does not depend on the size of what it
+// changes. A Record removed by lagging_ is freed when the second copy applies the removal: by then
+// it is in neither copy and no reader can hold it (readers of the current copy never saw it there;
+// readers of the other have drained).
+//
+// Reader announcement: each thread owns (by hash) one of kSlots cache-line-sized slots with a
+// counter per copy. A reader increments active[i] for the copy i it read from current_, then
+// re-reads current_; if it changed, it backs off and retries. All of these are seq_cst, and so is
+// the owner's store to current_ followed by its loads of the counters: in the single total order,
+// either the reader's re-read comes before the owner's store (so the owner's later load sees the
+// increment and waits for it) or it sees the new value (and the reader never touches copy i).
+// The owner's load that sees 0 acquires the reader's release decrement, so the reader's reads
+// happen before the owner's next writes to that copy.
+
+#include "gryph/matcher.h"
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "lib/matcher/index.h"
+#include "lib/matcher/plan.h"
+
+
+
+namespace gryph {
+
+namespace mi = matcher_internal;
+
+namespace {
+
+constexpr uint32_t kSlots = 64;
+
+struct alignas(64) ReaderSlot {
+  std::atomic<uint64_t> active[2] = {0, 0};
+};
+
+uint32_t ThisThreadSlot() {
+  static std::atomic<uint32_t> next{0};
+  thread_local const uint32_t slot = next.fetch_add(1, std::memory_order_relaxed) % kSlots;
+  return slot;
+}
+
+// Per-thread scratch for Match, one per nesting level (a sink may call Match again).
+class ScratchLease {
+ public:
+  ScratchLease() {
+    Pool& p = pool();
+    if (p.depth == p.scratch.size()) p.scratch.push_back(std::make_unique<mi::Scratch>());
+    scratch_ = p.scratch[p.depth++].get();
+  }
+  ~ScratchLease() { pool().depth--; }
+  ScratchLease(const ScratchLease&) = delete;
+  ScratchLease& operator=(const ScratchLease&) = delete;
+  mi::Scratch& get() { return *scratch_; }
+
+ private:
+  struct Pool {
+    std::vector<std::unique_ptr<mi::Scratch>> scratch;
+    size_t depth = 0;
+  };
+  static Pool& pool() {
+    thread_local Pool p;
+    return p;
+  }
+  mi::Scratch* scratch_;
+};
+
+}  // namespace
+
+class Matcher::Impl {
+ public:
+  explicit Impl(MatcherOptions options) : options_(options) {
+    if (options_.max_unpublished == 0) options_.max_unpublished = 1;
+  }
+
+  ~Impl() {
+    for (auto& [id, rec] : records_) mi::DestroyRecord(rec, pool_);
+    for (const Op& op : pending_) {
+      if (!op.add) mi::DestroyRecord(op.rec, pool_);
+    }
+    for (const Op& op : lagging_) {
+      if (!op.add) mi::DestroyRecord(op.rec, pool_);
+    }
+  }
+
+  absl::Status Add(SubscriberId id, Subscription subscription) {
+    auto [it, inserted] = records_.try_emplace(id, nullptr);
+    if (!inserted) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("subscriber ", id.value, " already has a subscription in the matcher"));
+    }
+    mi::Record* rec = mi::Compile(
+        id, std::move(subscription), [this](absl::string_view name) { return Intern(name); },
+        stats_, pool_);
+    stats_.Count(*rec, +1);
+    it->second = rec;
+    pending_.push_back(Op{it->second, true});
+    if (pending_.size() >= options_.max_unpublished) Publish();
+    return absl::OkStatus();
+  }
+
+  absl::Status Remove(SubscriberId id) {
+    auto it = records_.find(id);
+    if (it == records_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("subscriber ", id.value, " has no subscription in the matcher"));
+    }
+    mi::Record* rec = it->second;
+    records_.erase(it);
+    stats_.Count(*rec, -1);
+    for (const auto& [name, name_id] : rec->attributes) Release(name);
+    pending_.push_back(Op{rec, false});
+    if (pending_.size() >= options_.max_unpublished) Publish();
+    return absl::OkStatus();
+  }
+
+  void Publish() {
+    CatchUp(/*wait=*/true);
+    PublishPending();
+  }
+
+  bool TryPublish() {
+    if (!CatchUp(/*wait=*/false)) return false;
+    PublishPending();
+    return true;
+  }
+
+  void Match(const Event& event, absl::FunctionRef<void(SubscriberId)> sink) const {
+    ReaderSlot& slot = slots_[ThisThreadSlot()];
+    int i;
+    while (true) {
+      i = current_.load(std::memory_order_seq_cst);
+      slot.active[i].fetch_add(1, std::memory_order_seq_cst);
+      if (current_.load(std::memory_order_seq_cst) == i) break;
+      slot.active[i].fetch_sub(1, std::memory_order_release);  // swapped meanwhile: retry
+    }
+    struct Leave {
+      std::atomic<uint64_t>& counter;
+      ~Leave() { counter.fetch_sub(1, std::memory_order_release); }
+    } leave{slot.active[i]};
+    ScratchLease scratch;
+    copies_[i].Match(event, scratch.get(), sink);
+  }
+
+  size_t size() const { return records_.size(); }
+
+ private:
+  struct Op {
+    mi::Record* rec;
+    bool add;
+  };
+  struct Name {
+    uint32_t id;
+    uint32_t refs;
+  };
+
+  uint32_t Intern(absl::string_view name) {
+    auto [it, inserted] = names_.try_emplace(name, Name{0, 0});
+    if (inserted) {
+      if (free_ids_.empty()) {
+        it->second.id = next_id_++;
+      } else {
+        it->second.id = free_ids_.back();
+        free_ids_.pop_back();
+      }
+    }
+    it->second.refs++;
+    return it->second.id;
+  }
+
+  void Release(absl::string_view name) {
+    auto it = names_.find(name);
+    if (--it->second.refs == 0) {
+      free_ids_.push_back(it->second.id);
+      names_.erase(it);
+    }
+  }
+
+  // Applies `ops` in order to `copy`; the second application of a batch frees removed records.
+  // The batch is known in advance, so its cache misses overlap: the record kAhead * 2 changes
+  // ahead is fetched (its first lines), then, once cached, what its change will probe first.
+  void Apply(const std::vector<Op>& ops, mi::Index& copy, bool second) {
+    constexpr size_t kAhead = 8;
+    auto fetch_record = [&](size_t i) {
+      const char* p = reinterpret_cast<const char*>(ops[i].rec);
+      __builtin_prefetch(p);
+      __builtin_prefetch(p + 64);
+      __builtin_prefetch(p + 128);
+    };
+    for (size_t i = 0; i < std::min(2 * kAhead, ops.size()); ++i) fetch_record(i);
+    for (size_t i = 0; i < std::min(kAhead, ops.size()); ++i) copy.Prefetch(ops[i].rec, ops[i].add);
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (i + 2 * kAhead < ops.size()) fetch_record(i + 2 * kAhead);
+      if (i + kAhead < ops.size()) copy.Prefetch(ops[i + kAhead].rec, ops[i + kAhead].add);
+      const Op& op = ops[i];
+      if (op.add) {
+        copy.Add(op.rec);
+      } else {
+        copy.Remove(op.rec);
+        if (second) mi::DestroyRecord(op.rec, pool_);
+      }
+    }
+  }
+
+  bool Drained(int copy) const {
+    for (const ReaderSlot& s : slots_) {
+      if (s.active[copy].load(std::memory_order_seq_cst) != 0) return false;
+    }
+    return true;
+  }
+
+  // Brings the non-current copy up to date with lagging_, waiting for its readers to leave if
+  // `wait`. Returns whether it is up to date.
+  bool CatchUp(bool wait) {
+    if (lagging_.empty()) return true;
+    const int old = 1 - current_.load(std::memory_order_relaxed);
+    for (int spins = 0; !Drained(old); ++spins) {
+      if (!wait) return false;
+      if (spins > 16) std::this_thread::yield();
+    }
+    Apply(lagging_, copies_[old], /*second=*/true);
+    lagging_.clear();
+    return true;
+  }
+
+  // REQUIRES: the non-current copy is up to date (CatchUp returned true).
+  void PublishPending() {
+    if (pending_.empty()) return;
+    const int next = 1 - current_.load(std::memory_order_relaxed);
+    Apply(pending_, copies_[next], /*second=*/false);
+    current_.store(next, std::memory_order_seq_cst);
+    lagging_.swap(pending_);
+    pending_.clear();
+    CatchUp(/*wait=*/false);  // at once if no reader is left in the old copy
+  }
+
+  MatcherOptions options_;
+
+  // The owner's state.
+  mi::Pool pool_;  // records and index nodes; declared first, destroyed last
+  // Owned; the latest state.
+  absl::flat_hash_map<SubscriberId, mi::Record*> records_;
+  absl::flat_hash_map<std::string, Name> names_;             // interned attribute names
+  std::vector<uint32_t> free_ids_;
+  uint32_t next_id_ = 0;
+  mi::AccessStats stats_;
+  std::vector<Op> pending_;  // in neither copy yet
+  std::vector<Op> lagging_;  // in copies_[current_] only
+
+  // Shared with readers: copies_[current_] is read-only while current.
+  mi::Index copies_[2] = {mi::Index(0, &pool_), mi::Index(1, &pool_)};
+  std::atomic<int> current_{0};
+  mutable ReaderSlot slots_[kSlots];
+};
+
+Matcher::Matcher(MatcherOptions options) : impl_(std::make_unique<Impl>(options)) {}
+
+Matcher::~Matcher() = default;
+
+absl::Status Matcher::Add(SubscriberId id, Subscription subscription) {
+  return impl_->Add(id, std::move(subscription));
+}
+
+absl::Status Matcher::Remove(SubscriberId id) { return impl_->Remove(id); }
+
+void Matcher::Publish() { impl_->Publish(); }
+
+bool Matcher::TryPublish() { return impl_->TryPublish(); }
+
+void Matcher::Match(const Event& event, absl::FunctionRef<void(SubscriberId)> sink) const {
+  impl_->Match(event, sink);
+}
+
+void Matcher::Match(const Event& event, std::vector<SubscriberId>* out) const {
+  impl_->Match(event, [out](SubscriberId id) { out->push_back(id); });
+}
+
+size_t Matcher::size() const { return impl_->size(); }
+
+}  // namespace gryph

@@ -1,0 +1,824 @@
+#include "lib/matcher/plan.h"
+
+#include "absl/hash/hash.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <optional>
+
+#include "lib/selector/evaluator.h"
+#include "lib/selector/like_pattern.h"
+#include "lib/selector/numeric.h"
+
+namespace gryph::matcher_internal {
+
+namespace sa = selector_ast;
+
+namespace {
+
+Truth FromBool(bool b) { return b ? Truth::kTrue : Truth::kFalse; }
+
+// `v` (an event value) against a numeric literal: -1, 0 or 1, or nullopt when v is NaN (UNKNOWN)
+// or not a number (FALSE, reported through *mismatch).
+inline std::optional<int> CompareNumeric(const AttributeValue& v, Tag tag, Scalar lit,
+                                         bool* mismatch) {
+  switch (v.index()) {
+    case 0: {
+      const int64_t x = *std::get_if<int64_t>(&v);
+      return tag == Tag::kInt ? sa::CompareInt64(x, lit.i) : sa::CompareInt64Double(x, lit.d);
+    }
+    case 1: {
+      const double x = *std::get_if<double>(&v);
+      if (std::isnan(x)) return std::nullopt;
+      return tag == Tag::kInt ? -sa::CompareInt64Double(lit.i, x) : sa::CompareDouble(x, lit.d);
+    }
+    default:
+      *mismatch = true;
+      return std::nullopt;
+  }
+}
+
+// Same-typed equality with a string or boolean literal; nullopt when the types differ.
+inline std::optional<bool> EqualNonNumeric(const AttributeValue& v, const Check& c) {
+  if (c.lo_tag() == Tag::kString) {
+    const auto* s = std::get_if<std::string>(&v);
+    if (s == nullptr) return std::nullopt;
+    if (c.flags != Check::kLongString) {  // the whole literal is in lo
+      return s->size() == c.flags && (c.flags == 0 || std::memcmp(s->data(), &c.lo, c.flags) == 0);
+    }
+    if (s->size() < sizeof(c.lo) || std::memcmp(s->data(), &c.lo, sizeof(c.lo)) != 0) return false;
+    return *s == *static_cast<const std::string*>(c.ptr);
+  }
+  const auto* b = std::get_if<bool>(&v);
+  if (b == nullptr) return std::nullopt;
+  return *b == c.lo.b;
+}
+
+// SQL's AND, OR and NOT.
+Truth And(Truth a, Truth b) {
+  if (a == Truth::kFalse || b == Truth::kFalse) return Truth::kFalse;
+  if (a == Truth::kUnknown || b == Truth::kUnknown) return Truth::kUnknown;
+  return Truth::kTrue;
+}
+Truth Or(Truth a, Truth b) {
+  if (a == Truth::kTrue || b == Truth::kTrue) return Truth::kTrue;
+  if (a == Truth::kUnknown || b == Truth::kUnknown) return Truth::kUnknown;
+  return Truth::kFalse;
+}
+Truth Not(Truth t) {
+  if (t == Truth::kUnknown) return t;
+  return t == Truth::kTrue ? Truth::kFalse : Truth::kTrue;
+}
+
+}  // namespace
+
+// Each case follows lib/selector/evaluator.cc: a missing attribute is UNKNOWN, NaN in a
+// comparison is UNKNOWN, and unlike types compare FALSE.
+Truth Check::Evaluate(AttrValues values, const Event& event) const {
+  switch (kind) {
+    case Kind::kEqual:
+    case Kind::kNotEqual: {
+      const AttributeValue* v = values[attr];
+      if (v == nullptr) return Truth::kUnknown;
+      bool equal;
+      if (lo_tag() == Tag::kInt || lo_tag() == Tag::kDouble) {
+        bool mismatch = false;
+        const std::optional<int> cmp = CompareNumeric(*v, lo_tag(), lo, &mismatch);
+        if (!cmp.has_value()) return mismatch ? Truth::kFalse : Truth::kUnknown;
+        equal = *cmp == 0;
+      } else {
+        const std::optional<bool> eq = EqualNonNumeric(*v, *this);
+        if (!eq.has_value()) return Truth::kFalse;
+        equal = *eq;
+      }
+      return FromBool(equal == (kind == Kind::kEqual));
+    }
+    case Kind::kRange: {
+      const AttributeValue* v = values[attr];
+      if (v == nullptr) return Truth::kUnknown;
+      bool mismatch = false;
+      Truth t = Truth::kTrue;
+      if (lo_tag() != Tag::kNone) {
+        const std::optional<int> cmp = CompareNumeric(*v, lo_tag(), lo, &mismatch);
+        if (mismatch) return Truth::kFalse;
+        t = !cmp.has_value() ? Truth::kUnknown
+                             : FromBool(*cmp > 0 || (*cmp == 0 && (flags & kLowInclusive) != 0));
+      }
+      if (hi_tag() != Tag::kNone) {
+        const std::optional<int> cmp = CompareNumeric(*v, hi_tag(), hi, &mismatch);
+        if (mismatch) return Truth::kFalse;
+        t = And(t, !cmp.has_value()
+                       ? Truth::kUnknown
+                       : FromBool(*cmp < 0 || (*cmp == 0 && (flags & kHighInclusive) != 0)));
+      }
+      return t;
+    }
+    case Kind::kIn: {
+      const AttributeValue* v = values[attr];
+      if (v == nullptr) return Truth::kUnknown;
+      const auto& in = *static_cast<const sa::InNode*>(ptr);
+      bool found;
+      switch (v->index()) {
+        case 0:
+          if (!in.numeric) return Truth::kFalse;
+          found = in.ContainsInt64(*std::get_if<int64_t>(v));
+          break;
+        case 1: {
+          const double d = *std::get_if<double>(v);
+          if (!in.numeric) return Truth::kFalse;
+          if (std::isnan(d)) return Truth::kUnknown;
+          found = in.ContainsDouble(d);
+          break;
+        }
+        case 2:
+          if (in.numeric) return Truth::kFalse;
+          found = in.ContainsString(*std::get_if<std::string>(v));
+          break;
+        default:
+          return Truth::kFalse;  // a boolean is in no list, nor outside one
+      }
+      return FromBool(found != in.negated);
+    }
+    case Kind::kLike: {
+      const AttributeValue* v = values[attr];
+      if (v == nullptr) return Truth::kUnknown;
+      const auto* s = std::get_if<std::string>(v);
+      if (s == nullptr) return Truth::kFalse;
+      const auto& like = *static_cast<const sa::LikeNode*>(ptr);
+      return FromBool(like.compiled_pattern.Matches(*s) != like.negated);
+    }
+    case Kind::kIsNull:
+      return FromBool(values[attr] == nullptr);
+    case Kind::kIsNotNull:
+      return FromBool(values[attr] != nullptr);
+    case Kind::kIsTrue: {
+      const AttributeValue* v = values[attr];
+      const bool* b = v == nullptr ? nullptr : std::get_if<bool>(v);
+      return b == nullptr ? Truth::kUnknown : FromBool(*b);
+    }
+    case Kind::kOr: {
+      // Branches back to back, each closed by a kBranchEnd.
+      const Check* c = static_cast<const Check*>(ptr);
+      const Check* const end = c + lo.i;
+      Truth result = Truth::kFalse;
+      Truth branch = Truth::kTrue;
+      for (; c != end; ++c) {
+        if (c->kind == Kind::kBranchEnd) {
+          result = Or(result, branch);
+          if (result == Truth::kTrue) return result;
+          branch = Truth::kTrue;
+        } else if (branch != Truth::kFalse) {
+          branch = And(branch, c->Truth3(values, event));
+        }
+      }
+      return result;
+    }
+    case Kind::kBranchEnd:
+      break;
+    case Kind::kInShort:
+    case Kind::kNotInShort: {
+      const AttributeValue* v = values[attr];
+      if (v == nullptr) return Truth::kUnknown;
+      bool found = false;
+      if (lo_tag() == Tag::kString) {
+        const auto* str = std::get_if<std::string>(v);
+        if (str == nullptr) return Truth::kFalse;  // a string list holds no number or boolean
+        auto same = [&](Scalar packed, size_t len) {
+          return str->size() == len && (len == 0 || std::memcmp(str->data(), &packed, len) == 0);
+        };
+        found = same(lo, flags & 0xF) || (hi_tag() == Tag::kString && same(hi, flags >> 4));
+      } else {
+        if (v->index() > 1) return Truth::kFalse;  // a number list holds no string or boolean
+        bool mismatch = false;
+        const std::optional<int> c1 = CompareNumeric(*v, lo_tag(), lo, &mismatch);
+        if (!c1.has_value()) return Truth::kUnknown;  // NaN
+        found = *c1 == 0;
+        if (!found && hi_tag() != Tag::kNone) found = *CompareNumeric(*v, hi_tag(), hi, &mismatch) == 0;
+      }
+      return FromBool(found != (kind == Kind::kNotInShort));
+    }
+    case Kind::kGeneric:
+      return sa::EvaluateCondition(*static_cast<const sa::Node*>(ptr), event);
+  }
+  return Truth::kUnknown;
+}
+
+Truth Check::Truth3(AttrValues values, const Event& event) const {
+  const Truth t = Evaluate(values, event);
+  return negated ? Not(t) : t;
+}
+
+Verify VerifyOf(const std::vector<Check>& checks) {
+  if (checks.empty()) return Verify::kProven;
+  return checks.size() <= kInlineChecks ? Verify::kInline : Verify::kMoreChecks;
+}
+
+size_t NameHash(absl::string_view name) { return absl::Hash<absl::string_view>()(name); }
+
+bool NumericKey(const AttributeValue& v, Access::Kind* kind, Scalar* key) {
+  if (const auto* i = std::get_if<int64_t>(&v)) {
+    *kind = Access::Kind::kEqInt;
+    key->i = *i;
+    return true;
+  }
+  const double d = *std::get_if<double>(&v);
+  if (std::isnan(d)) return false;
+  if (d >= -0x1p63 && d < 0x1p63 && d == std::trunc(d)) {
+    *kind = Access::Kind::kEqInt;
+    key->i = static_cast<int64_t>(d);
+    return true;
+  }
+  *kind = Access::Kind::kEqDouble;
+  key->d = d;
+  return true;
+}
+
+bool IntervalBucket(double lo, double hi, int32_t* width_class, int64_t* bucket) {
+  const double w = hi - lo;
+  if (!(w >= 0 && w < std::numeric_limits<double>::infinity())) return false;
+  // hi - lo < 2^e; a rounded difference below 2^e means the exact one is too (2^e is a double).
+  int e = w > 0 ? std::ilogb(w) + 1 : -1100;
+  const double m = std::max(std::fabs(lo), std::fabs(hi));
+  // Buckets finer than 2^-40 of the magnitude are pointless, and |lo / 2^e| < 2^41 keeps the
+  // bucket number an int64.
+  e = std::max(e, m > 0 ? std::ilogb(m) - 40 : -1000);
+  *width_class = e;
+  *bucket = static_cast<int64_t>(std::floor(std::ldexp(lo, kBucketShift - e)));
+  return true;
+}
+
+bool ValueBucket(double v, int32_t width_class, int64_t* bucket) {
+  const double q = std::ldexp(v, kBucketShift - width_class);
+  // A stored interval has |lo / 2^e| < 2^41, so |lo| in bucket units is below 2^42, and a value
+  // inside one is less than kBucketsToScan units further; anything larger (or NaN) is in none.
+  if (!(std::fabs(q) < 0x1p61)) return false;
+  *bucket = static_cast<int64_t>(std::floor(q));
+  return true;
+}
+
+namespace {
+
+// A candidate access: the index slots it needs and what it proves.
+struct Choice {
+  // A branch of an OR access: its conjuncts, and the one its exact access proves (or -1).
+  struct Branch {
+    std::vector<const sa::Node*> conjuncts;
+    int proves = -1;
+  };
+  double cost = std::numeric_limits<double>::infinity();
+  absl::InlinedVector<Access, 1> accesses;  // Access::branch indexes `branches` (or is 0)
+  // A plain access: the conjunct (index into the conjunct list) it proves exactly, or -1.
+  int proves = -1;
+  // An OR access: the OR's index in the conjunct list, and its branches.
+  int or_conjunct = -1;
+  std::vector<Branch> branches;
+  bool dedupe = false;
+  bool valid() const { return !accesses.empty(); }
+};
+
+constexpr double kCostOrOverhead = 1;
+constexpr size_t kMaxKeys = 64;      // more values than this: not worth the index entries
+constexpr size_t kMaxBranches = 16;  // OR branches indexed one by one at most
+
+int CheckCost(Check::Kind k) {
+  switch (k) {
+    case Check::Kind::kEqual: return 0;
+    case Check::Kind::kIn: return 1;
+    case Check::Kind::kIsNull:
+    case Check::Kind::kIsNotNull:
+    case Check::Kind::kIsTrue: return 2;
+    case Check::Kind::kRange: return 3;
+    case Check::Kind::kNotEqual: return 4;
+    case Check::Kind::kLike: return 5;
+    case Check::Kind::kInShort:
+    case Check::Kind::kNotInShort: return 1;
+    case Check::Kind::kOr: return 6;
+    case Check::Kind::kBranchEnd:
+    case Check::Kind::kGeneric: return 7;
+  }
+  return 6;
+}
+
+// Sets a numeric literal; returns its tag.
+Tag SetNumber(const AttributeValue& v, Scalar* s) {
+  if (v.index() == 0) {
+    s->i = *std::get_if<int64_t>(&v);
+    return Tag::kInt;
+  }
+  s->d = *std::get_if<double>(&v);
+  return Tag::kDouble;
+}
+
+// Sets the literal of an = or <> check.
+void SetLiteral(const AttributeValue& v, Check* k) {
+  switch (v.index()) {
+    case 0:
+    case 1: k->set_lo_tag(SetNumber(v, &k->lo)); break;
+    case 2: {
+      const std::string& str = *std::get_if<std::string>(&v);
+      k->set_lo_tag(Tag::kString);
+      k->ptr = &str;
+      k->lo.i = 0;
+      std::memcpy(&k->lo, str.data(), std::min<size_t>(str.size(), sizeof(k->lo)));
+      k->flags = str.size() <= sizeof(k->lo) ? static_cast<uint8_t>(str.size()) : Check::kLongString;
+      break;
+    }
+    default: k->set_lo_tag(Tag::kBool); k->lo.b = *std::get_if<bool>(&v); break;
+  }
+}
+
+// Whether a LIKE pattern is literal text followed only by '%'s (then matching it is exactly
+// "starts with the literal prefix"). The pattern was validated when the selector was parsed.
+bool IsPurePrefix(const sa::LikeNode& like) {
+  const std::string& p = like.pattern;
+  const std::string& esc = like.escape;
+  size_t i = 0;
+  while (i < p.size()) {
+    if (!esc.empty() && p.compare(i, esc.size(), esc) == 0) {
+      i += esc.size();
+      // The escaped character: '_', '%' or the escape character itself.
+      i += p.compare(i, esc.size(), esc) == 0 ? esc.size() : 1;
+    } else if (p[i] == '_') {
+      return false;
+    } else if (p[i] == '%') {
+      return p.find_first_not_of('%', i) == std::string::npos;
+    } else {
+      ++i;
+    }
+  }
+  return false;  // no wildcard at all: an exact pattern
+}
+
+// Compiles `attr [NOT] IN (...)` with at most two values — strings of at most 8 bytes, or
+// numbers — into a check that reads no tree memory. The caller set k->attr.
+bool ShortIn(const sa::InNode& in, Check* k) {
+  if (in.values.empty() || in.values.size() > 2) return false;
+  Scalar packed[2] = {{0}, {0}};
+  Tag tags[2] = {Tag::kNone, Tag::kNone};
+  uint8_t lengths[2] = {0, 0};
+  for (size_t i = 0; i < in.values.size(); ++i) {
+    const AttributeValue& v = in.values[i];
+    if (const auto* s = std::get_if<std::string>(&v)) {
+      if (s->size() > sizeof(Scalar)) return false;
+      std::memcpy(&packed[i], s->data(), s->size());
+      lengths[i] = static_cast<uint8_t>(s->size());
+      tags[i] = Tag::kString;
+    } else {
+      tags[i] = SetNumber(v, &packed[i]);
+    }
+  }
+  k->kind = in.negated ? Check::Kind::kNotInShort : Check::Kind::kInShort;
+  k->lo = packed[0];
+  k->hi = packed[1];
+  k->set_lo_tag(tags[0]);
+  k->set_hi_tag(tags[1]);
+  k->flags = static_cast<uint8_t>(lengths[0] | (lengths[1] << 4));
+  return true;
+}
+
+bool SameKey(const Access& a, const Access& b) {
+  if (a.kind != b.kind || a.attr != b.attr) return false;
+  switch (a.kind) {
+    case Access::Kind::kEqString: return a.str == b.str;
+    case Access::Kind::kEqInt: return a.key.i == b.key.i;
+    case Access::Kind::kEqDouble: return a.key.d == b.key.d;
+    case Access::Kind::kEqBool: return a.key.b == b.key.b;
+    default: return false;
+  }
+}
+
+bool IsEquality(Access::Kind k) {
+  return k == Access::Kind::kEqString || k == Access::Kind::kEqInt ||
+         k == Access::Kind::kEqDouble || k == Access::Kind::kEqBool;
+}
+
+class Compiler {
+ public:
+  Compiler(Record* rec, InternFn intern, const AccessStats& stats)
+      : rec_(rec), intern_(intern), stats_(stats) {}
+
+  void Run(const sa::Node* root) {
+    const std::vector<const sa::Node*> conjuncts = sa::Conjuncts(root);
+    Choice best = BestAccess(conjuncts, /*allow_or=*/true);
+    if (!best.valid()) best.accesses.push_back(Access{});  // unindexed: every check stays
+    rec_->accesses = std::move(best.accesses);
+    rec_->dedupe = best.dedupe;
+    if (best.branches.empty()) {
+      rec_->checks.push_back(CompileAllBut(conjuncts, best.proves));
+    } else {
+      // Each branch is verified by its own conjuncts and the selector's other conjuncts: the
+      // selector is TRUE exactly when, for some branch, all of these are.
+      for (const Choice::Branch& b : best.branches) {
+        std::vector<Check> checks = CompileAllBut(b.conjuncts, b.proves);
+        for (Check& c : CompileAllBut(conjuncts, best.or_conjunct)) checks.push_back(c);
+        SortChecks(checks);
+        rec_->checks.push_back(std::move(checks));
+      }
+    }
+    rec_->verify = VerifyOf(rec_->checks[0]);
+  }
+
+ private:
+  // Checks for conjuncts[i] for every i but `skip`, most selective first.
+  std::vector<Check> CompileAllBut(const std::vector<const sa::Node*>& conjuncts, int skip) {
+    std::vector<Check> checks;
+    for (size_t i = 0; i < conjuncts.size(); ++i) {
+      if (static_cast<int>(i) != skip) checks.push_back(CompileCheck(*conjuncts[i]));
+    }
+    SortChecks(checks);
+    return checks;
+  }
+
+  static void SortChecks(std::vector<Check>& checks) {
+    std::stable_sort(checks.begin(), checks.end(), [](const Check& a, const Check& b) {
+      return CheckCost(a.kind) < CheckCost(b.kind);
+    });
+  }
+
+  uint32_t Id(absl::string_view name) {
+    for (const auto& [n, id] : rec_->attributes) {
+      if (n == name) return id;
+    }
+    const uint32_t id = intern_(name);
+    rec_->attributes.emplace_back(name, id);
+    return id;
+  }
+
+  // A check for `conjunct`: NOTs are peeled into `negated` when what they wrap is a simple
+  // condition; anything else is evaluated whole by the evaluator.
+  Check CompileCheck(const sa::Node& conjunct) {
+    bool negated = false;
+    const sa::Node* inner = &conjunct;
+    while (inner->kind() == sa::NodeKind::kNot) {
+      negated = !negated;
+      inner = inner->As<sa::UnaryNode>()->operand.get();
+    }
+    Check k = CompileSimple(*inner);
+    if (k.kind == Check::Kind::kGeneric) {
+      k.ptr = &conjunct;
+      return k;
+    }
+    k.negated = negated;
+    return k;
+  }
+
+  Check CompileSimple(const sa::Node& c) {
+    Check k;
+    if (const std::optional<sa::IndexableConjunct> ix = sa::AsIndexable(c)) {
+      k.attr = Id(ix->attribute);
+      switch (ix->kind) {
+        case sa::IndexableConjunct::Kind::kEqual:
+          k.kind = Check::Kind::kEqual;
+          SetLiteral(*ix->values[0], &k);
+          return k;
+        case sa::IndexableConjunct::Kind::kIn:
+          if (!ShortIn(*c.As<sa::InNode>(), &k)) {
+            k.kind = Check::Kind::kIn;
+            k.ptr = c.As<sa::InNode>();
+          }
+          return k;
+        case sa::IndexableConjunct::Kind::kRange:
+          k.kind = Check::Kind::kRange;
+          k.hi.i = 0;
+          if (ix->lower != nullptr) {
+            k.set_lo_tag(SetNumber(*ix->lower, &k.lo));
+            if (ix->lower_inclusive) k.flags |= Check::kLowInclusive;
+          }
+          if (ix->upper != nullptr) {
+            k.set_hi_tag(SetNumber(*ix->upper, &k.hi));
+            if (ix->upper_inclusive) k.flags |= Check::kHighInclusive;
+          }
+          return k;
+      }
+    }
+    if (const auto* b = c.As<sa::BinaryNode>(); b != nullptr && b->kind() == sa::NodeKind::kNotEqual) {
+      const auto* id = b->lhs->As<sa::IdentifierNode>();
+      const auto* lit = b->rhs->As<sa::LiteralNode>();
+      if (id == nullptr || lit == nullptr) {
+        id = b->rhs->As<sa::IdentifierNode>();
+        lit = b->lhs->As<sa::LiteralNode>();
+      }
+      if (id != nullptr && lit != nullptr) {
+        k.kind = Check::Kind::kNotEqual;
+        k.attr = Id(id->name);
+        SetLiteral(lit->value, &k);
+        return k;
+      }
+    }
+    if (const auto* in = c.As<sa::InNode>(); in != nullptr && in->negated) {  // NOT IN
+      k.attr = Id(in->attribute);
+      if (!ShortIn(*in, &k)) {
+        k.kind = Check::Kind::kIn;
+        k.ptr = in;
+      }
+      return k;
+    }
+    if (const auto* like = c.As<sa::LikeNode>()) {
+      k.kind = Check::Kind::kLike;
+      k.attr = Id(like->attribute);
+      k.ptr = like;
+      return k;
+    }
+    if (const auto* n = c.As<sa::IsNullNode>()) {
+      k.kind = n->negated ? Check::Kind::kIsNotNull : Check::Kind::kIsNull;
+      k.attr = Id(n->attribute);
+      return k;
+    }
+    if (const auto* id = c.As<sa::IdentifierNode>()) {
+      k.kind = Check::Kind::kIsTrue;
+      k.attr = Id(id->name);
+      return k;
+    }
+    if (c.kind() == sa::NodeKind::kOr) {
+      // Nested ORs flatten into one disjunction; each branch is compiled like a selector, its
+      // checks followed by a kBranchEnd, all in one array.
+      std::vector<Check> checks;
+      std::vector<const sa::Node*> stack = {&c};
+      while (!stack.empty()) {
+        const sa::Node* n = stack.back();
+        stack.pop_back();
+        if (n->kind() == sa::NodeKind::kOr) {
+          const auto& ops = n->As<sa::LogicalNode>()->operands;
+          for (auto it = ops.rbegin(); it != ops.rend(); ++it) stack.push_back(it->get());
+          continue;
+        }
+        for (const sa::Node* conjunct : sa::Conjuncts(n)) checks.push_back(CompileCheck(*conjunct));
+        Check end;
+        end.kind = Check::Kind::kBranchEnd;
+        checks.push_back(end);
+      }
+      k.kind = Check::Kind::kOr;
+      k.lo.i = static_cast<int64_t>(checks.size());
+      rec_->disjunctions.push_back(std::move(checks));
+      k.ptr = rec_->disjunctions.back().data();  // stays put when the outer vector grows
+      return k;
+    }
+    k.kind = Check::Kind::kGeneric;
+    k.ptr = &c;
+    return k;
+  }
+
+  // Equality accesses for `values` of `attribute`, duplicates (5 and 5.0) merged.
+  bool AddKeys(absl::string_view attribute, const std::vector<const AttributeValue*>& values,
+               Choice* out) {
+    const uint32_t attr = Id(attribute);
+    for (const AttributeValue* v : values) {
+      Access a;
+      a.attr = attr;
+      switch (v->index()) {
+        case 2:
+          a.kind = Access::Kind::kEqString;
+          a.str = *std::get_if<std::string>(v);
+          break;
+        case 3:
+          a.kind = Access::Kind::kEqBool;
+          a.key.b = *std::get_if<bool>(v);
+          break;
+        default:
+          if (!NumericKey(*v, &a.kind, &a.key)) continue;  // NaN literals do not exist; be safe
+      }
+      if (std::none_of(out->accesses.begin(), out->accesses.end(),
+                       [&](const Access& b) { return SameKey(a, b); })) {
+        out->accesses.push_back(a);
+      }
+    }
+    if (out->accesses.size() > kMaxKeys) return false;
+    out->cost = 0;
+    for (const Access& a : out->accesses) out->cost += stats_.Cost(a);
+    return true;
+  }
+
+  // The best single access among `conjuncts` (an OR among them counts only when allow_or).
+  Choice BestAccess(const std::vector<const sa::Node*>& conjuncts, bool allow_or) {
+    Choice best;
+    auto consider = [&best](Choice c) {
+      if (c.valid() && c.cost < best.cost) best = std::move(c);
+    };
+    // Numeric ranges merged per attribute: [max of lows, min of highs], rounded, inclusive.
+    struct Range {
+      absl::string_view attribute;
+      double lo = -std::numeric_limits<double>::infinity();
+      double hi = std::numeric_limits<double>::infinity();
+      bool has_lo = false;
+      bool has_hi = false;
+    };
+    absl::InlinedVector<Range, 2> ranges;
+    for (size_t i = 0; i < conjuncts.size(); ++i) {
+      const sa::Node& c = *conjuncts[i];
+      if (const std::optional<sa::IndexableConjunct> ix = sa::AsIndexable(c)) {
+        if (ix->kind == sa::IndexableConjunct::Kind::kRange) {
+          auto it = std::find_if(ranges.begin(), ranges.end(),
+                                 [&](const Range& r) { return r.attribute == ix->attribute; });
+          if (it == ranges.end()) {
+            ranges.push_back(Range{ix->attribute});
+            it = ranges.end() - 1;
+          }
+          if (ix->lower != nullptr) {
+            it->lo = std::max(it->lo, RangeValue(*ix->lower));
+            it->has_lo = true;
+          }
+          if (ix->upper != nullptr) {
+            it->hi = std::min(it->hi, RangeValue(*ix->upper));
+            it->has_hi = true;
+          }
+          continue;
+        }
+        Choice eq;
+        if (AddKeys(ix->attribute, ix->values, &eq)) {
+          eq.proves = static_cast<int>(i);
+          consider(std::move(eq));
+        }
+        continue;
+      }
+      if (const auto* like = c.As<sa::LikeNode>(); like != nullptr && !like->negated) {
+        const sa::LikePattern& p = like->compiled_pattern;
+        Choice ch;
+        Access a;
+        a.attr = Id(like->attribute);
+        a.str = p.literal_prefix();
+        if (p.is_exact()) {
+          a.kind = Access::Kind::kEqString;  // LIKE without wildcards is string equality
+          ch.proves = static_cast<int>(i);
+        } else if (!a.str.empty()) {
+          a.kind = Access::Kind::kPrefix;
+          if (IsPurePrefix(*like)) ch.proves = static_cast<int>(i);  // 'abc%': exactly a prefix
+        } else {
+          continue;
+        }
+        ch.cost = stats_.Cost(a);
+        ch.accesses.push_back(a);
+        consider(std::move(ch));
+        continue;
+      }
+      if (allow_or && c.kind() == sa::NodeKind::kOr) consider(OrAccess(c, static_cast<int>(i)));
+    }
+    for (const Range& r : ranges) {
+      Choice ch;
+      Access a;
+      a.attr = Id(r.attribute);
+      if (r.has_lo && r.has_hi) {
+        a.lo = r.lo;
+        a.hi = r.hi;
+        if (IntervalBucket(r.lo, r.hi, &a.width_class, &a.key.i)) {
+          a.kind = Access::Kind::kInterval;
+        } else {
+          a.kind = Access::Kind::kWide;  // also an empty interval: found, then refused by checks
+        }
+      } else {
+        a.kind = r.has_lo ? Access::Kind::kAtLeast : Access::Kind::kAtMost;
+        a.key.d = r.has_lo ? r.lo : r.hi;
+      }
+      ch.cost = stats_.Cost(a);
+      ch.accesses.push_back(a);
+      consider(std::move(ch));
+    }
+    return best;
+  }
+
+  // An access per branch of the OR `node` (nested ORs flattened), or nothing when a branch has
+  // none. Branches that are all equalities on one attribute need no dedupe (an event value hits
+  // one key), and prove the OR when each branch is a lone equality.
+  Choice OrAccess(const sa::Node& node, int index) {
+    std::vector<const sa::Node*> branches;
+    std::vector<const sa::Node*> stack = {&node};
+    while (!stack.empty()) {
+      const sa::Node* n = stack.back();
+      stack.pop_back();
+      if (n->kind() == sa::NodeKind::kOr) {
+        const auto& ops = n->As<sa::LogicalNode>()->operands;
+        for (auto it = ops.rbegin(); it != ops.rend(); ++it) stack.push_back(it->get());
+      } else {
+        branches.push_back(n);
+      }
+      if (branches.size() > kMaxBranches) return Choice();
+    }
+    Choice out;
+    out.cost = kCostOrOverhead;
+    out.or_conjunct = index;
+    for (const sa::Node* b : branches) {
+      Choice::Branch branch{sa::Conjuncts(b), -1};
+      Choice c = BestAccess(branch.conjuncts, /*allow_or=*/false);
+      if (!c.valid()) return Choice();
+      branch.proves = c.proves;
+      out.cost += c.cost;
+      for (Access a : c.accesses) {
+        a.branch = static_cast<uint16_t>(out.branches.size());
+        out.accesses.push_back(a);
+      }
+      out.branches.push_back(std::move(branch));
+      if (out.accesses.size() > kMaxKeys) return Choice();
+    }
+    // An event reaches the record once per access it hits; only distinct equality keys of one
+    // attribute are exclusive (an event value hits one of them).
+    const uint32_t attr = out.accesses.front().attr;
+    bool exclusive = true;
+    for (size_t i = 0; i < out.accesses.size() && exclusive; ++i) {
+      const Access& a = out.accesses[i];
+      exclusive = IsEquality(a.kind) && a.attr == attr;
+      for (size_t j = 0; j < i && exclusive; ++j) exclusive = !SameKey(a, out.accesses[j]);
+    }
+    out.dedupe = !exclusive;
+    return out;
+  }
+
+  Record* rec_;
+  InternFn intern_;
+  const AccessStats& stats_;
+};
+
+}  // namespace
+
+double AccessStats::Cost(const Access& a) const {
+  constexpr double kEq = 1, kPrefix = 2, kInterval = 4, kOneSided = 8;
+  auto it = attributes_.find(a.attr);
+  const PerAttribute* p = it == attributes_.end() ? nullptr : &it->second;
+  auto count = [](const auto& map, const auto& key) -> double {
+    auto i = map.find(key);
+    return i == map.end() ? 0 : static_cast<double>(i->second);
+  };
+  auto share = [](size_t n) { return 1.0 / static_cast<double>(std::max<size_t>(1, n)); };
+  switch (a.kind) {
+    case Access::Kind::kEqString: return kEq + (p ? count(p->strings, a.str) * share(p->keys()) : 0);
+    case Access::Kind::kEqInt: return kEq + (p ? count(p->ints, a.key.i) * share(p->keys()) : 0);
+    case Access::Kind::kEqDouble:
+      return kEq + (p ? count(p->doubles, a.key.d) * share(p->keys()) : 0);
+    case Access::Kind::kEqBool:
+      return kEq + (p ? static_cast<double>(p->bools[a.key.b ? 1 : 0]) * share(p->keys()) : 0);
+    case Access::Kind::kPrefix:
+      return kPrefix + (p ? count(p->prefixes, a.str) * share(p->prefixes.size()) : 0);
+    case Access::Kind::kInterval: {
+      if (p == nullptr) return kInterval;
+      auto c = p->intervals.find(a.width_class);
+      if (c == p->intervals.end()) return kInterval;
+      // An event scans kBucketsToScan neighbouring buckets of each class.
+      return kInterval +
+             kBucketsToScan * count(c->second.buckets, a.key.i) * share(c->second.buckets.size());
+    }
+    case Access::Kind::kWide: return kInterval + (p ? static_cast<double>(p->wide) : 0);
+    case Access::Kind::kAtLeast:
+    case Access::Kind::kAtMost:
+      return kOneSided + (p ? static_cast<double>(p->one_sided) / 2 : 0);
+    case Access::Kind::kUnindexed: break;
+  }
+  return std::numeric_limits<double>::infinity();
+}
+
+void AccessStats::Count(const Record& rec, int delta) {
+  for (const Access& a : rec.accesses) {
+    if (a.kind == Access::Kind::kUnindexed) continue;
+    PerAttribute& p = attributes_[a.attr];
+    auto bump = [delta](auto& map, const auto& key) {
+      auto [i, inserted] = map.try_emplace(key, 0);
+      if ((i->second += delta) == 0) map.erase(i);
+    };
+    switch (a.kind) {
+      case Access::Kind::kEqString: bump(p.strings, a.str); break;
+      case Access::Kind::kEqInt: bump(p.ints, a.key.i); break;
+      case Access::Kind::kEqDouble: bump(p.doubles, a.key.d); break;
+      case Access::Kind::kEqBool: p.bools[a.key.b ? 1 : 0] += delta; break;
+      case Access::Kind::kPrefix: bump(p.prefixes, a.str); break;
+      case Access::Kind::kInterval: {
+        IntervalClass& c = p.intervals[a.width_class];
+        bump(c.buckets, a.key.i);
+        if (c.buckets.empty()) p.intervals.erase(a.width_class);
+        break;
+      }
+      case Access::Kind::kWide: p.wide += delta; break;
+      case Access::Kind::kAtLeast:
+      case Access::Kind::kAtMost: p.one_sided += delta; break;
+      case Access::Kind::kUnindexed: break;
+    }
+    if ((p.total += delta) == 0) attributes_.erase(a.attr);
+  }
+}
+
+void DestroyRecord(Record* rec, Pool& pool) {
+  rec->~Record();
+  pool.Free(rec, sizeof(Record));
+}
+
+Record* Compile(SubscriberId id, Subscription subscription, InternFn intern,
+                const AccessStats& stats, Pool& pool) {
+  Record* rec = new (pool.Allocate(sizeof(Record))) Record(id, std::move(subscription));
+  const TopicFilter* filter = rec->subscription.topic_filter();
+  if (filter == nullptr) {
+    rec->placement = Placement::kAnyTopic;
+  } else {
+    rec->placement = filter->has_wildcards() ? Placement::kWildcardTopic : Placement::kExactTopic;
+    rec->topic = filter->text();
+    rec->topic_hash = NameHash(rec->topic);
+  }
+  const Selector& selector = rec->subscription.selector();
+  if (selector.matches_everything()) {
+    rec->accesses.push_back(Access{});
+    rec->checks.emplace_back();
+    rec->verify = Verify::kProven;
+    return rec;
+  }
+  Compiler(rec, intern, stats).Run(selector.ast()->root());
+  return rec;
+}
+
+}  // namespace gryph::matcher_internal

@@ -1,0 +1,299 @@
+// Internal: how the matcher indexes one subscription — its Record.
+//
+// Compile() turns a Subscription into a Record: where its topic filter places it (no filter, an
+// exact topic, a wildcard filter), the "accesses" under which the index files it, and the
+// "checks" that a candidate found through those accesses must still pass.
+//
+// A selector is TRUE exactly when each of its top-level conjuncts (selector_ast::Conjuncts) is
+// TRUE, so the matcher picks one conjunct as the access — the one expected to select fewest
+// subscriptions — and verifies the others:
+//
+//   access                          from                                 lookup
+//   equality key (one per value)    a = lit, a IN (...), a LIKE 'exact'  hash of a normalized key
+//   interval [lo, hi]               ranges and BETWEEN on one attribute  width-class buckets
+//   at-least lo / at-most hi        one-sided ranges                     ordered set of bounds
+//   LIKE prefix                     a LIKE 'abc%...'                     hash of each prefix length
+//   one of the above per branch     an OR whose every branch has one     several lookups, deduped
+//   unindexed                       anything else, or an empty selector  scanned per event
+//
+// Equality keys are exact: a hit proves the conjunct, which is then not checked again. Ranges
+// are kept as doubles rounded to nearest (the same rounding for bounds and event values, which
+// keeps `<=`), inclusive: a superset, so the range conjunct itself stays among the checks. The
+// final answer for every candidate is therefore exactly Subscription::Matches.
+//
+// Checks replicate the evaluator's TRUE cases (lib/selector/evaluator.cc) for the simple
+// conditions — comparisons with a literal, IN, LIKE, IS NULL — reading attribute values through
+// interned attribute ids; anything else is evaluated with selector_ast::EvaluateCondition.
+//
+// Invariants of a Record:
+//   - `accesses` is never empty; all accesses of a record live in the same topic group.
+//   - For each access and each index copy c, `pos[c]` is where that copy keeps the entry of that
+//     access (meaningful only in position-tracked lists; written by the copy's writer only).
+//   - `dedupe` is set when one event may reach the record through more than one access.
+//   - The record owns its Subscription, so every pointer into the selector tree (literals,
+//     IN and LIKE nodes, generic conditions) lives as long as the record.
+
+#ifndef GRYPH_LIB_MATCHER_PLAN_H_
+#define GRYPH_LIB_MATCHER_PLAN_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/functional/function_ref.h"
+#include "absl/strings/string_view.h"
+#include "gryph/event.h"
+#include "gryph/selector.h"
+#include "gryph/subscription.h"
+#include "gryph/tick.h"
+#include "lib/matcher/pool.h"
+#include "lib/selector/ast.h"
+
+namespace gryph::matcher_internal {
+
+// Attribute values of the event being matched, by interned attribute id (nullptr: absent).
+using AttrValues = const AttributeValue* const*;
+
+// The type of a literal kept inline in a Check or an Access.
+enum class Tag : uint8_t { kNone, kInt, kDouble, kString, kBool };
+
+union Scalar {
+  int64_t i;
+  double d;
+  bool b;
+};
+
+// One conjunct to verify: 24 bytes, so that index entries carry two inline. A check evaluates its
+// condition with the evaluator's three-valued rules and holds when the result is TRUE — or FALSE
+// when `negated`: `NOT (a = 1)`, `NOT a`, `NOT (a IN (...))` are checks too, and differ from
+// `a <> 1` or `a NOT IN (...)` exactly where three-valued logic says they do.
+struct Check {
+  enum class Kind : uint8_t {
+    kEqual,     // attr = lit: a number in lo (lo_tag), a bool in lo.b, or a string (see below)
+    kNotEqual,  // attr <> lit (same representation)
+    kRange,     // lo <(=) attr <(=) hi; tag kNone for an absent bound
+    kIn,        // ptr: the InNode (NOT IN too)
+    kLike,      // ptr: the LikeNode (NOT LIKE too)
+    kIsNull,    // attr IS NULL
+    kIsNotNull,
+    kIsTrue,    // attr used as a condition: TRUE for boolean true, UNKNOWN unless boolean
+    kInShort,   // attr IN (v1[, v2]): values in lo and hi (tags; string lengths in flags' nibbles)
+    kNotInShort,
+    kOr,        // ptr: lo.i checks, branches each closed by kBranchEnd (owned by the record)
+    kBranchEnd,
+    kGeneric,   // ptr: a condition node, evaluated by the evaluator
+  };
+  // Range flags.
+  static constexpr uint8_t kLowInclusive = 1;
+  static constexpr uint8_t kHighInclusive = 2;
+  // A string literal is `ptr` (the std::string in the tree); its first 8 bytes are also packed
+  // in lo, and `flags` is its length when at most 8 (then the comparison reads no other memory),
+  // else kLongString.
+  static constexpr uint8_t kLongString = 0xFF;
+
+  Kind kind = Kind::kGeneric;
+  uint8_t tags = 0;  // lo_tag() | hi_tag() << 4
+  uint8_t flags = 0;
+  bool negated = false;
+  uint32_t attr = 0;
+  Scalar lo{0};
+  union {
+    Scalar hi;                  // kRange, kInShort
+    const void* ptr = nullptr;  // strings, kIn, kLike, kOr, kGeneric
+  };
+
+  Tag lo_tag() const { return static_cast<Tag>(tags & 0xF); }
+  Tag hi_tag() const { return static_cast<Tag>(tags >> 4); }
+  void set_lo_tag(Tag t) { tags = static_cast<uint8_t>((tags & 0xF0) | static_cast<uint8_t>(t)); }
+  void set_hi_tag(Tag t) {
+    tags = static_cast<uint8_t>((tags & 0x0F) | (static_cast<uint8_t>(t) << 4));
+  }
+
+  // The truth of the condition, before `negated`.
+  Truth Evaluate(AttrValues values, const Event& event) const;
+  // The truth of the conjunct (negation applied).
+  Truth Truth3(AttrValues values, const Event& event) const;
+  // Whether the check holds (the conjunct is TRUE).
+  bool Holds(AttrValues values, const Event& event) const {
+    // Inline fast path for the commonest verification: a range over a number of the literals'
+    // own type (no NaN possible for int64; a NaN double fails both comparisons, as it must).
+    if (kind == Kind::kRange && !negated) {
+      const AttributeValue* v = values[attr];
+      if (v == nullptr) return false;
+      if (v->index() == 1 && (tags & 0x0F) != static_cast<uint8_t>(Tag::kInt) &&
+          (tags >> 4) != static_cast<uint8_t>(Tag::kInt)) {
+        const double x = *std::get_if<double>(v);
+        if (lo_tag() != Tag::kNone && !((flags & kLowInclusive) ? x >= lo.d : x > lo.d)) return false;
+        if (hi_tag() != Tag::kNone && !((flags & kHighInclusive) ? x <= hi.d : x < hi.d)) {
+          return false;
+        }
+        return true;  // a NaN failed the bound's comparison (there is at least one bound)
+      }
+      if (v->index() == 0 && (tags & 0x0F) != static_cast<uint8_t>(Tag::kDouble) &&
+          (tags >> 4) != static_cast<uint8_t>(Tag::kDouble)) {
+        const int64_t x = *std::get_if<int64_t>(v);
+        if (lo_tag() != Tag::kNone && !((flags & kLowInclusive) ? x >= lo.i : x > lo.i)) return false;
+        return hi_tag() == Tag::kNone || ((flags & kHighInclusive) ? x <= hi.i : x < hi.i);
+      }
+    }
+    return Evaluate(values, event) == (negated ? Truth::kFalse : Truth::kTrue);
+  }
+};
+
+
+static_assert(sizeof(Check) == 24);
+
+// Where a subscription's topic filter puts it.
+enum class Placement : uint8_t { kAnyTopic, kExactTopic, kWildcardTopic };
+
+// One way the index finds a record.
+struct Access {
+  // Where each index copy keeps the entry of this access (meaningful only in position-tracked
+  // lists; written by that copy's writer only). First, so that it shares the record's first
+  // cache lines.
+  uint32_t pos[2] = {0, 0};
+  enum class Kind : uint8_t {
+    kUnindexed,  // the group's scanned list
+    kEqString,   // key: str
+    kEqInt,      // key: i (every integral numeric in int64 range)
+    kEqDouble,   // key: d (other numerics)
+    kEqBool,     // key: b
+    kAtLeast,    // attr >= key.d
+    kAtMost,     // attr <= key.d
+    kInterval,   // [lo, hi] in bucket key.i of width class `width_class`
+    kWide,       // [lo, hi] that no bucket holds: scanned when the attribute is numeric
+    kPrefix,     // string attribute starting with str
+  };
+  Kind kind = Kind::kUnindexed;
+  uint16_t branch = 0;  // which of the record's check lists verifies what this access finds
+  int32_t width_class = 0;
+  uint32_t attr = 0;
+  Scalar key{0};
+  absl::string_view str;  // points into the record's selector tree
+  double lo = 0;          // kInterval, kWide: the rounded bounds
+  double hi = 0;
+};
+
+// How a candidate is verified.
+enum class Verify : uint8_t {
+  kProven,      // the access proves the whole subscription (topic and selector)
+  kInline,      // checks (one or two) all kept inline in attribute-index entries
+  kMoreChecks,  // checks[0..1] inline, then checks[2..] from the record
+};
+inline constexpr size_t kInlineChecks = 2;
+
+Verify VerifyOf(const std::vector<Check>& checks);
+
+struct Group;  // lib/matcher/index.h
+
+// Fields are ordered so that what changes of the index read comes first.
+struct Record {
+  Record(SubscriberId i, Subscription s) : id(i), subscription(std::move(s)) {}
+
+  SubscriberId id;
+  Placement placement = Placement::kAnyTopic;
+  Verify verify = Verify::kProven;  // of checks[0]
+  bool dedupe = false;
+  size_t topic_hash = 0;  // of `topic` (kExactTopic), for the exact-topic table
+  // The group holding the record's entries in each index copy (set by that copy's Add).
+  Group* group[2] = {nullptr, nullptr};
+  absl::InlinedVector<Access, 1> accesses;
+  absl::string_view topic;  // the topic filter's text; empty without one
+  // Check lists, most selective first: checks[a.branch] verifies what access a finds. One list
+  // unless the access is an OR, with a list per branch.
+  std::vector<std::vector<Check>> checks;
+  // The distinct attribute names the record's checks and accesses use, with their interned ids
+  // (names point into the selector tree).
+  std::vector<std::pair<absl::string_view, uint32_t>> attributes;
+  // What kOr checks point to: an OR compiled so that verifying it reads one array of the
+  // record's own rather than walking the selector tree.
+  std::vector<std::vector<Check>> disjunctions;
+  Subscription subscription;
+
+  // Whether checks[branch][from..] all hold.
+  bool ChecksHold(size_t branch, size_t from, AttrValues values, const Event& event) const {
+    const std::vector<Check>& list = checks[branch];
+    for (size_t i = from; i < list.size(); ++i) {
+      if (!list[i].Holds(values, event)) return false;
+    }
+    return true;
+  }
+};
+
+// The hash the index's name tables use for topics and topic levels.
+size_t NameHash(absl::string_view name);
+
+// Interns an attribute name, returning its id; called once per distinct name of a record.
+using InternFn = absl::FunctionRef<uint32_t(absl::string_view)>;
+
+// The owner's statistics for choosing accesses: how many live records are filed under each
+// equality key, and under each kind of range or prefix access per attribute. Cost() estimates how
+// many candidates an event brings in through an access, so each record goes where it adds least
+// work: `side = 'buy' AND symbol = 'IBM'` is filed under 'IBM' once 'buy' is crowded, whatever
+// the order of the conjuncts. Owner only (not shared with readers).
+class AccessStats {
+ public:
+  // Expected candidates per event from the structure `a` would join — the records there times
+  // the chance that an event looks there — plus a fixed part that ranks the kinds while nothing
+  // is known (an equality key selects one value, a prefix several, an interval a stretch, a
+  // one-sided range typically half of all values). Values are assumed uniform over the keys,
+  // prefixes and buckets in use.
+  double Cost(const Access& a) const;
+  // Counts (delta +1) or uncounts (-1) the accesses of `rec`.
+  void Count(const Record& rec, int delta);
+
+ private:
+  struct IntervalClass {
+    absl::flat_hash_map<int64_t, int64_t> buckets;  // bucket -> records
+  };
+  struct PerAttribute {
+    absl::flat_hash_map<std::string, int64_t> strings;
+    absl::flat_hash_map<int64_t, int64_t> ints;
+    absl::flat_hash_map<double, int64_t> doubles;
+    int64_t bools[2] = {0, 0};
+    absl::flat_hash_map<std::string, int64_t> prefixes;
+    absl::flat_hash_map<int32_t, IntervalClass> intervals;  // by width class
+    int64_t wide = 0;
+    int64_t one_sided = 0;
+    int64_t total = 0;
+    // Distinct equality keys in use: an event carries one of them.
+    size_t keys() const {
+      return strings.size() + ints.size() + doubles.size() + (bools[0] > 0) + (bools[1] > 0);
+    }
+  };
+  absl::flat_hash_map<uint32_t, PerAttribute> attributes_;
+};
+
+// Builds the record for `subscription` in memory from `pool`; DestroyRecord frees it.
+Record* Compile(SubscriberId id, Subscription subscription, InternFn intern,
+                const AccessStats& stats, Pool& pool);
+void DestroyRecord(Record* rec, Pool& pool);
+
+// Normalized equality keys: numbers equal by exact value get the same key (5 and 5.0 are int 5;
+// 0.5 stays a double). Returns false for NaN (equal to nothing).
+bool NumericKey(const AttributeValue& v, Access::Kind* kind, Scalar* key);
+
+// Rounds a numeric value to the double the range indexes order it by. REQUIRES: v is numeric.
+inline double RangeValue(const AttributeValue& v) {
+  return v.index() == 0 ? static_cast<double>(*std::get_if<int64_t>(&v)) : *std::get_if<double>(&v);
+}
+
+// Interval buckets: an interval [lo, hi] (rounded, lo <= hi, finite width) has width class e with
+// hi - lo < 2^e and lives in bucket floor(lo / u), for a bucket unit u = 2^(e - kBucketShift);
+// since v - lo < 2^e = 2^kBucketShift units, a value v can only be inside intervals of buckets
+// floor(v / u) - k for k in [0, kBucketsToScan). Smaller units scan fewer intervals that miss v,
+// for more lookups: half-width units scan 1.5 widths of interval starts rather than 2. e is kept
+// high enough that |lo / 2^e| < 2^41. Returns false when the interval fits no bucket (infinite
+// width).
+inline constexpr int kBucketShift = 1;
+inline constexpr int kBucketsToScan = (1 << kBucketShift) + 1;
+bool IntervalBucket(double lo, double hi, int32_t* width_class, int64_t* bucket);
+// The bucket of value v in class e, or false when no interval of that class can hold v.
+bool ValueBucket(double v, int32_t width_class, int64_t* bucket);
+
+}  // namespace gryph::matcher_internal
+
+#endif  // GRYPH_LIB_MATCHER_PLAN_H_

@@ -1,0 +1,651 @@
+#include "gryph/matcher.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "tests/test_util.h"
+
+namespace gryph {
+namespace {
+
+using testing::Rng;
+using testing::Seeds;
+
+Subscription Sub(absl::string_view selector, absl::string_view filter = "") {
+  absl::StatusOr<Subscription> s = Subscription::Create(selector, filter);
+  INFO("selector: " << selector << "  filter: " << filter);
+  REQUIRE_OK(s);
+  return *std::move(s);
+}
+
+// The matching ids, sorted; fails if one is reported twice.
+std::vector<uint64_t> MatchIds(const Matcher& m, const Event& e) {
+  std::vector<uint64_t> ids;
+  m.Match(e, [&](SubscriberId id) { ids.push_back(id.value); });
+  std::sort(ids.begin(), ids.end());
+  REQUIRE(std::adjacent_find(ids.begin(), ids.end()) == ids.end());
+  return ids;
+}
+
+Event Topic(absl::string_view topic) {
+  Event e;
+  e.SetTopic(topic);
+  return e;
+}
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+TEST_CASE("a matcher finds subscribers by exact topic, '+' and '#' filters", "[matcher]") {
+  const char* const filters[] = {
+      "orders/us/IBM", "orders/+/IBM", "orders/#", "#",       "+",        "+/+",
+      "orders/+",      "orders",       "a//b",     "a/+/b",   "+/#",      "",
+      "orders/us/#",   "/a",           "+/a",      "orders/+/+/#"};
+  const char* const topics[] = {"orders/us/IBM", "orders/eu/IBM", "orders",   "orders/us",
+                                "orders/",       "",              "a//b",     "a/x/b",
+                                "/a",            "x",             "orders/us/IBM/x", "order",
+                                "orders/us/east/IBM"};
+  Matcher m;
+  std::vector<Subscription> subs;
+  for (size_t i = 0; i < std::size(filters); ++i) {
+    subs.push_back(Sub("", filters[i]));
+    REQUIRE_OK(m.Add(SubscriberId{i}, subs.back()));
+  }
+  m.Publish();
+  for (const char* topic : topics) {
+    INFO("topic: '" << topic << "'");
+    std::vector<uint64_t> expected;
+    for (size_t i = 0; i < subs.size(); ++i) {
+      if (subs[i].Matches(Topic(topic))) expected.push_back(i);
+    }
+    REQUIRE(MatchIds(m, Topic(topic)) == expected);
+  }
+  // Spot checks that the reference above is what we think.
+  REQUIRE(MatchIds(m, Topic("orders")) == std::vector<uint64_t>{2, 3, 4, 7, 10, 11});
+  REQUIRE(MatchIds(m, Topic("orders/us/IBM")) == std::vector<uint64_t>{0, 1, 2, 3, 10, 11, 12, 15});
+}
+
+struct SemanticsCase {
+  const char* selector;
+  std::vector<Event> matching;
+  std::vector<Event> not_matching;
+};
+
+Event E() { return Event(); }
+
+TEST_CASE("a matcher applies equality, range, IN, OR, LIKE and NULL semantics through its index",
+          "[matcher]") {
+  const double two53 = 9007199254740992.0;
+  const std::vector<SemanticsCase> cases = {
+      {"a = 5", {E().SetInt64("a", 5), E().SetDouble("a", 5.0)},
+       {E().SetInt64("a", 6), E().SetString("a", "5"), E(), E().SetDouble("a", kNaN),
+        E().SetDouble("a", 5.5), E().SetBool("a", true)}},
+      {"a = 5.0", {E().SetInt64("a", 5), E().SetDouble("a", 5.0)}, {E().SetDouble("a", 5.25)}},
+      {"a = 2.5", {E().SetDouble("a", 2.5)}, {E().SetInt64("a", 2), E().SetInt64("a", 3)}},
+      {"a = 9007199254740993", {E().SetInt64("a", 9007199254740993)},
+       {E().SetDouble("a", two53), E().SetInt64("a", 9007199254740992)}},
+      {"a = 9007199254740992.0", {E().SetDouble("a", two53), E().SetInt64("a", 9007199254740992)},
+       {E().SetInt64("a", 9007199254740993)}},
+      {"s = 'x'", {E().SetString("s", "x")}, {E().SetString("s", "y"), E().SetInt64("s", 1), E()}},
+      {"f = TRUE", {E().SetBool("f", true)}, {E().SetBool("f", false), E().SetString("f", "TRUE")}},
+      {"f", {E().SetBool("f", true)}, {E().SetBool("f", false), E().SetInt64("f", 1)}},
+      {"a > 3", {E().SetInt64("a", 4), E().SetDouble("a", 3.5)},
+       {E().SetInt64("a", 3), E().SetDouble("a", kNaN), E().SetString("a", "9"), E()}},
+      {"a >= 3", {E().SetInt64("a", 3), E().SetDouble("a", 3.0)}, {E().SetDouble("a", 2.999)}},
+      {"3 > a", {E().SetInt64("a", 2), E().SetDouble("a", -1e300)}, {E().SetInt64("a", 3)}},
+      {"a < 9007199254740993", {E().SetInt64("a", 9007199254740992), E().SetDouble("a", two53)},
+       {E().SetInt64("a", 9007199254740993)}},
+      {"a > 9007199254740992", {E().SetInt64("a", 9007199254740993)},
+       {E().SetDouble("a", two53), E().SetInt64("a", 9007199254740992)}},
+      {"a BETWEEN 1 AND 2", {E().SetInt64("a", 1), E().SetDouble("a", 1.5), E().SetInt64("a", 2)},
+       {E().SetInt64("a", 3), E().SetDouble("a", 0.999), E().SetDouble("a", kNaN)}},
+      {"a BETWEEN 2 AND 1", {}, {E().SetInt64("a", 1), E().SetInt64("a", 2)}},
+      {"a BETWEEN 5 AND 5", {E().SetInt64("a", 5)}, {E().SetInt64("a", 4), E().SetDouble("a", 5.1)}},
+      {"a BETWEEN -1e300 AND 1e300", {E().SetInt64("a", 0), E().SetDouble("a", 1e299)},
+       {E().SetDouble("a", 1e301), E().SetDouble("a", std::numeric_limits<double>::infinity())}},
+      {"a BETWEEN -1.7976931348623157e308 AND 1.7976931348623157e308",
+       {E().SetInt64("a", 0), E().SetDouble("a", 1e308)},
+       {E().SetDouble("a", std::numeric_limits<double>::infinity())}},
+      {"a BETWEEN 1e-300 AND 2e-300", {E().SetDouble("a", 1.5e-300)},
+       {E().SetInt64("a", 0), E().SetDouble("a", 3e-300)}},
+      {"a > 1 AND a < 3 AND a <> 2", {E().SetDouble("a", 1.5), E().SetDouble("a", 2.5)},
+       {E().SetInt64("a", 2), E().SetInt64("a", 3), E().SetInt64("a", 1)}},
+      {"a NOT BETWEEN 1 AND 2", {E().SetInt64("a", 0), E().SetInt64("a", 3)},
+       {E().SetInt64("a", 1), E(), E().SetString("a", "x")}},
+      {"s IN ('x', 'y')", {E().SetString("s", "x"), E().SetString("s", "y")},
+       {E().SetString("s", "z"), E(), E().SetInt64("s", 1)}},
+      {"a IN (1, 2.0, 1.0, 2.5)",
+       {E().SetInt64("a", 1), E().SetDouble("a", 2.0), E().SetDouble("a", 2.5)},
+       {E().SetInt64("a", 3), E().SetString("a", "1"), E().SetDouble("a", kNaN)}},
+      {"s NOT IN ('x')", {E().SetString("s", "y")}, {E().SetString("s", "x"), E(), E().SetInt64("s", 1)}},
+      {"s LIKE 'ab%'", {E().SetString("s", "ab"), E().SetString("s", "abc")},
+       {E().SetString("s", "a"), E().SetString("s", "ba"), E().SetInt64("s", 1), E()}},
+      {"s LIKE 'ab'", {E().SetString("s", "ab")}, {E().SetString("s", "abc")}},
+      {"s LIKE 'a_c%'", {E().SetString("s", "abc"), E().SetString("s", "axcd")}, {E().SetString("s", "ac")}},
+      {"s LIKE '%c'", {E().SetString("s", "abc"), E().SetString("s", "c")}, {E().SetString("s", "ca")}},
+      {"s LIKE 'x\\_%' ESCAPE '\\'", {E().SetString("s", "x_1")}, {E().SetString("s", "xa1")}},
+      {"s NOT LIKE 'a%'", {E().SetString("s", "b")}, {E().SetString("s", "ab"), E(), E().SetBool("s", true)}},
+      {"a IS NULL", {E(), E().SetInt64("b", 1)}, {E().SetInt64("a", 1)}},
+      {"a IS NOT NULL", {E().SetInt64("a", 1), E().SetString("a", "")}, {E()}},
+      {"s = 'x' OR a > 5", {E().SetString("s", "x").SetInt64("a", 9), E().SetInt64("a", 6), E().SetString("s", "x")},
+       {E().SetString("s", "y").SetInt64("a", 1), E()}},
+      {"s = 'x' OR s = 'y' OR s IN ('y', 'z')", {E().SetString("s", "y"), E().SetString("s", "z")},
+       {E().SetString("s", "w")}},
+      {"(s = 'x' AND a = 1) OR (s = 'y' AND a = 2)",
+       {E().SetString("s", "x").SetInt64("a", 1), E().SetString("s", "y").SetInt64("a", 2)},
+       {E().SetString("s", "x").SetInt64("a", 2), E().SetString("s", "x")}},
+      {"(a > 1 OR b < 0) AND s LIKE 'q%'", {E().SetInt64("a", 2).SetString("s", "q")},
+       {E().SetInt64("a", 2).SetString("s", "r"), E().SetString("s", "q")}},
+      {"NOT (a = 1)", {E().SetInt64("a", 2)}, {E().SetInt64("a", 1), E()}},
+      {"a + 1 > b", {E().SetInt64("a", 1).SetInt64("b", 1)}, {E().SetInt64("a", 1), E().SetInt64("a", 0).SetInt64("b", 1)}},
+      {"a <> 1", {E().SetInt64("a", 2)}, {E().SetInt64("a", 1), E().SetString("a", "x"), E(), E().SetDouble("a", kNaN)}},
+      {"s <> 'x'", {E().SetString("s", "y")}, {E().SetString("s", "x"), E().SetInt64("s", 1)}},
+      {"a = b", {E().SetInt64("a", 1).SetDouble("b", 1.0)}, {E().SetInt64("a", 1)}},
+      {"s = 'x' AND a > 1 AND b < 2 AND c IS NULL", {E().SetString("s", "x").SetInt64("a", 2).SetInt64("b", 1)},
+       {E().SetString("s", "x").SetInt64("a", 2).SetInt64("b", 1).SetInt64("c", 0)}},
+      {"", {E(), E().SetInt64("a", 1)}, {}},
+  };
+  Matcher m;
+  for (size_t i = 0; i < cases.size(); ++i) REQUIRE_OK(m.Add(SubscriberId{i}, Sub(cases[i].selector)));
+  m.Publish();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    INFO("selector: " << cases[i].selector);
+    const Subscription sub = Sub(cases[i].selector);
+    for (const Event& e : cases[i].matching) {
+      REQUIRE(sub.Matches(e));  // the table itself is right
+      const std::vector<uint64_t> ids = MatchIds(m, e);
+      REQUIRE(std::count(ids.begin(), ids.end(), i) == 1);
+    }
+    for (const Event& e : cases[i].not_matching) {
+      REQUIRE_FALSE(sub.Matches(e));
+      const std::vector<uint64_t> ids = MatchIds(m, e);
+      REQUIRE(std::count(ids.begin(), ids.end(), i) == 0);
+    }
+  }
+}
+
+TEST_CASE("a subscriber reached through several OR branches is reported once", "[matcher]") {
+  Matcher m;
+  REQUIRE_OK(m.Add(SubscriberId{1}, Sub("a = 1 OR b = 2 OR c > 0 OR s LIKE 'x%' OR a >= 1")));
+  REQUIRE_OK(m.Add(SubscriberId{2}, Sub("a IN (1, 1.0, 2) OR a = 1")));
+  m.Publish();
+  Event e;
+  e.SetInt64("a", 1).SetInt64("b", 2).SetInt64("c", 3).SetString("s", "xy");
+  REQUIRE(MatchIds(m, e) == std::vector<uint64_t>{1, 2});
+}
+
+TEST_CASE("a matcher rejects duplicate adds and unknown removes, and takes an id back after removal",
+          "[matcher]") {
+  Matcher m;
+  REQUIRE_OK(m.Add(SubscriberId{1}, Sub("a = 1")));
+  REQUIRE_CODE(m.Add(SubscriberId{1}, Sub("a = 2")), absl::StatusCode::kAlreadyExists);
+  REQUIRE_CODE(m.Remove(SubscriberId{2}), absl::StatusCode::kNotFound);
+  REQUIRE(m.size() == 1);
+  m.Publish();
+  Event one;
+  one.SetInt64("a", 1);
+  Event two;
+  two.SetInt64("a", 2);
+  REQUIRE(MatchIds(m, one) == std::vector<uint64_t>{1});
+  REQUIRE_OK(m.Remove(SubscriberId{1}));
+  REQUIRE_CODE(m.Remove(SubscriberId{1}), absl::StatusCode::kNotFound);
+  REQUIRE_OK(m.Add(SubscriberId{1}, Sub("a = 2")));  // re-added before publication
+  m.Publish();
+  REQUIRE(MatchIds(m, one).empty());
+  REQUIRE(MatchIds(m, two) == std::vector<uint64_t>{1});
+  REQUIRE_OK(m.Remove(SubscriberId{1}));
+  m.Publish();
+  REQUIRE(MatchIds(m, two).empty());
+  REQUIRE(m.size() == 0);
+  REQUIRE_OK(m.Add(SubscriberId{1}, Sub("a = 1")));  // re-added after publication
+  m.Publish();
+  REQUIRE(MatchIds(m, one) == std::vector<uint64_t>{1});
+}
+
+TEST_CASE("changes stay invisible until published, and max_unpublished changes publish themselves",
+          "[matcher]") {
+  Matcher m(MatcherOptions{.max_unpublished = 3});
+  const Event e = Topic("t");
+  REQUIRE_OK(m.Add(SubscriberId{1}, Sub("", "t")));
+  REQUIRE_OK(m.Add(SubscriberId{2}, Sub("", "t")));
+  REQUIRE(MatchIds(m, e).empty());
+  REQUIRE_OK(m.Add(SubscriberId{3}, Sub("", "t")));  // the third change publishes
+  REQUIRE(MatchIds(m, e) == std::vector<uint64_t>{1, 2, 3});
+  REQUIRE_OK(m.Remove(SubscriberId{1}));
+  REQUIRE(MatchIds(m, e) == std::vector<uint64_t>{1, 2, 3});
+  m.Publish();
+  REQUIRE(MatchIds(m, e) == std::vector<uint64_t>{2, 3});
+  m.Publish();  // nothing new: no change
+  REQUIRE(MatchIds(m, e) == std::vector<uint64_t>{2, 3});
+
+  Matcher every(MatcherOptions{.max_unpublished = 1});
+  REQUIRE_OK(every.Add(SubscriberId{9}, Sub("", "t")));
+  REQUIRE(MatchIds(every, e) == std::vector<uint64_t>{9});
+}
+
+TEST_CASE("TryPublish gives up while a reader still holds the copy it must reuse, Publish waits",
+          "[matcher][concurrency]") {
+  Matcher m;
+  const Event e = Topic("t");
+  REQUIRE_OK(m.Add(SubscriberId{1}, Sub("", "t")));
+  m.Publish();
+  std::atomic<bool> inside{false};
+  std::atomic<bool> release{false};
+  std::thread reader([&] {
+    bool first = true;
+    m.Match(e, [&](SubscriberId) {
+      if (!first) return;
+      first = false;
+      inside.store(true);
+      while (!release.load()) std::this_thread::yield();  // holds the copy it reads
+    });
+  });
+  while (!inside.load()) std::this_thread::yield();
+  REQUIRE_OK(m.Add(SubscriberId{2}, Sub("", "t")));
+  REQUIRE(m.TryPublish());  // the other copy is free: published
+  REQUIRE(MatchIds(m, e) == std::vector<uint64_t>{1, 2});
+  REQUIRE_OK(m.Add(SubscriberId{3}, Sub("", "t")));
+  REQUIRE_FALSE(m.TryPublish());  // the copy to reuse is the reader's
+  REQUIRE(MatchIds(m, e) == std::vector<uint64_t>{1, 2});
+  std::thread publisher([&] { m.Publish(); });  // waits for the reader
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  release.store(true);
+  reader.join();
+  publisher.join();
+  REQUIRE(MatchIds(m, e) == std::vector<uint64_t>{1, 2, 3});
+  REQUIRE(m.TryPublish());  // nothing left to publish
+}
+
+TEST_CASE("a matcher holds many subscribers on one topic and removes them in any order",
+          "[matcher]") {
+  constexpr uint64_t kSubscribers = 20000;
+  Matcher m;
+  for (uint64_t i = 0; i < kSubscribers; ++i) {
+    REQUIRE_OK(m.Add(SubscriberId{i}, Sub(i % 4 == 0 ? "n >= 0" : "", "orders/us/IBM")));
+  }
+  m.Publish();
+  Event e = Topic("orders/us/IBM");
+  e.SetInt64("n", 1);
+  REQUIRE(MatchIds(m, e).size() == kSubscribers);
+  Rng rng(7);
+  std::vector<uint64_t> ids(kSubscribers);
+  for (uint64_t i = 0; i < kSubscribers; ++i) ids[i] = i;
+  for (size_t i = ids.size(); i > 1; --i) std::swap(ids[i - 1], ids[rng.Uniform(i)]);
+  std::set<uint64_t> live(ids.begin(), ids.end());
+  for (size_t i = 0; i < ids.size() / 2; ++i) {
+    REQUIRE_OK(m.Remove(SubscriberId{ids[i]}));
+    live.erase(ids[i]);
+  }
+  m.Publish();
+  REQUIRE(MatchIds(m, e) == std::vector<uint64_t>(live.begin(), live.end()));
+  e.SetInt64("n", -1);  // only the unconditional ones now
+  std::vector<uint64_t> unconditional;
+  for (uint64_t id : live) {
+    if (id % 4 != 0) unconditional.push_back(id);
+  }
+  REQUIRE(MatchIds(m, e) == unconditional);
+  for (size_t i = ids.size() / 2; i < ids.size(); ++i) REQUIRE_OK(m.Remove(SubscriberId{ids[i]}));
+  m.Publish();
+  REQUIRE(MatchIds(m, e).empty());
+}
+
+TEST_CASE("a very wide level holds a hundred thousand topics and wildcard siblings", "[matcher]") {
+  constexpr uint64_t kTopics = 100000;
+  Matcher m;
+  for (uint64_t i = 0; i < kTopics; ++i) {
+    REQUIRE_OK(m.Add(SubscriberId{i}, Sub("", absl::StrCat(i, "-mainTopic"))));
+  }
+  // A wide level inside the wildcard trie too.
+  for (uint64_t i = 0; i < 10000; ++i) {
+    REQUIRE_OK(m.Add(SubscriberId{kTopics + i}, Sub("", absl::StrCat("w/", i, "/+"))));
+  }
+  REQUIRE_OK(m.Add(SubscriberId{999999}, Sub("", "+")));
+  m.Publish();
+  REQUIRE(MatchIds(m, Topic("12345-mainTopic")) == std::vector<uint64_t>{12345, 999999});
+  REQUIRE(MatchIds(m, Topic("w/77/x")) == std::vector<uint64_t>{kTopics + 77});
+  REQUIRE(MatchIds(m, Topic("w/77")).empty());
+  for (uint64_t i = 0; i < kTopics; i += 2) REQUIRE_OK(m.Remove(SubscriberId{i}));
+  for (uint64_t i = 0; i < 10000; i += 2) REQUIRE_OK(m.Remove(SubscriberId{kTopics + i}));
+  m.Publish();
+  REQUIRE(MatchIds(m, Topic("12344-mainTopic")) == std::vector<uint64_t>{999999});
+  REQUIRE(MatchIds(m, Topic("12345-mainTopic")) == std::vector<uint64_t>{12345, 999999});
+  REQUIRE(MatchIds(m, Topic("w/76/x")).empty());
+  REQUIRE(MatchIds(m, Topic("w/77/x")) == std::vector<uint64_t>{kTopics + 77});
+}
+
+TEST_CASE("Match may be called again from inside its sink, and appends to a vector", "[matcher]") {
+  Matcher m;
+  REQUIRE_OK(m.Add(SubscriberId{1}, Sub("a = 1")));
+  REQUIRE_OK(m.Add(SubscriberId{2}, Sub("a > 0")));
+  m.Publish();
+  Event e;
+  e.SetInt64("a", 1);
+  std::vector<uint64_t> outer;
+  std::vector<SubscriberId> inner;
+  m.Match(e, [&](SubscriberId id) {
+    outer.push_back(id.value);
+    m.Match(e, &inner);
+  });
+  std::sort(outer.begin(), outer.end());
+  REQUIRE(outer == std::vector<uint64_t>{1, 2});
+  REQUIRE(inner.size() == 4);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Random subscriptions and events against evaluating every subscription one by one.
+
+class RandomWorld {
+ public:
+  explicit RandomWorld(Rng* rng) : rng_(*rng) {}
+
+  std::string Attr() {
+    static const char* const kAttrs[] = {"a", "b", "s", "f"};
+    return kAttrs[rng_.Uniform(std::size(kAttrs))];
+  }
+  std::string Number() {
+    static const char* const kNumbers[] = {"0",   "1",    "-1",  "2",    "2.5", "1.0",
+                                           "-0.0", "3",   "0.5", "1e300", "9007199254740993",
+                                           "9007199254740992.0", "-2"};
+    return kNumbers[rng_.Uniform(std::size(kNumbers))];
+  }
+  std::string String() {
+    static const char* const kStrings[] = {"''",  "'a'",  "'ab'", "'abc'", "'b'", "'x_y'",
+                                           "'ba'", "'abcdefgh'", "'abcdefghij'"};
+    return kStrings[rng_.Uniform(std::size(kStrings))];
+  }
+  std::string Pattern() {
+    static const char* const kPatterns[] = {"'a%'",  "'ab%'", "'ab'", "'%b'", "'a_c%'", "'_'",
+                                            "'%'",   "'abc'", "'b%a'", "'x\\_%' ESCAPE '\\'",
+                                            "'a%c'", "''",    "'abcdefghi%'", "'abcdefghij'"};
+    return kPatterns[rng_.Uniform(std::size(kPatterns))];
+  }
+  std::string NumberList() {
+    std::vector<std::string> v;
+    for (uint64_t i = 0, n = rng_.Range(1, 4); i < n; ++i) v.push_back(Number());
+    return absl::StrJoin(v, ", ");
+  }
+  std::string StringList() {
+    std::vector<std::string> v;
+    for (uint64_t i = 0, n = rng_.Range(1, 4); i < n; ++i) v.push_back(String());
+    return absl::StrJoin(v, ", ");
+  }
+
+  std::string Atom() {
+    static const char* const kOps[] = {"=", "<>", "<", "<=", ">", ">="};
+    const std::string a = Attr();
+    switch (rng_.Uniform(16)) {
+      case 0:
+      case 1: return absl::StrCat(a, " ", kOps[rng_.Uniform(6)], " ", Number());
+      case 2: return absl::StrCat(Number(), " ", kOps[rng_.Uniform(6)], " ", a);
+      case 3: return absl::StrCat(a, rng_.OneIn(3) ? " <> " : " = ", String());
+      case 4: return absl::StrCat(a, " = ", rng_.OneIn(2) ? "TRUE" : "FALSE");
+      case 5: return a;  // a boolean attribute as a condition
+      case 6: return absl::StrCat(a, rng_.OneIn(4) ? " NOT" : "", " BETWEEN ", Number(), " AND ", Number());
+      case 7: return absl::StrCat(a, rng_.OneIn(4) ? " NOT" : "", " IN (", StringList(), ")");
+      case 8: return absl::StrCat(a, rng_.OneIn(4) ? " NOT" : "", " IN (", NumberList(), ")");
+      case 9:
+      case 10: return absl::StrCat(a, rng_.OneIn(4) ? " NOT" : "", " LIKE ", Pattern());
+      case 11: return absl::StrCat(a, rng_.OneIn(2) ? " IS NULL" : " IS NOT NULL");
+      case 12: return absl::StrCat(a, " + 1 ", kOps[rng_.Uniform(6)], " ", Attr());
+      case 13: return absl::StrCat(a, " = ", Attr());
+      default: return absl::StrCat(a, " = ", rng_.OneIn(2) ? Number() : String());
+    }
+  }
+
+  std::string Condition(int depth = 0) {
+    switch (rng_.Uniform(depth > 2 ? 1 : 6)) {
+      case 0:
+      case 1: return Atom();
+      case 2: return absl::StrCat("NOT (", Condition(depth + 1), ")");
+      case 3:
+      case 4: {
+        std::vector<std::string> ops;
+        for (uint64_t i = 0, n = rng_.Range(2, 3); i < n; ++i) ops.push_back(Condition(depth + 1));
+        return absl::StrCat("(", absl::StrJoin(ops, " AND "), ")");
+      }
+      default: {
+        std::vector<std::string> ops;
+        for (uint64_t i = 0, n = rng_.Range(2, 3); i < n; ++i) ops.push_back(Condition(depth + 1));
+        return absl::StrCat("(", absl::StrJoin(ops, " OR "), ")");
+      }
+    }
+  }
+
+  std::string Selector() {
+    switch (rng_.Uniform(8)) {
+      case 0: return "";
+      case 1:
+      case 2:
+      case 3: {  // a conjunction at the top, as most real selectors
+        std::vector<std::string> ops;
+        for (uint64_t i = 0, n = rng_.Range(1, 4); i < n; ++i) ops.push_back(rng_.OneIn(4) ? Condition(1) : Atom());
+        return absl::StrJoin(ops, " AND ");
+      }
+      default: return Condition();
+    }
+  }
+
+  std::string Level() {
+    static const char* const kLevels[] = {"x", "y", "", "z"};
+    return kLevels[rng_.Uniform(std::size(kLevels))];
+  }
+
+  std::string Filter() {
+    if (rng_.OneIn(2)) return "";
+    std::vector<std::string> levels;
+    const uint64_t n = rng_.Range(1, 3);
+    for (uint64_t i = 0; i < n; ++i) {
+      if (i + 1 == n && rng_.OneIn(4)) {
+        levels.push_back("#");
+      } else {
+        levels.push_back(rng_.OneIn(3) ? "+" : Level());
+      }
+    }
+    return absl::StrJoin(levels, "/");
+  }
+
+  Event RandomEvent() {
+    Event e;
+    std::vector<std::string> levels;
+    for (uint64_t i = 0, n = rng_.Range(1, 3); i < n; ++i) levels.push_back(Level());
+    e.SetTopic(absl::StrJoin(levels, "/"));
+    for (const char* name : {"a", "b", "s", "f"}) {
+      switch (rng_.Uniform(12)) {
+        case 0:
+        case 1: break;  // missing
+        case 2:
+        case 3: e.SetInt64(name, static_cast<int64_t>(rng_.Uniform(6)) - 2); break;
+        case 4: e.SetDouble(name, static_cast<double>(rng_.Uniform(8)) / 2 - 1); break;
+        case 5: {
+          static const char* const kStrings[] = {"",   "a",        "ab",         "abc",
+                                                 "b",  "x_y",      "ba",         "abcc",
+                                                 "abcdefgh", "abcdefghij", "abcdefghiX"};
+          e.SetString(name, kStrings[rng_.Uniform(std::size(kStrings))]);
+          break;
+        }
+        case 6: e.SetBool(name, rng_.OneIn(2)); break;
+        case 7: e.SetDouble(name, kNaN); break;
+        case 8: {
+          static const int64_t kInts[] = {INT64_MAX, INT64_MIN, 9007199254740993, 9007199254740992};
+          e.SetInt64(name, kInts[rng_.Uniform(std::size(kInts))]);
+          break;
+        }
+        case 9: {
+          static const double kDoubles[] = {1e300, -1e300, 9007199254740992.0, 0.5, -0.0,
+                                            std::numeric_limits<double>::infinity()};
+          e.SetDouble(name, kDoubles[rng_.Uniform(std::size(kDoubles))]);
+          break;
+        }
+        default: e.SetInt64(name, 1); break;
+      }
+    }
+    return e;
+  }
+
+ private:
+  Rng& rng_;
+};
+
+TEST_CASE("the matcher's answer equals evaluating every subscription, under random churn",
+          "[matcher][random]") {
+  for (uint64_t seed : Seeds(5000, 12)) {
+    INFO("seed " << seed);
+    Rng rng(seed);
+    RandomWorld world(&rng);
+    const size_t max_unpublished = std::vector<size_t>{1, 5, 64, 100000}[seed % 4];
+    Matcher m(MatcherOptions{.max_unpublished = max_unpublished});
+    std::map<uint64_t, Subscription> current;    // every change made
+    std::map<uint64_t, Subscription> published;  // what Match must see
+    size_t unpublished = 0;
+    auto changed = [&] {
+      if (++unpublished >= max_unpublished) {
+        published = current;
+        unpublished = 0;
+      }
+    };
+    constexpr uint64_t kIds = 300;
+    size_t checked = 0;
+    for (int step = 0; step < 1500; ++step) {
+      const uint64_t id = rng.Uniform(kIds);
+      if (current.contains(id) && rng.OneIn(3)) {
+        REQUIRE_OK(m.Remove(SubscriberId{id}));
+        current.erase(id);
+        changed();
+      } else if (!current.contains(id)) {
+        const std::string selector = world.Selector();
+        const std::string filter = world.Filter();
+        absl::StatusOr<Subscription> sub = Subscription::Create(selector, filter);
+        if (!sub.ok()) continue;  // e.g. an ordering comparison the parser refuses
+        REQUIRE_OK(m.Add(SubscriberId{id}, *sub));
+        current.emplace(id, *sub);
+        changed();
+      }
+      if (rng.OneIn(40)) {
+        m.Publish();
+        published = current;
+        unpublished = 0;
+      }
+      if (step % 10 == 0) {
+        for (int k = 0; k < 8; ++k) {
+          const Event e = world.RandomEvent();
+          std::vector<uint64_t> expected;
+          for (const auto& [sid, sub] : published) {
+            if (sub.Matches(e)) expected.push_back(sid);
+          }
+          const std::vector<uint64_t> got = MatchIds(m, e);
+          if (got != expected) {
+            std::string diff;
+            for (uint64_t x : got) {
+              if (!std::binary_search(expected.begin(), expected.end(), x)) {
+                diff += absl::StrCat(" extra ", x, " [", published.at(x).selector().text(), " | ",
+                                     published.at(x).topic_filter() ? published.at(x).topic_filter()->text() : "", "]");
+              }
+            }
+            for (uint64_t x : expected) {
+              if (!std::binary_search(got.begin(), got.end(), x)) {
+                diff += absl::StrCat(" missing ", x, " [", published.at(x).selector().text(), " | ",
+                                     published.at(x).topic_filter() ? published.at(x).topic_filter()->text() : "", "]");
+              }
+            }
+            std::string attrs;
+            for (const Attribute& a : e.attributes()) {
+              attrs += absl::StrCat(" ", a.name, "#", a.value.index(), "=");
+              std::visit([&](const auto& v) { attrs += absl::StrCat(v); }, a.value);
+            }
+            INFO("event topic '" << e.topic() << "' attrs" << attrs << "; diff:" << diff);
+            REQUIRE(got == expected);
+          }
+          ++checked;
+        }
+      }
+    }
+    REQUIRE(checked > 0);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Readers and a writer.
+
+TEST_CASE("readers matching while the owner churns always see one whole publication",
+          "[matcher][concurrency]") {
+  // Phase p adds block p (kBlock subscribers, all matching the event) and removes block p - 3,
+  // then publishes: after publication p, exactly blocks max(1, p - 2)..p are present.
+  constexpr uint64_t kBlock = 50;
+  constexpr uint64_t kPhases = 400;
+  const char* const kSelectors[] = {"", "x >= 0", "k = 'v'", "x BETWEEN 0 AND 10",
+                                    "k LIKE 'v%'", "x IN (1, 2)", "k = 'v' OR x < 0", "NOT (x < 0)"};
+  const char* const kFilters[] = {"", "t/u", "t/#", "+/u"};
+  std::vector<Subscription> subs;
+  for (uint64_t i = 0; i < kBlock; ++i) {
+    subs.push_back(Sub(kSelectors[i % std::size(kSelectors)], kFilters[(i / 8) % std::size(kFilters)]));
+  }
+  Event event = Topic("t/u");
+  event.SetInt64("x", 1).SetString("k", "v");
+
+  Matcher m(MatcherOptions{.max_unpublished = 1 << 20});
+  std::atomic<uint64_t> published_phase{0};
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> failures{0};
+  std::atomic<uint64_t> matches{0};
+  absl::Mutex mu;
+  std::string first_failure;
+
+  auto reader = [&] {
+    std::vector<SubscriberId> ids;
+    while (!done.load(std::memory_order_acquire)) {
+      const uint64_t before = published_phase.load(std::memory_order_acquire);
+      ids.clear();
+      m.Match(event, &ids);
+      const uint64_t after = published_phase.load(std::memory_order_acquire);
+      matches.fetch_add(1, std::memory_order_relaxed);
+      // Which phase's set is this?
+      std::map<uint64_t, uint64_t> per_block;
+      for (SubscriberId id : ids) per_block[id.value / kBlock]++;
+      uint64_t q = per_block.empty() ? 0 : per_block.rbegin()->first;
+      std::string problem;
+      if (q < before || q > after + 1) problem = absl::StrCat("phase ", q, " outside [", before, ", ", after + 1, "]");
+      for (uint64_t b = (q > 2 ? q - 2 : 1); q > 0 && b <= q; ++b) {
+        if (per_block[b] != kBlock) problem += absl::StrCat(" block ", b, " has ", per_block[b]);
+      }
+      if (per_block.size() != std::min<uint64_t>(q, 3)) problem += " unexpected blocks";
+      if (!problem.empty()) {
+        failures.fetch_add(1);
+        absl::MutexLock lock(&mu);
+        if (first_failure.empty()) first_failure = problem;
+      }
+    }
+  };
+  std::vector<std::thread> readers;
+  for (int i = 0; i < 3; ++i) readers.emplace_back(reader);
+
+  for (uint64_t p = 1; p <= kPhases; ++p) {
+    for (uint64_t i = 0; i < kBlock; ++i) REQUIRE_OK(m.Add(SubscriberId{p * kBlock + i}, subs[i]));
+    if (p > 3) {
+      for (uint64_t i = 0; i < kBlock; ++i) REQUIRE_OK(m.Remove(SubscriberId{(p - 3) * kBlock + i}));
+    }
+    m.Publish();
+    published_phase.store(p, std::memory_order_release);
+    if (p % 64 == 0) std::this_thread::yield();
+  }
+  // Let the readers see the last phase for a moment.
+  const uint64_t seen = matches.load();
+  while (matches.load() < seen + 100) std::this_thread::yield();
+  done.store(true, std::memory_order_release);
+  for (std::thread& t : readers) t.join();
+  INFO(first_failure);
+  REQUIRE(failures.load() == 0);
+  REQUIRE(matches.load() > 100);
+}
+
+}  // namespace
+}  // namespace gryph
