@@ -43,6 +43,7 @@
 #include "gryph/con_stream.h"
 #include "gryph/curiosity_stream.h"
 #include "gryph/knowledge_stream.h"
+#include "gryph/matcher.h"
 #include "gryph/pfs.h"
 #include "gryph/storage.h"
 #include "gryph/subscription.h"
@@ -176,7 +177,10 @@ class SubscriberHostingBroker {
   Stats stats_;
   uint64_t next_id_ = 1;
   std::map<PubendId, PubendState> pubends_;
-  absl::btree_map<std::string, SubscriptionState> subscriptions_;
+  // std::map: by_id_ and in-flight deliveries point into it, and its nodes do not move.
+  std::map<std::string, SubscriptionState, std::less<>> subscriptions_;
+  absl::flat_hash_map<uint64_t, SubscriptionState*> by_id_;
+  Matcher matcher_;  // every durable subscription, for the constreams' matching
   absl::flat_hash_map<uint64_t, std::string> names_;  // subscriber id -> subscription name
   absl::btree_map<std::string, std::vector<PubendId>> dirty_released_;
   absl::Time last_release_ = absl::InfinitePast();

@@ -112,7 +112,8 @@ absl::Status SubscriberHostingBroker::Recover() {
         SubscriptionState s{SubscriberId{id}, std::string(key), std::string(selector),
                             std::string(topic), *std::move(sub), epoch, "", {}};
         names_[id] = s.name;
-        subscriptions_.emplace(s.name, std::move(s));
+        const std::string name = s.name;
+        subscriptions_.emplace(name, std::move(s));
         return true;
       }));
   GRYPH_RETURN_IF_ERROR(parse);
@@ -130,7 +131,13 @@ absl::Status SubscriberHostingBroker::Recover() {
         pos.released = DecodeFixed64BE(value.data() + 8);
         return true;
       }));
-  return parse;
+  GRYPH_RETURN_IF_ERROR(parse);
+  for (auto& [name, s] : subscriptions_) {
+    GRYPH_RETURN_IF_ERROR(matcher_.Add(s.id, s.subscription));
+    by_id_[s.id.value] = &s;
+  }
+  matcher_.Publish();
+  return absl::OkStatus();
 }
 
 void SubscriberHostingBroker::Fail(const absl::Status& st) {
@@ -262,14 +269,16 @@ absl::Status SubscriberHostingBroker::AdvanceConStreams() {
       if (batch.through == p.constream->latest_delivered()) continue;
       for (const KnowledgeSpan& d : batch.data) {
         matched.clear();
-        for (auto& [name, s] : subscriptions_) {
-          if (!s.subscription.Matches(*d.event)) continue;
-          matched.push_back(s.id);
+        matcher_.Match(*d.event, &matched);
+        // The matcher's order follows its layout; a fixed order keeps runs reproducible.
+        std::sort(matched.begin(), matched.end());
+        for (SubscriberId m : matched) {
+          SubscriptionState& s = *by_id_.at(m.value);
           auto pos = s.positions.find(p.id);
           if (pos != s.positions.end() && pos->second.member) {
             deliveries.push_back(Delivery{
                 &s.session, &pos->second,
-                DeliveryMessage{name, p.id, DeliveryKind::kEvent, d.range.first, d.event}});
+                DeliveryMessage{s.name, p.id, DeliveryKind::kEvent, d.range.first, d.event}});
           }
         }
         if (!matched.empty()) {
@@ -420,6 +429,12 @@ void SubscriberHostingBroker::OnConnect(absl::string_view from, const ConnectMes
     wb.Put(kMetaTable, kNextIdKey, Fixed64(next_id_));
     names_[s.id.value] = s.name;
     it = subscriptions_.emplace(s.name, std::move(s)).first;
+    if (absl::Status st = matcher_.Add(it->second.id, it->second.subscription); !st.ok()) {
+      Fail(st);
+      return;
+    }
+    matcher_.Publish();
+    by_id_[it->second.id.value] = &it->second;
     for (const auto& [id, pos] : it->second.positions) PutPosition(it->second, id, wb);
   } else {
     SubscriptionState& s = it->second;
@@ -559,6 +574,9 @@ void SubscriberHostingBroker::OnUnsubscribe(absl::string_view from,
   wb.Delete(kSubscriptionsTable, s.name);
   names_.erase(s.id.value);
   dirty_released_.erase(s.name);
+  (void)matcher_.Remove(s.id);
+  matcher_.Publish();
+  by_id_.erase(s.id.value);
   subscriptions_.erase(it);
   (void)Commit(wb);
 }
