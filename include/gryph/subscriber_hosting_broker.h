@@ -168,6 +168,7 @@ class SubscriberHostingBroker {
   // Commits `batch` (plus pending ack rows); a failure stops the broker.
   absl::Status Commit(WriteBatch& batch);
   void PutPosition(const SubscriptionState& s, PubendId p, WriteBatch& batch) const;
+  static std::string SubscriptionRow(const SubscriptionState& s);
   void Fail(const absl::Status& st);
 
   const SubscriberHostingBrokerOptions options_;

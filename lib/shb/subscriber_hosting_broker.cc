@@ -161,6 +161,16 @@ void SubscriberHostingBroker::SendError(absl::string_view to, const std::string&
   Send(to, SessionErrorMessage{subscription, st.code(), std::string(st.message())});
 }
 
+// A shb.subscriptions row (docs/format.md): id, epoch, selector and topic filter texts.
+std::string SubscriberHostingBroker::SubscriptionRow(const SubscriptionState& s) {
+  std::string row;
+  internal::PutVarint64(&row, s.id.value);
+  internal::PutVarint64(&row, s.epoch);
+  internal::PutLengthPrefixed(&row, s.selector);
+  internal::PutLengthPrefixed(&row, s.topic_filter);
+  return row;
+}
+
 void SubscriberHostingBroker::PutPosition(const SubscriptionState& s, PubendId p,
                                           WriteBatch& batch) const {
   const Position& pos = s.positions.at(p);
@@ -420,12 +430,7 @@ void SubscriberHostingBroker::OnConnect(absl::string_view from, const ConnectMes
         return;
       }
     }
-    std::string row;
-    internal::PutVarint64(&row, s.id.value);
-    internal::PutVarint64(&row, s.epoch);
-    internal::PutLengthPrefixed(&row, s.selector);
-    internal::PutLengthPrefixed(&row, s.topic_filter);
-    wb.Put(kSubscriptionsTable, s.name, row);
+    wb.Put(kSubscriptionsTable, s.name, SubscriptionRow(s));
     wb.Put(kMetaTable, kNextIdKey, Fixed64(next_id_));
     names_[s.id.value] = s.name;
     it = subscriptions_.emplace(s.name, std::move(s)).first;
@@ -461,12 +466,7 @@ void SubscriberHostingBroker::OnConnect(absl::string_view from, const ConnectMes
     }
     if (m.epoch > s.epoch) {
       s.epoch = m.epoch;
-      std::string row;
-      internal::PutVarint64(&row, s.id.value);
-      internal::PutVarint64(&row, s.epoch);
-      internal::PutLengthPrefixed(&row, s.selector);
-      internal::PutLengthPrefixed(&row, s.topic_filter);
-      wb.Put(kSubscriptionsTable, s.name, row);
+      wb.Put(kSubscriptionsTable, s.name, SubscriptionRow(s));
     }
   }
   if (!wb.empty() && !Commit(wb).ok()) {
