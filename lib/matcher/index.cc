@@ -9,7 +9,7 @@ namespace gryph::matcher_internal {
 namespace {
 
 CheckedEntry MakeChecked(Record* rec, uint32_t slot) {
-  const std::vector<Check>& checks = rec->checks[rec->accesses[slot].branch];
+  const std::vector<Check>& checks = rec->BranchChecks(rec->accesses[slot].branch);
   CheckedEntry e{};
   e.hot.id = rec->id.value;
   e.hot.verify = VerifyOf(checks);

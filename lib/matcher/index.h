@@ -239,11 +239,11 @@ class NameTable {
   // Creates a missing node's value from `args`.
   template <typename... Args>
   T& FindOrCreate(const Key& k, Args&&... args) {
-    auto it = set_.find(k);
-    if (it != set_.end()) return it->node->value;
-    Node* n = Create(k, std::forward<Args>(args)...);
-    set_.insert(Slot{k.hash, n});  // probes the lines find just read
-    return n->value;
+    // One probe: the node is created only when the name is absent.
+    auto it = set_.lazy_emplace(k, [&](const auto& construct) {
+      construct(Slot{k.hash, Create(k, std::forward<Args>(args)...)});
+    });
+    return it->node->value;
   }
   void Erase(const Key& k) {
     auto it = set_.find(k);

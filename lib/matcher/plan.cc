@@ -431,10 +431,14 @@ class Compiler {
     return checks;
   }
 
+  // A stable insertion sort: the lists are a handful of checks (and std::stable_sort's buffer
+  // trips clang's ASan with libstdc++ 12).
   static void SortChecks(std::vector<Check>& checks) {
-    std::stable_sort(checks.begin(), checks.end(), [](const Check& a, const Check& b) {
-      return CheckCost(a.kind) < CheckCost(b.kind);
-    });
+    for (size_t i = 1; i < checks.size(); ++i) {
+      for (size_t j = i; j > 0 && CheckCost(checks[j].kind) < CheckCost(checks[j - 1].kind); --j) {
+        std::swap(checks[j], checks[j - 1]);
+      }
+    }
   }
 
   uint32_t Id(absl::string_view name) {
@@ -813,7 +817,6 @@ Record* Compile(SubscriberId id, Subscription subscription, InternFn intern,
   const Selector& selector = rec->subscription.selector();
   if (selector.matches_everything()) {
     rec->accesses.push_back(Access{});
-    rec->checks.emplace_back();
     rec->verify = Verify::kProven;
     return rec;
   }

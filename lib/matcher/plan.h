@@ -203,7 +203,7 @@ struct Record {
   absl::InlinedVector<Access, 1> accesses;
   absl::string_view topic;  // the topic filter's text; empty without one
   // Check lists, most selective first: checks[a.branch] verifies what access a finds. One list
-  // unless the access is an OR, with a list per branch.
+  // unless the access is an OR, with a list per branch; none for an empty selector.
   std::vector<std::vector<Check>> checks;
   // The distinct attribute names the record's checks and accesses use, with their interned ids
   // (names point into the selector tree).
@@ -213,9 +213,15 @@ struct Record {
   std::vector<std::vector<Check>> disjunctions;
   Subscription subscription;
 
+  // The checks of `branch` (see `checks`).
+  const std::vector<Check>& BranchChecks(size_t branch) const {
+    static const std::vector<Check> kNone;
+    return branch < checks.size() ? checks[branch] : kNone;
+  }
+
   // Whether checks[branch][from..] all hold.
   bool ChecksHold(size_t branch, size_t from, AttrValues values, const Event& event) const {
-    const std::vector<Check>& list = checks[branch];
+    const std::vector<Check>& list = BranchChecks(branch);
     for (size_t i = from; i < list.size(); ++i) {
       if (!list[i].Holds(values, event)) return false;
     }
