@@ -7,6 +7,12 @@
 //   knowledge_update   KnowledgeStream updates per second on a stream of 1,000,000 ticks with
 //                      interleaved S ranges and D ticks, in order and shuffled in windows
 //                      (updates_per_s, ticks, order)
+//   match_one_topic    Matcher: 20,000 subscribers on one topic: add, match, remove
+//   match_flat         Matcher: 1,000,000 topics on one level, one subscriber each
+//   match_deep         Matcher: 500,000 subscriptions on 4-level topics, 10% with '+' or '#'
+//   match_content      Matcher: 1,000,000 selectors over 10 attributes, events matching ~0.1%
+//   match_concurrent   Matcher: 1 and 2 reader threads while a writer makes 100,000 changes/s
+//                      (the matcher keys are listed in benchmarks/matcher_workloads.cc)
 //
 // Every figure is the median of several runs; compare figures against the baselines printed in
 // the same run, since this machine is small and shared.

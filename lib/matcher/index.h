@@ -8,18 +8,24 @@
 //   wildcards_ (a trie)     filters with '+' or '#': one node per level; a node holds the group of
 //                           filters ending there (`here`) and of filters ending with '#' after it
 //                           (`rest`); literal children by hash, the '+' child apart
-//   Group                   `unindexed` entries (scanned) and, per attribute, an AttrIndex
+//   Group                   `unindexed` entries (topic-only subscriptions, reported as found) and
+//                           Content: `residual` entries (verified for every event) and, per
+//                           attribute, an AttrIndex
 //   AttrIndex               equality hashes (string, normalized int, other double, bool), the
 //                           at-least / at-most ordered sets, interval buckets by width class,
 //                           wide intervals, LIKE prefixes by length
 //
-// Scale: the exact-topic table and the trie's children are NameTables — hash sets of pointers to
-// nodes that carry their name and its hash — so a level a million wide grows by moving 8-byte
-// slots (amortized O(1) per insert) and a lookup compares one precomputed hash before the name.
-// Entries are stored by value in vectors (swap-remove, each entry's position kept in its record's
-// Access::pos[copy]) or in B-trees keyed by bound. Adding or removing one subscription costs the
-// same whatever the width of a level or the number of subscribers of a topic: nothing copies a
-// node's children or a list to change it.
+// Scale: the exact-topic table and the trie's children are NameTables — hash sets of (hash,
+// pointer) slots, the nodes carrying their names — so a level a million wide grows by moving
+// 16-byte slots (amortized O(1) per insert) and a lookup compares a precomputed hash before the
+// name. Entries are stored by value in vectors (swap-remove, each entry's position kept in its
+// record's Access::pos[copy]) or in B-trees keyed by bound. Adding or removing one subscription
+// costs the same whatever the width of a level or the number of subscribers of a topic: nothing
+// copies a node's children or a list to change it.
+//
+// Matching reads memory, so the attribute indexes keep what it needs compact: entries are split
+// into a hot part (id, verification mode, the first two checks: one cache line) and a cold part
+// (record, slot) in parallel vectors, and interval buckets keep float bounds beside them.
 //
 // Thread-safety: thread-compatible. The Matcher guarantees that Add and Remove never run while a
 // reader is inside this copy; any number of readers may call Match concurrently.

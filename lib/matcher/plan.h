@@ -5,8 +5,8 @@
 // "checks" that a candidate found through those accesses must still pass.
 //
 // A selector is TRUE exactly when each of its top-level conjuncts (selector_ast::Conjuncts) is
-// TRUE, so the matcher picks one conjunct as the access — the one expected to select fewest
-// subscriptions — and verifies the others:
+// TRUE, so the matcher picks one conjunct as the access — the one AccessStats expects to bring in
+// fewest candidates per event — and verifies the others:
 //
 //   access                          from                                 lookup
 //   equality key (one per value)    a = lit, a IN (...), a LIKE 'exact'  hash of a normalized key
@@ -16,22 +16,29 @@
 //   one of the above per branch     an OR whose every branch has one     several lookups, deduped
 //   unindexed                       anything else, or an empty selector  scanned per event
 //
-// Equality keys are exact: a hit proves the conjunct, which is then not checked again. Ranges
-// are kept as doubles rounded to nearest (the same rounding for bounds and event values, which
-// keeps `<=`), inclusive: a superset, so the range conjunct itself stays among the checks. The
-// final answer for every candidate is therefore exactly Subscription::Matches.
+// Equality keys and pure LIKE prefixes ('abc%') are exact: a hit proves the conjunct, which is
+// then not checked again. Ranges are kept as doubles rounded to nearest (the same rounding for
+// bounds and event values, which keeps `<=`), inclusive: a superset, so the range conjunct stays
+// among the checks. An OR access gives each branch its own check list — the branch's other
+// conjuncts and the selector's other conjuncts — since the selector is TRUE exactly when all of
+// those are, for some branch whose access found the record. The final answer for every candidate
+// is therefore exactly Subscription::Matches.
 //
-// Checks replicate the evaluator's TRUE cases (lib/selector/evaluator.cc) for the simple
-// conditions — comparisons with a literal, IN, LIKE, IS NULL — reading attribute values through
-// interned attribute ids; anything else is evaluated with selector_ast::EvaluateCondition.
+// Checks replicate the evaluator's three-valued rules (lib/selector/evaluator.cc) for the simple
+// conditions — comparisons with a literal, IN, LIKE, IS NULL, a boolean attribute, NOT over any
+// of these, and ORs of them — reading attribute values through interned attribute ids; anything
+// else is evaluated with selector_ast::EvaluateCondition.
 //
 // Invariants of a Record:
 //   - `accesses` is never empty; all accesses of a record live in the same topic group.
 //   - For each access and each index copy c, `pos[c]` is where that copy keeps the entry of that
 //     access (meaningful only in position-tracked lists; written by the copy's writer only).
+//   - checks[a.branch] exists for every access a, except that a record with no checks at all
+//     has no list (BranchChecks gives an empty one).
 //   - `dedupe` is set when one event may reach the record through more than one access.
 //   - The record owns its Subscription, so every pointer into the selector tree (literals,
-//     IN and LIKE nodes, generic conditions) lives as long as the record.
+//     IN and LIKE nodes, generic conditions) lives as long as the record; kOr checks point into
+//     `disjunctions`, which is never changed after Compile.
 
 #ifndef GRYPH_LIB_MATCHER_PLAN_H_
 #define GRYPH_LIB_MATCHER_PLAN_H_
