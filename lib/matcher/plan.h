@@ -33,17 +33,18 @@
 //   - `accesses` is never empty; all accesses of a record live in the same topic group.
 //   - For each access and each index copy c, `pos[c]` is where that copy keeps the entry of that
 //     access (meaningful only in position-tracked lists; written by the copy's writer only).
-//   - checks[a.branch] exists for every access a, except that a record with no checks at all
-//     has no list (BranchChecks gives an empty one).
+//   - details->checks[a.branch] exists for every access a, except that a record with an empty
+//     selector has no details (BranchChecks gives an empty list).
 //   - `dedupe` is set when one event may reach the record through more than one access.
 //   - The record owns its Subscription, so every pointer into the selector tree (literals,
 //     IN and LIKE nodes, generic conditions) lives as long as the record; kOr checks point into
-//     `disjunctions`, which is never changed after Compile.
+//     details->disjunctions, which is never changed after Compile.
 
 #ifndef GRYPH_LIB_MATCHER_PLAN_H_
 #define GRYPH_LIB_MATCHER_PLAN_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -179,10 +180,16 @@ struct Access {
   int32_t width_class = 0;
   uint32_t attr = 0;
   Scalar key{0};
-  absl::string_view str;  // points into the record's selector tree
-  double lo = 0;          // kInterval, kWide: the rounded bounds
-  double hi = 0;
+  struct Bounds {
+    double lo;
+    double hi;
+  };
+  union {
+    absl::string_view str{};  // kEqString, kPrefix: points into the record's selector tree
+    Bounds bounds;            // kInterval, kWide: the rounded bounds
+  };
 };
+static_assert(sizeof(Access) == 48);
 
 // How a candidate is verified.
 enum class Verify : uint8_t {
@@ -196,37 +203,53 @@ Verify VerifyOf(const std::vector<Check>& checks);
 
 struct Group;  // lib/matcher/index.h
 
+// What only a record with a selector has (kept apart to keep topic-only records small).
+struct Details {
+  // Check lists, most selective first: checks[a.branch] verifies what access a finds. One list
+  // unless the access is an OR, with a list per branch.
+  std::vector<std::vector<Check>> checks;
+  // The distinct attribute names the checks and accesses use, with their interned ids (names
+  // point into the selector tree).
+  std::vector<std::pair<absl::string_view, uint32_t>> attributes;
+  // What kOr checks point to: an OR compiled so that verifying it reads one array of the
+  // record's own rather than walking the selector tree.
+  std::vector<std::vector<Check>> disjunctions;
+};
+
 // Fields are ordered so that what changes of the index read comes first.
 struct Record {
   Record(SubscriberId i, Subscription s) : id(i), subscription(std::move(s)) {}
 
   SubscriberId id;
   Placement placement = Placement::kAnyTopic;
-  Verify verify = Verify::kProven;  // of checks[0]
+  Verify verify = Verify::kProven;  // of the first check list
   bool dedupe = false;
-  size_t topic_hash = 0;  // of `topic` (kExactTopic), for the exact-topic table
+  size_t topic_hash = 0;  // of topic() (kExactTopic), for the exact-topic table
   // The group holding the record's entries in each index copy (set by that copy's Add).
   Group* group[2] = {nullptr, nullptr};
   absl::InlinedVector<Access, 1> accesses;
-  absl::string_view topic;  // the topic filter's text; empty without one
-  // Check lists, most selective first: checks[a.branch] verifies what access a finds. One list
-  // unless the access is an OR, with a list per branch; none for an empty selector.
-  std::vector<std::vector<Check>> checks;
-  // The distinct attribute names the record's checks and accesses use, with their interned ids
-  // (names point into the selector tree).
-  std::vector<std::pair<absl::string_view, uint32_t>> attributes;
-  // What kOr checks point to: an OR compiled so that verifying it reads one array of the
-  // record's own rather than walking the selector tree.
-  std::vector<std::vector<Check>> disjunctions;
+  std::unique_ptr<Details> details;  // null for an empty selector
   Subscription subscription;
 
-  // The checks of `branch` (see `checks`).
-  const std::vector<Check>& BranchChecks(size_t branch) const {
-    static const std::vector<Check> kNone;
-    return branch < checks.size() ? checks[branch] : kNone;
+  // The topic filter's text; empty without one.
+  absl::string_view topic() const {
+    const TopicFilter* f = subscription.topic_filter();
+    return f == nullptr ? absl::string_view() : absl::string_view(f->text());
   }
 
-  // Whether checks[branch][from..] all hold.
+  // The checks of `branch`; none for an empty selector.
+  const std::vector<Check>& BranchChecks(size_t branch) const {
+    static const std::vector<Check> kNone;
+    return details != nullptr && branch < details->checks.size() ? details->checks[branch] : kNone;
+  }
+
+  // The attributes the record's checks and accesses use.
+  const std::vector<std::pair<absl::string_view, uint32_t>>& attributes() const {
+    static const std::vector<std::pair<absl::string_view, uint32_t>> kNone;
+    return details != nullptr ? details->attributes : kNone;
+  }
+
+  // Whether BranchChecks(branch)[from..] all hold.
   bool ChecksHold(size_t branch, size_t from, AttrValues values, const Event& event) const {
     const std::vector<Check>& list = BranchChecks(branch);
     for (size_t i = from; i < list.size(); ++i) {
