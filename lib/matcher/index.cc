@@ -128,7 +128,7 @@ void Index::RemoveWildcard(Record* rec) {
 void Index::AddToGroup(Group& g, Record* rec, uint32_t slot) {
   const Access& a = rec->accesses[slot];
   if (a.kind == Access::Kind::kUnindexed && rec->verify == Verify::kProven) {
-    g.unindexed.Add(Entry{rec, rec->id.value, slot, rec->verify, rec->dedupe}, copy_);
+    g.unindexed.Add(Entry{rec, rec->id.value, slot}, copy_);
     return;
   }
   if (g.content == nullptr) g.content = std::make_unique<Content>();

@@ -58,13 +58,11 @@
 
 namespace gryph::matcher_internal {
 
-// An index entry for the unindexed lists: what a proven match needs without touching the record.
+// An entry of a group's topic-only list: the id, reported as found without touching the record.
 struct Entry {
   Record* rec;
   uint64_t id;
   uint32_t slot;  // index into rec->accesses
-  Verify verify;
-  bool dedupe;
 };
 
 // An entry of the attribute indexes, in two parts kept in parallel arrays. The hot part is what
