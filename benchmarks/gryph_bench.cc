@@ -41,6 +41,12 @@
 //   shb_all_catchup    the same with every subscriber disconnected, then catching up at once
 //   e2e_latency        publish -> deliver latency at 10,000 events/s through PHB and SHB, sync
 //                      at both (offered_per_s, deliveries, p50_us, p99_us)
+//   match_one_topic    Matcher: 20,000 subscribers on one topic: add, match, remove
+//   match_flat         Matcher: 1,000,000 topics on one level, one subscriber each
+//   match_deep         Matcher: 500,000 subscriptions on 4-level topics, 10% with '+' or '#'
+//   match_content      Matcher: 1,000,000 selectors over 10 attributes, events matching ~0.1%
+//   match_concurrent   Matcher: 1 and 2 reader threads while a writer makes 100,000 changes/s
+//                      (the matcher keys are listed in benchmarks/matcher_workloads.cc)
 //
 // Every figure is the median of several runs; compare figures against the baselines printed in
 // the same run, since this machine is small and shared.

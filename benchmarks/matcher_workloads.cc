@@ -3,8 +3,9 @@
 // Every workload parses its subscriptions before timing anything: parsing a selector is not part
 // of an insert. Inserts are timed as Add of the pre-parsed subscriptions (moved in) followed by
 // the Publish that makes them visible, so the figure includes both index copies' work; removes
-// likewise. Matching is timed on a pool of pre-built events. Each figure is the median of three
-// runs on a fresh matcher.
+// likewise. inserts_per_s fills a fresh matcher (growing its tables and memory);
+// refill_inserts_per_s fills it again after everything was removed (the steady state of churn).
+// Matching is timed on a pool of pre-built events. Each figure is the median of three runs.
 //
 //   match_one_topic   20,000 subscribers on one topic, no selector: every event matches all
 //   match_flat        1,000,000 topics on one level ("<n>-mainTopic"), one subscriber each
@@ -17,10 +18,13 @@
 //                     then TryPublish: the writer never blocks on a preempted reader)
 //
 // Keys: subscriptions, inserts_per_s, removes_per_s, events_per_s (Match calls per second, all
-// readers together), ns_per_event, matches_per_event; the same rates per second of the thread's
+// readers together), ns_per_event, matches_per_event, refill_inserts_per_s; the same rates per second of the thread's
 // CPU time (inserts_per_cpu_s, removes_per_cpu_s, events_per_cpu_s: on a shared machine these
 // exclude the time other tenants held the core); rss_mb (resident set of the whole process
-// after the inserts of the last run, benchmark data included); loadavg (1-minute load average
+// after the inserts of the last run, benchmark data included); matcher_mb (heap in use after a
+// fill minus before it: the matcher's records, both index copies and their tables, and the
+// subscriptions' topic filters it took over — not the parsed selectors, which the benchmark's
+// own copies share); loadavg (1-minute load average
 // when the workload started); readers, changes_per_s and publishes_per_s (match_concurrent,
 // whose events_per_cpu_s sums each reader's events per second of its own CPU time).
 
@@ -29,6 +33,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <ctime>
 #include <string>
 #include <thread>
@@ -54,6 +61,17 @@ double ThreadCpuSeconds() {
   timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// Heap bytes in use (malloc'd and mmap'd by malloc), for the matcher's own footprint: the
+// difference across a fill (0 without glibc).
+double HeapBytes() {
+#if defined(__GLIBC__)
+  const struct mallinfo2 mi = mallinfo2();
+  return static_cast<double>(mi.uordblks + mi.hblkhd);
+#else
+  return 0;
+#endif
 }
 
 // The 1-minute load average, stated with every figure (0 when unavailable).
@@ -124,49 +142,58 @@ struct Stopwatch {
   }
 };
 
-// Runs insert / match / remove `runs` times on fresh matchers and reports the medians.
-// `rounds` repeats insert+remove within one run (for small sets, so that a run lasts long enough
-// to time); matching runs for `match_seconds` per run.
+// Runs `runs` times, each `rounds` times on a fresh matcher: insert everything (cold: the
+// matcher grows its tables and memory), remove everything, insert everything again (refill: into
+// tables and memory the first fill left), and, in the last round, match between the first fill
+// and the removal. Reports the medians over runs. `rounds` > 1 makes small sets last long enough
+// to time.
 void RunTimed(const char* name, const std::vector<Subscription>& subs,
               const std::vector<Event>& events, double match_seconds, int rounds = 1,
               int runs = 3) {
-  std::vector<double> inserts, removes, rates, cpu_inserts, cpu_removes, cpu_rates, matches;
-  double rss = 0;
+  std::vector<double> inserts, removes, refills, rates, cpu_inserts, cpu_removes, cpu_rates,
+      matches;
+  double rss = 0, matcher_mb = 0;
   const double load = LoadAverage();
   for (int run = 0; run < runs; ++run) {
-    Matcher m;
-    double insert_s = 0, remove_s = 0, insert_cpu = 0, remove_cpu = 0;
+    double insert_s = 0, remove_s = 0, refill_s = 0, insert_cpu = 0, remove_cpu = 0,
+           refill_cpu = 0;
+    uint64_t calls = 0, matched = 0;
+    double elapsed = 0, elapsed_cpu = 0;
     for (int round = 0; round < rounds; ++round) {
       std::vector<Subscription> batch = subs;  // copies made before timing; Add moves them in
+      const double heap_before = HeapBytes();
+      Matcher m;
       Stopwatch sw;
       for (size_t i = 0; i < batch.size(); ++i) MustOk(m.Add(SubscriberId{i}, std::move(batch[i])));
       m.Publish();
       sw.Add(&insert_s, &insert_cpu);
-      if (round + 1 == rounds) break;  // keep the last set for matching
+      if (round + 1 == rounds) {
+        rss = RssMb();
+        matcher_mb = (HeapBytes() - heap_before) / (1024.0 * 1024.0);
+        Stopwatch mw;
+        while (elapsed < match_seconds) {
+          for (int k = 0; k < 64; ++k) {
+            m.Match(events[calls % events.size()], [&matched](SubscriberId) { ++matched; });
+            ++calls;
+          }
+          elapsed = SecondsSince(mw.wall);
+        }
+        elapsed_cpu = ThreadCpuSeconds() - mw.cpu;
+      }
       Stopwatch rw;
       for (size_t i = 0; i < subs.size(); ++i) MustOk(m.Remove(SubscriberId{i}));
       m.Publish();
       rw.Add(&remove_s, &remove_cpu);
+      batch = subs;
+      Stopwatch fw;
+      for (size_t i = 0; i < batch.size(); ++i) MustOk(m.Add(SubscriberId{i}, std::move(batch[i])));
+      m.Publish();
+      fw.Add(&refill_s, &refill_cpu);
     }
-    rss = RssMb();
-    uint64_t calls = 0, matched = 0;
-    Stopwatch mw;
-    double elapsed = 0, elapsed_cpu = 0;
-    while (elapsed < match_seconds) {
-      for (int k = 0; k < 64; ++k) {
-        m.Match(events[calls % events.size()], [&matched](SubscriberId) { ++matched; });
-        ++calls;
-      }
-      elapsed = SecondsSince(mw.wall);
-    }
-    elapsed_cpu = ThreadCpuSeconds() - mw.cpu;
-    Stopwatch rw;
-    for (size_t i = 0; i < subs.size(); ++i) MustOk(m.Remove(SubscriberId{i}));
-    m.Publish();
-    rw.Add(&remove_s, &remove_cpu);
     const double n = static_cast<double>(subs.size()) * rounds;
     inserts.push_back(n / insert_s);
     removes.push_back(n / remove_s);
+    refills.push_back(n / refill_s);
     cpu_inserts.push_back(n / insert_cpu);
     cpu_removes.push_back(n / remove_cpu);
     rates.push_back(static_cast<double>(calls) / elapsed);
@@ -181,10 +208,12 @@ void RunTimed(const char* name, const std::vector<Subscription>& subs,
       .Add("events_per_s", rate)
       .Add("ns_per_event", 1e9 / rate)
       .Add("matches_per_event", Median(matches))
+      .Add("refill_inserts_per_s", Median(refills))
       .Add("inserts_per_cpu_s", Median(cpu_inserts))
       .Add("removes_per_cpu_s", Median(cpu_removes))
       .Add("events_per_cpu_s", Median(cpu_rates))
       .Add("rss_mb", rss)
+      .Add("matcher_mb", matcher_mb)
       .Add("loadavg", load)
       .Print();
 }

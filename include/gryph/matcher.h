@@ -26,11 +26,16 @@
 //
 // Thread-safety: Match may be called from any number of threads at once, concurrently with each
 // other and with the owner's methods; it takes no lock and never waits (it reads one of two index
-// copies, announced through a per-thread counter). Add, Remove, Publish, size() and the
-// destructor are the owner's: they must not run concurrently with each other (one owner thread,
-// or external synchronization), and the destructor must not run concurrently with Match. Publish
-// (hence Add and Remove, when they publish) may wait for Match calls that were already running
-// at the previous publication to return — at most the duration of one Match, sink included.
+// copies, announcing itself on a per-thread counter). Add, Remove, Publish, TryPublish, size()
+// and the destructor are the owner's: they must not run concurrently with each other (one owner
+// thread, or external synchronization), and the destructor must not run concurrently with Match.
+// Publish (hence Add and Remove, when they publish) may wait for Match calls that were already
+// running at the previous publication to return: the rest of one Match call, sink included —
+// longer if that reader's thread is preempted meanwhile. TryPublish never waits.
+//
+// Cost: the index is kept twice (one copy for readers, one for the owner), and each change is
+// applied to both; see docs/matcher.md for the figures. Errors are statuses (AlreadyExists,
+// NotFound); running out of memory throws std::bad_alloc, as the standard containers do.
 
 #ifndef GRYPH_MATCHER_H_
 #define GRYPH_MATCHER_H_

@@ -9,7 +9,7 @@ namespace gryph::matcher_internal {
 namespace {
 
 CheckedEntry MakeChecked(Record* rec, uint32_t slot) {
-  const std::vector<Check>& checks = rec->checks[rec->accesses[slot].branch];
+  const std::vector<Check>& checks = rec->BranchChecks(rec->accesses[slot].branch);
   CheckedEntry e{};
   e.hot.id = rec->id.value;
   e.hot.verify = VerifyOf(checks);
@@ -61,7 +61,7 @@ Group& Index::GroupFor(const Record* rec) {
     case Placement::kAnyTopic:
       return any_topic_;
     case Placement::kExactTopic:
-      return exact_.FindOrCreate({rec->topic, rec->topic_hash});
+      return exact_.FindOrCreate({rec->topic(), rec->topic_hash});
     case Placement::kWildcardTopic:
       break;
   }
@@ -128,7 +128,7 @@ void Index::RemoveWildcard(Record* rec) {
 void Index::AddToGroup(Group& g, Record* rec, uint32_t slot) {
   const Access& a = rec->accesses[slot];
   if (a.kind == Access::Kind::kUnindexed && rec->verify == Verify::kProven) {
-    g.unindexed.Add(Entry{rec, rec->id.value, slot, rec->verify, rec->dedupe}, copy_);
+    g.unindexed.Add(Entry{rec, rec->id.value, slot}, copy_);
     return;
   }
   if (g.content == nullptr) g.content = std::make_unique<Content>();
@@ -163,10 +163,10 @@ void Index::AddToGroup(Group& g, Record* rec, uint32_t slot) {
       ai.at_most.insert(BoundEntry{a.key.d, e});
       break;
     case Access::Kind::kInterval:
-      ai.intervals[a.width_class][a.key.i].Add(e, a.lo, a.hi, copy_);
+      ai.intervals[a.width_class][a.key.i].Add(e, a.bounds.lo, a.bounds.hi, copy_);
       break;
     case Access::Kind::kWide:
-      ai.wide.Add(e, a.lo, a.hi, copy_);
+      ai.wide.Add(e, a.bounds.lo, a.bounds.hi, copy_);
       break;
     case Access::Kind::kPrefix:
       ai.prefixes.try_emplace(a.str).first->second.Add(e, copy_);
@@ -232,7 +232,7 @@ void Index::RemoveFromGroup(Group& g, Record* rec, uint32_t slot) {
 }
 
 void Index::Add(Record* rec) {
-  for (const auto& [name, id] : rec->attributes) {
+  for (const auto& [name, id] : rec->attributes()) {
     auto [it, inserted] = names_.try_emplace(name, Name{id, 0});
     it->second.refs++;
     id_limit_ = std::max(id_limit_, id + 1);
@@ -252,14 +252,14 @@ void Index::Remove(Record* rec) {
     case Placement::kExactTopic: {
       Group* g = rec->group[copy_];
       for (uint32_t slot = 0; slot < rec->accesses.size(); ++slot) RemoveFromGroup(*g, rec, slot);
-      if (g->empty()) exact_.Erase({rec->topic, rec->topic_hash});
+      if (g->empty()) exact_.Erase({rec->topic(), rec->topic_hash});
       break;
     }
     case Placement::kWildcardTopic:
       RemoveWildcard(rec);
       break;
   }
-  for (const auto& [name, id] : rec->attributes) {
+  for (const auto& [name, id] : rec->attributes()) {
     auto it = names_.find(name);
     if (--it->second.refs == 0) names_.erase(it);
   }
@@ -268,8 +268,9 @@ void Index::Remove(Record* rec) {
 void Index::Prefetch(const Record* rec, bool add) const {
   if (!add) __builtin_prefetch(rec->group[copy_]);
   if (rec->placement == Placement::kExactTopic) {
-    exact_.Prefetch({rec->topic, rec->topic_hash});
-    __builtin_prefetch(rec->topic.data());  // compared with (or copied into) the group's node
+    const absl::string_view topic = rec->topic();
+    exact_.Prefetch({topic, rec->topic_hash});
+    __builtin_prefetch(topic.data());  // compared with (or copied into) the group's node
   }
 }
 

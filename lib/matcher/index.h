@@ -8,18 +8,24 @@
 //   wildcards_ (a trie)     filters with '+' or '#': one node per level; a node holds the group of
 //                           filters ending there (`here`) and of filters ending with '#' after it
 //                           (`rest`); literal children by hash, the '+' child apart
-//   Group                   `unindexed` entries (scanned) and, per attribute, an AttrIndex
+//   Group                   `unindexed` entries (topic-only subscriptions, reported as found) and
+//                           Content: `residual` entries (verified for every event) and, per
+//                           attribute, an AttrIndex
 //   AttrIndex               equality hashes (string, normalized int, other double, bool), the
 //                           at-least / at-most ordered sets, interval buckets by width class,
 //                           wide intervals, LIKE prefixes by length
 //
-// Scale: the exact-topic table and the trie's children are NameTables — hash sets of pointers to
-// nodes that carry their name and its hash — so a level a million wide grows by moving 8-byte
-// slots (amortized O(1) per insert) and a lookup compares one precomputed hash before the name.
-// Entries are stored by value in vectors (swap-remove, each entry's position kept in its record's
-// Access::pos[copy]) or in B-trees keyed by bound. Adding or removing one subscription costs the
-// same whatever the width of a level or the number of subscribers of a topic: nothing copies a
-// node's children or a list to change it.
+// Scale: the exact-topic table and the trie's children are NameTables — hash sets of (hash,
+// pointer) slots, the nodes carrying their names — so a level a million wide grows by moving
+// 16-byte slots (amortized O(1) per insert) and a lookup compares a precomputed hash before the
+// name. Entries are stored by value in vectors (swap-remove, each entry's position kept in its
+// record's Access::pos[copy]) or in B-trees keyed by bound. Adding or removing one subscription
+// costs the same whatever the width of a level or the number of subscribers of a topic: nothing
+// copies a node's children or a list to change it.
+//
+// Matching reads memory, so the attribute indexes keep what it needs compact: entries are split
+// into a hot part (id, verification mode, the first two checks: one cache line) and a cold part
+// (record, slot) in parallel vectors, and interval buckets keep float bounds beside them.
 //
 // Thread-safety: thread-compatible. The Matcher guarantees that Add and Remove never run while a
 // reader is inside this copy; any number of readers may call Match concurrently.
@@ -52,13 +58,11 @@
 
 namespace gryph::matcher_internal {
 
-// An index entry for the unindexed lists: what a proven match needs without touching the record.
+// An entry of a group's topic-only list: the id, reported as found without touching the record.
 struct Entry {
   Record* rec;
   uint64_t id;
   uint32_t slot;  // index into rec->accesses
-  Verify verify;
-  bool dedupe;
 };
 
 // An entry of the attribute indexes, in two parts kept in parallel arrays. The hot part is what
@@ -239,11 +243,11 @@ class NameTable {
   // Creates a missing node's value from `args`.
   template <typename... Args>
   T& FindOrCreate(const Key& k, Args&&... args) {
-    auto it = set_.find(k);
-    if (it != set_.end()) return it->node->value;
-    Node* n = Create(k, std::forward<Args>(args)...);
-    set_.insert(Slot{k.hash, n});  // probes the lines find just read
-    return n->value;
+    // One probe: the node is created only when the name is absent.
+    auto it = set_.lazy_emplace(k, [&](const auto& construct) {
+      construct(Slot{k.hash, Create(k, std::forward<Args>(args)...)});
+    });
+    return it->node->value;
   }
   void Erase(const Key& k) {
     auto it = set_.find(k);

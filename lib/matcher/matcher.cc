@@ -128,7 +128,7 @@ class Matcher::Impl {
     mi::Record* rec = it->second;
     records_.erase(it);
     stats_.Count(*rec, -1);
-    for (const auto& [name, name_id] : rec->attributes) Release(name);
+    for (const auto& [name, name_id] : rec->attributes()) Release(name);
     pending_.push_back(Op{rec, false});
     if (pending_.size() >= options_.max_unpublished) Publish();
     return absl::OkStatus();

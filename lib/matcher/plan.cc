@@ -406,7 +406,7 @@ class Compiler {
     rec_->accesses = std::move(best.accesses);
     rec_->dedupe = best.dedupe;
     if (best.branches.empty()) {
-      rec_->checks.push_back(CompileAllBut(conjuncts, best.proves));
+      details().checks.push_back(CompileAllBut(conjuncts, best.proves));
     } else {
       // Each branch is verified by its own conjuncts and the selector's other conjuncts: the
       // selector is TRUE exactly when, for some branch, all of these are.
@@ -414,10 +414,10 @@ class Compiler {
         std::vector<Check> checks = CompileAllBut(b.conjuncts, b.proves);
         for (Check& c : CompileAllBut(conjuncts, best.or_conjunct)) checks.push_back(c);
         SortChecks(checks);
-        rec_->checks.push_back(std::move(checks));
+        details().checks.push_back(std::move(checks));
       }
     }
-    rec_->verify = VerifyOf(rec_->checks[0]);
+    rec_->verify = VerifyOf(rec_->BranchChecks(0));
   }
 
  private:
@@ -431,18 +431,27 @@ class Compiler {
     return checks;
   }
 
+  // A stable insertion sort: the lists are a handful of checks (and std::stable_sort's buffer
+  // trips clang's ASan with libstdc++ 12).
   static void SortChecks(std::vector<Check>& checks) {
-    std::stable_sort(checks.begin(), checks.end(), [](const Check& a, const Check& b) {
-      return CheckCost(a.kind) < CheckCost(b.kind);
-    });
+    for (size_t i = 1; i < checks.size(); ++i) {
+      for (size_t j = i; j > 0 && CheckCost(checks[j].kind) < CheckCost(checks[j - 1].kind); --j) {
+        std::swap(checks[j], checks[j - 1]);
+      }
+    }
+  }
+
+  Details& details() {
+    if (rec_->details == nullptr) rec_->details = std::make_unique<Details>();
+    return *rec_->details;
   }
 
   uint32_t Id(absl::string_view name) {
-    for (const auto& [n, id] : rec_->attributes) {
+    for (const auto& [n, id] : details().attributes) {
       if (n == name) return id;
     }
     const uint32_t id = intern_(name);
-    rec_->attributes.emplace_back(name, id);
+    details().attributes.emplace_back(name, id);
     return id;
   }
 
@@ -551,8 +560,8 @@ class Compiler {
       }
       k.kind = Check::Kind::kOr;
       k.lo.i = static_cast<int64_t>(checks.size());
-      rec_->disjunctions.push_back(std::move(checks));
-      k.ptr = rec_->disjunctions.back().data();  // stays put when the outer vector grows
+      details().disjunctions.push_back(std::move(checks));
+      k.ptr = details().disjunctions.back().data();  // stays put when the outer vector grows
       return k;
     }
     k.kind = Check::Kind::kGeneric;
@@ -659,8 +668,7 @@ class Compiler {
       Access a;
       a.attr = Id(r.attribute);
       if (r.has_lo && r.has_hi) {
-        a.lo = r.lo;
-        a.hi = r.hi;
+        a.bounds = Access::Bounds{r.lo, r.hi};
         if (IntervalBucket(r.lo, r.hi, &a.width_class, &a.key.i)) {
           a.kind = Access::Kind::kInterval;
         } else {
@@ -807,13 +815,11 @@ Record* Compile(SubscriberId id, Subscription subscription, InternFn intern,
     rec->placement = Placement::kAnyTopic;
   } else {
     rec->placement = filter->has_wildcards() ? Placement::kWildcardTopic : Placement::kExactTopic;
-    rec->topic = filter->text();
-    rec->topic_hash = NameHash(rec->topic);
+    rec->topic_hash = NameHash(rec->topic());
   }
   const Selector& selector = rec->subscription.selector();
   if (selector.matches_everything()) {
     rec->accesses.push_back(Access{});
-    rec->checks.emplace_back();
     rec->verify = Verify::kProven;
     return rec;
   }

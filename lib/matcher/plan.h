@@ -5,8 +5,8 @@
 // "checks" that a candidate found through those accesses must still pass.
 //
 // A selector is TRUE exactly when each of its top-level conjuncts (selector_ast::Conjuncts) is
-// TRUE, so the matcher picks one conjunct as the access — the one expected to select fewest
-// subscriptions — and verifies the others:
+// TRUE, so the matcher picks one conjunct as the access — the one AccessStats expects to bring in
+// fewest candidates per event — and verifies the others:
 //
 //   access                          from                                 lookup
 //   equality key (one per value)    a = lit, a IN (...), a LIKE 'exact'  hash of a normalized key
@@ -16,27 +16,35 @@
 //   one of the above per branch     an OR whose every branch has one     several lookups, deduped
 //   unindexed                       anything else, or an empty selector  scanned per event
 //
-// Equality keys are exact: a hit proves the conjunct, which is then not checked again. Ranges
-// are kept as doubles rounded to nearest (the same rounding for bounds and event values, which
-// keeps `<=`), inclusive: a superset, so the range conjunct itself stays among the checks. The
-// final answer for every candidate is therefore exactly Subscription::Matches.
+// Equality keys and pure LIKE prefixes ('abc%') are exact: a hit proves the conjunct, which is
+// then not checked again. Ranges are kept as doubles rounded to nearest (the same rounding for
+// bounds and event values, which keeps `<=`), inclusive: a superset, so the range conjunct stays
+// among the checks. An OR access gives each branch its own check list — the branch's other
+// conjuncts and the selector's other conjuncts — since the selector is TRUE exactly when all of
+// those are, for some branch whose access found the record. The final answer for every candidate
+// is therefore exactly Subscription::Matches.
 //
-// Checks replicate the evaluator's TRUE cases (lib/selector/evaluator.cc) for the simple
-// conditions — comparisons with a literal, IN, LIKE, IS NULL — reading attribute values through
-// interned attribute ids; anything else is evaluated with selector_ast::EvaluateCondition.
+// Checks replicate the evaluator's three-valued rules (lib/selector/evaluator.cc) for the simple
+// conditions — comparisons with a literal, IN, LIKE, IS NULL, a boolean attribute, NOT over any
+// of these, and ORs of them — reading attribute values through interned attribute ids; anything
+// else is evaluated with selector_ast::EvaluateCondition.
 //
 // Invariants of a Record:
 //   - `accesses` is never empty; all accesses of a record live in the same topic group.
 //   - For each access and each index copy c, `pos[c]` is where that copy keeps the entry of that
 //     access (meaningful only in position-tracked lists; written by the copy's writer only).
+//   - details->checks[a.branch] exists for every access a, except that a record with an empty
+//     selector has no details (BranchChecks gives an empty list).
 //   - `dedupe` is set when one event may reach the record through more than one access.
 //   - The record owns its Subscription, so every pointer into the selector tree (literals,
-//     IN and LIKE nodes, generic conditions) lives as long as the record.
+//     IN and LIKE nodes, generic conditions) lives as long as the record; kOr checks point into
+//     details->disjunctions, which is never changed after Compile.
 
 #ifndef GRYPH_LIB_MATCHER_PLAN_H_
 #define GRYPH_LIB_MATCHER_PLAN_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -172,10 +180,16 @@ struct Access {
   int32_t width_class = 0;
   uint32_t attr = 0;
   Scalar key{0};
-  absl::string_view str;  // points into the record's selector tree
-  double lo = 0;          // kInterval, kWide: the rounded bounds
-  double hi = 0;
+  struct Bounds {
+    double lo;
+    double hi;
+  };
+  union {
+    absl::string_view str{};  // kEqString, kPrefix: points into the record's selector tree
+    Bounds bounds;            // kInterval, kWide: the rounded bounds
+  };
 };
+static_assert(sizeof(Access) == 48);
 
 // How a candidate is verified.
 enum class Verify : uint8_t {
@@ -189,33 +203,55 @@ Verify VerifyOf(const std::vector<Check>& checks);
 
 struct Group;  // lib/matcher/index.h
 
+// What only a record with a selector has (kept apart to keep topic-only records small).
+struct Details {
+  // Check lists, most selective first: checks[a.branch] verifies what access a finds. One list
+  // unless the access is an OR, with a list per branch.
+  std::vector<std::vector<Check>> checks;
+  // The distinct attribute names the checks and accesses use, with their interned ids (names
+  // point into the selector tree).
+  std::vector<std::pair<absl::string_view, uint32_t>> attributes;
+  // What kOr checks point to: an OR compiled so that verifying it reads one array of the
+  // record's own rather than walking the selector tree.
+  std::vector<std::vector<Check>> disjunctions;
+};
+
 // Fields are ordered so that what changes of the index read comes first.
 struct Record {
   Record(SubscriberId i, Subscription s) : id(i), subscription(std::move(s)) {}
 
   SubscriberId id;
   Placement placement = Placement::kAnyTopic;
-  Verify verify = Verify::kProven;  // of checks[0]
+  Verify verify = Verify::kProven;  // of the first check list
   bool dedupe = false;
-  size_t topic_hash = 0;  // of `topic` (kExactTopic), for the exact-topic table
+  size_t topic_hash = 0;  // of topic() (kExactTopic), for the exact-topic table
   // The group holding the record's entries in each index copy (set by that copy's Add).
   Group* group[2] = {nullptr, nullptr};
   absl::InlinedVector<Access, 1> accesses;
-  absl::string_view topic;  // the topic filter's text; empty without one
-  // Check lists, most selective first: checks[a.branch] verifies what access a finds. One list
-  // unless the access is an OR, with a list per branch.
-  std::vector<std::vector<Check>> checks;
-  // The distinct attribute names the record's checks and accesses use, with their interned ids
-  // (names point into the selector tree).
-  std::vector<std::pair<absl::string_view, uint32_t>> attributes;
-  // What kOr checks point to: an OR compiled so that verifying it reads one array of the
-  // record's own rather than walking the selector tree.
-  std::vector<std::vector<Check>> disjunctions;
+  std::unique_ptr<Details> details;  // null for an empty selector
   Subscription subscription;
 
-  // Whether checks[branch][from..] all hold.
+  // The topic filter's text; empty without one.
+  absl::string_view topic() const {
+    const TopicFilter* f = subscription.topic_filter();
+    return f == nullptr ? absl::string_view() : absl::string_view(f->text());
+  }
+
+  // The checks of `branch`; none for an empty selector.
+  const std::vector<Check>& BranchChecks(size_t branch) const {
+    static const std::vector<Check> kNone;
+    return details != nullptr && branch < details->checks.size() ? details->checks[branch] : kNone;
+  }
+
+  // The attributes the record's checks and accesses use.
+  const std::vector<std::pair<absl::string_view, uint32_t>>& attributes() const {
+    static const std::vector<std::pair<absl::string_view, uint32_t>> kNone;
+    return details != nullptr ? details->attributes : kNone;
+  }
+
+  // Whether BranchChecks(branch)[from..] all hold.
   bool ChecksHold(size_t branch, size_t from, AttrValues values, const Event& event) const {
-    const std::vector<Check>& list = checks[branch];
+    const std::vector<Check>& list = BranchChecks(branch);
     for (size_t i = from; i < list.size(); ++i) {
       if (!list[i].Holds(values, event)) return false;
     }
