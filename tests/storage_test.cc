@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -601,6 +602,50 @@ TEST_CASE("a damaged data file is reported as data loss", "[storage]") {
     f.write(garbage.data(), static_cast<std::streamsize>(garbage.size()));
   }
   REQUIRE_CODE(OpenLmdbStorage(kind.options), absl::StatusCode::kDataLoss);
+}
+
+TEST_CASE("a corrupted page is reported as data loss, and the error is sticky", "[storage]") {
+  LmdbKind kind;
+  {
+    auto storage = kind.Open();
+    WriteBatch batch;
+    for (uint64_t n = 0; n < 5; ++n) batch.Put("log", Key(n), "CORRUPT-ME-MARKER");
+    batch.Put("other", "k", "v");
+    REQUIRE_OK(storage->Commit(batch));
+  }
+  // Clear the page-type flags (mp_flags, bytes 10-11 of the page header) of every page holding
+  // the marker: the log table's leaf becomes neither leaf nor branch.
+  const std::string path = kind.options.path + "/data.mdb";
+  std::string data;
+  {
+    std::ifstream in(path, std::ios::binary);
+    data.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  int damaged = 0;
+  for (size_t at = data.find("CORRUPT-ME-MARKER"); at != std::string::npos;
+       at = data.find("CORRUPT-ME-MARKER", at + 1)) {
+    const size_t start = at / page * page;
+    if (start < 2 * page) continue;  // never a meta page
+    data[start + 10] = 0;
+    data[start + 11] = 0;
+    ++damaged;
+  }
+  REQUIRE(damaged > 0);
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(data.data(), static_cast<std::streamsize>(data.size()));
+  }
+  auto storage = kind.Open();  // the meta pages and the table directory are intact
+  REQUIRE_CODE(storage->Get("log", Key(1)), absl::StatusCode::kDataLoss);
+  // Sticky: everything fails the same way now, even what is not damaged.
+  auto other = storage->Get("other", "k");
+  REQUIRE_CODE(other, absl::StatusCode::kDataLoss);
+  REQUIRE(absl::StrContains(other.status().message(), "MDB_CORRUPTED"));
+  WriteBatch batch;
+  batch.Put("other", "k2", "v");
+  REQUIRE_CODE(storage->Commit(batch), absl::StatusCode::kDataLoss);
+  REQUIRE_CODE(storage->NewCursor("other"), absl::StatusCode::kDataLoss);
 }
 
 TEST_CASE("a directory is open once per process", "[storage]") {
