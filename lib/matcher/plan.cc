@@ -15,6 +15,9 @@
 namespace gryph::matcher_internal {
 
 namespace sa = selector_ast;
+using selector_ast::And;
+using selector_ast::Not;
+using selector_ast::Or;
 
 namespace {
 
@@ -54,22 +57,6 @@ inline std::optional<bool> EqualNonNumeric(const AttributeValue& v, const Check&
   const auto* b = std::get_if<bool>(&v);
   if (b == nullptr) return std::nullopt;
   return *b == c.lo.b;
-}
-
-// SQL's AND, OR and NOT.
-Truth And(Truth a, Truth b) {
-  if (a == Truth::kFalse || b == Truth::kFalse) return Truth::kFalse;
-  if (a == Truth::kUnknown || b == Truth::kUnknown) return Truth::kUnknown;
-  return Truth::kTrue;
-}
-Truth Or(Truth a, Truth b) {
-  if (a == Truth::kTrue || b == Truth::kTrue) return Truth::kTrue;
-  if (a == Truth::kUnknown || b == Truth::kUnknown) return Truth::kUnknown;
-  return Truth::kFalse;
-}
-Truth Not(Truth t) {
-  if (t == Truth::kUnknown) return t;
-  return t == Truth::kTrue ? Truth::kFalse : Truth::kTrue;
 }
 
 }  // namespace

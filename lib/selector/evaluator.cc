@@ -70,26 +70,6 @@ Value FromAttribute(const AttributeValue* v) {
 
 Truth FromBool(bool b) { return b ? Truth::kTrue : Truth::kFalse; }
 
-Truth Not(Truth t) {
-  switch (t) {
-    case Truth::kTrue: return Truth::kFalse;
-    case Truth::kFalse: return Truth::kTrue;
-    default: return Truth::kUnknown;
-  }
-}
-
-Truth And(Truth a, Truth b) {
-  if (a == Truth::kFalse || b == Truth::kFalse) return Truth::kFalse;
-  if (a == Truth::kUnknown || b == Truth::kUnknown) return Truth::kUnknown;
-  return Truth::kTrue;
-}
-
-Truth Or(Truth a, Truth b) {
-  if (a == Truth::kTrue || b == Truth::kTrue) return Truth::kTrue;
-  if (a == Truth::kUnknown || b == Truth::kUnknown) return Truth::kUnknown;
-  return Truth::kFalse;
-}
-
 // Whether an ordering `cmp` (-1, 0, 1) satisfies the comparison `op`.
 bool Satisfies(NodeKind op, int cmp) {
   switch (op) {

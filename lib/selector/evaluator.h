@@ -15,6 +15,22 @@
 
 namespace gryph::selector_ast {
 
+// SQL's AND, OR and NOT on TRUE / FALSE / UNKNOWN.
+inline Truth And(Truth a, Truth b) {
+  if (a == Truth::kFalse || b == Truth::kFalse) return Truth::kFalse;
+  if (a == Truth::kUnknown || b == Truth::kUnknown) return Truth::kUnknown;
+  return Truth::kTrue;
+}
+inline Truth Or(Truth a, Truth b) {
+  if (a == Truth::kTrue || b == Truth::kTrue) return Truth::kTrue;
+  if (a == Truth::kUnknown || b == Truth::kUnknown) return Truth::kUnknown;
+  return Truth::kFalse;
+}
+inline Truth Not(Truth t) {
+  if (t == Truth::kUnknown) return t;
+  return t == Truth::kTrue ? Truth::kFalse : Truth::kTrue;
+}
+
 // The truth of a condition node. REQUIRES: node.type() is kBoolean or kAny (a bare identifier,
 // TRUE only when the attribute is boolean true).
 Truth EvaluateCondition(const Node& node, const Event& event);
