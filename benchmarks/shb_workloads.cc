@@ -1,10 +1,11 @@
 // Scenario workloads for the subscriber side, the paper's §5 side by side (see gryph_bench.cc).
 //
 // One process, the in-process channel, sync durability everywhere: a PHB with 4 pubends on
-// LMDB (its own commit thread), an SHB on LMDB, and 400 durable subscribers, each matching the
-// events of one pubend — a quarter of all events, so that every event matches 100 subscribers.
-// A publisher thread publishes 250-byte events with a bounded window in flight; the main thread
-// runs the SHB and the subscribers (delivering channel messages and timers).
+// LMDB (its own commit thread), an SHB on LMDB (its own commit thread), and 400 durable
+// subscribers, each matching the events of one pubend — a quarter of all events, so that every
+// event matches 100 subscribers. A publisher thread publishes 250-byte events with a bounded
+// window in flight; the main thread runs the brokers (lane 0 of the network) and a client thread
+// runs the subscribers (lane 1), as separate processes would.
 
 #include <atomic>
 #include <cstdio>
@@ -32,7 +33,7 @@ constexpr int kSubscribers = 400;
 class CountingHandler : public DurableSubscriber::Handler {
  public:
   void OnEvent(PubendId, Tick, const EventRef& e) override {
-    ++events;
+    events.fetch_add(1, std::memory_order_relaxed);
     if (record_latency) {
       const auto* ts = std::get_if<int64_t>(e->Find("published_ns"));
       if (ts != nullptr) {
@@ -46,10 +47,13 @@ class CountingHandler : public DurableSubscriber::Handler {
   Histogram* latency = nullptr;
   void OnGap(PubendId, Tick) override { ++gaps; }
   void OnError(const absl::Status&) override { ++errors; }
-  uint64_t events = 0;
+  std::atomic<uint64_t> events{0};  // read by the other threads
   uint64_t gaps = 0;
   uint64_t errors = 0;
 };
+
+constexpr size_t kBrokerLane = 0;
+constexpr size_t kClientLane = 1;
 
 struct Scenario {
   explicit Scenario(const std::string& dir) {
@@ -60,8 +64,8 @@ struct Scenario {
     phb_storage = *OpenLmdbStorage(so);
     so.path = dir + "/shb";
     shb_storage = *OpenLmdbStorage(so);
-    phb_channel = *net.Connect("phb");
-    shb_channel = *net.Connect("shb");
+    phb_channel = *net.Connect("phb", kBrokerLane);
+    shb_channel = *net.Connect("shb", kBrokerLane);
     PublisherHostingBrokerOptions po;
     for (int i = 1; i <= kPubends; ++i) po.pubends.push_back(PubendOptions{PubendId{static_cast<uint32_t>(i)}});
     po.downstream = {"shb"};
@@ -70,10 +74,11 @@ struct Scenario {
     phb = *PublisherHostingBroker::Open(std::move(po), phb_storage.get(), phb_channel.get());
     SubscriberHostingBrokerOptions so2;
     for (int i = 1; i <= kPubends; ++i) so2.pubends.push_back({PubendId{static_cast<uint32_t>(i)}, "phb"});
+    so2.commit_thread = true;  // the loop below polls, so no on_commit wake-up is needed
     shb = *SubscriberHostingBroker::Open(std::move(so2), shb_storage.get(), shb_channel.get());
-    handlers.resize(kSubscribers);
+    handlers = std::vector<CountingHandler>(kSubscribers);
     for (int i = 0; i < kSubscribers; ++i) {
-      channels.push_back(*net.Connect(absl::StrCat("client-", i)));
+      channels.push_back(*net.Connect(absl::StrCat("client-", i), kClientLane));
       DurableSubscriberOptions o;
       o.subscription = absl::StrCat("sub-", i);
       o.selector = absl::StrCat("pubend = ", 1 + i % kPubends);
@@ -83,29 +88,36 @@ struct Scenario {
       channels.back()->SetReceiver([ds](absl::string_view from, Message m) { ds->HandleMessage(from, m); });
       (void)ds->Connect();
     }
-    Pump(absl::Now());
-    net.DeliverAll();
+    while (net.DeliverAll(kBrokerLane) + net.DeliverAll(kClientLane) > 0) shb->Flush();
   }
 
-  // One round of the event loop: a bounded number of messages, then timers every 5 ms.
-  void Pump(absl::Time now) {
-    if (net.Deliver(20'000) == 0) std::this_thread::yield();
+  // One round of the brokers' event loop: a bounded number of messages, then timers every 5 ms.
+  void PumpBrokers(absl::Time now) {
+    if (net.Deliver(20'000, kBrokerLane) == 0) std::this_thread::yield();
     shb->Flush();
-    if (now - last_timer < absl::Milliseconds(5)) return;
-    last_timer = now;
+    if (now - last_broker_timer < absl::Milliseconds(5)) return;
+    last_broker_timer = now;
     shb->OnTimer(now);
     phb->OnTimer(now);
+  }
+
+  // One round of the subscribers' event loop, on its own thread.
+  void PumpClients(absl::Time now) {
+    if (net.Deliver(20'000, kClientLane) == 0) std::this_thread::yield();
+    if (now - last_client_timer < absl::Milliseconds(5)) return;
+    last_client_timer = now;
     for (auto& s : subscribers) s->OnTimer(now);
   }
 
   uint64_t Delivered() const {
     uint64_t n = 0;
-    for (const auto& h : handlers) n += h.events;
+    for (const auto& h : handlers) n += h.events.load(std::memory_order_relaxed);
     return n;
   }
 
-  InProcessNetwork net;
-  absl::Time last_timer = absl::InfinitePast();
+  InProcessNetwork net{2};
+  absl::Time last_broker_timer = absl::InfinitePast();
+  absl::Time last_client_timer = absl::InfinitePast();
   std::unique_ptr<Storage> phb_storage;
   std::unique_ptr<Storage> shb_storage;
   std::unique_ptr<Channel> phb_channel;
@@ -125,15 +137,16 @@ double Run(const Context& ctx, Mode mode) {
   Scenario s(ctx.scratch_dir + "/db");
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> acked{0};
-  // End-to-end flow control: at most this many events published but not yet delivered by the
-  // SHB to its subscribers (each event reaches 100 of them).
+  // End-to-end flow control: at most kWindow events published but not yet consumed by their
+  // subscribers (each event reaches 100 of them) — enough to keep every stage busy.
+  constexpr uint64_t kWindow = 4'000;
   std::atomic<uint64_t> consumed_events{0};
   std::thread publisher([&] {
     Event e;
     e.SetPayload(std::string(250, 'x'));
     uint64_t seq = 0;
     while (!stop.load()) {
-      if (seq - consumed_events.load() > 20'000) {
+      if (seq - consumed_events.load() > kWindow) {
         std::this_thread::sleep_for(std::chrono::microseconds(100));
         continue;
       }
@@ -148,36 +161,45 @@ double Run(const Context& ctx, Mode mode) {
   const auto start = Clock::now();
   const auto end = start + std::chrono::duration<double>(ctx.seconds);
   const uint64_t before = s.Delivered();
-  uint64_t iterations = 0;
-  bool all_down = false;
-  bool all_back = false;
-  uint64_t churn_next = 0;
-  while (Clock::now() < end) {
-    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    if (mode == Mode::kAllCatchup && !all_down && elapsed > ctx.seconds * 0.1) {
-      for (auto& sub : s.subscribers) (void)sub->Disconnect();
-      all_down = true;
-    }
-    if (mode == Mode::kAllCatchup && all_down && !all_back && elapsed > ctx.seconds * 0.3) {
-      for (auto& sub : s.subscribers) (void)sub->Connect();
-      all_back = true;
-    }
-    if (mode == Mode::kChurn) {
-      // Each subscriber disconnects in turn and reconnects ~1,000 of its events later, so that
-      // some subscriber is always catching up.
-      const uint64_t slot = static_cast<uint64_t>(elapsed * 40);
-      while (churn_next <= slot) {
-        auto& down = s.subscribers[churn_next % kSubscribers];
-        (void)down->Disconnect();
-        auto& up = s.subscribers[(churn_next + kSubscribers - 4) % kSubscribers];
-        if (!up->connected()) (void)up->Connect();
-        ++churn_next;
+  std::atomic<bool> clients_done{false};
+  // The subscribers' thread: their messages, timers, and the disconnections of the mode.
+  std::thread clients([&] {
+    bool all_down = false;
+    bool all_back = false;
+    uint64_t churn_next = 0;
+    while (!clients_done.load()) {
+      const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+      if (mode == Mode::kAllCatchup && !all_down && elapsed > ctx.seconds * 0.1) {
+        for (auto& sub : s.subscribers) (void)sub->Disconnect();
+        all_down = true;
       }
+      if (mode == Mode::kAllCatchup && all_down && !all_back && elapsed > ctx.seconds * 0.3) {
+        for (auto& sub : s.subscribers) (void)sub->Connect();
+        all_back = true;
+      }
+      if (mode == Mode::kChurn) {
+        // Each subscriber disconnects in turn and reconnects ~1,000 of its events later, so that
+        // some subscriber is always catching up.
+        const uint64_t slot = static_cast<uint64_t>(elapsed * 40);
+        while (churn_next <= slot) {
+          auto& down = s.subscribers[churn_next % kSubscribers];
+          (void)down->Disconnect();
+          auto& up = s.subscribers[(churn_next + kSubscribers - 4) % kSubscribers];
+          if (!up->connected()) (void)up->Connect();
+          ++churn_next;
+        }
+      }
+      s.PumpClients(absl::Now());
+      consumed_events = s.Delivered() / (kSubscribers / kPubends);
     }
-    s.Pump(absl::Now());
+  });
+  uint64_t iterations = 0;
+  while (Clock::now() < end) {
+    s.PumpBrokers(absl::Now());
     ++iterations;
-    consumed_events = s.Delivered() / (kSubscribers / kPubends);
   }
+  clients_done = true;
+  clients.join();
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   const uint64_t delivered = s.Delivered() - before;
   if (std::getenv("GRYPH_BENCH_VERBOSE") != nullptr) {
@@ -234,8 +256,14 @@ GRYPH_WORKLOAD(e2e_latency) {
                      [](absl::StatusOr<Tick>) {});
     }
   });
+  std::atomic<bool> clients_done{false};
+  std::thread clients([&] {
+    while (!clients_done.load()) s.PumpClients(absl::Now());
+  });
   const auto end = Clock::now() + std::chrono::duration<double>(ctx.seconds);
-  while (Clock::now() < end) s.Pump(absl::Now());
+  while (Clock::now() < end) s.PumpBrokers(absl::Now());
+  clients_done = true;
+  clients.join();
   stop = true;
   publisher.join();
   Report("e2e_latency").Add("offered_per_s", kRate).Add("deliveries", static_cast<int64_t>(latency.count()))

@@ -167,6 +167,7 @@ int main(int argc, char** argv) {
     SubscriberHostingBrokerOptions so;
     for (int i = 1; i <= kPubends; ++i) so.pubends.push_back({PubendId{static_cast<uint32_t>(i)}, "phb"});
     so.event_cache_ticks = 1'000'000;  // 1 s of events cached for catchups; older ones are nacked
+    so.commit_thread = true;  // fsyncs off the delivery loop, which polls for their completion
     shb = *SubscriberHostingBroker::Open(std::move(so), shb_storage.get(), shb_channel.get());
   };
   open_shb();

@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "gryph/message.h"
 
 namespace gryph {
@@ -38,6 +39,16 @@ class Channel {
   // Queues `message` for `peer`. OK means accepted, not delivered. Fails with Unavailable when
   // the peer is unknown or unreachable now; the caller treats that like a lost message.
   virtual absl::Status Send(absl::string_view peer, Message message) = 0;
+
+  // One message of a SendMany.
+  struct Outgoing {
+    absl::string_view peer;  // must stay valid for the call
+    Message message;
+  };
+  // Queues each message as Send would, in order, and returns how many were accepted (the others
+  // are lost, as with Send). The default sends them one by one; a transport overrides it to pay
+  // its per-call costs (a lock, a system call) once per batch. The messages are moved from.
+  virtual size_t SendMany(absl::Span<Outgoing> messages);
 
   // Sets the function that receives this endpoint's messages, replacing any earlier one. Messages
   // that arrive while no receiver is set are dropped.

@@ -1,16 +1,19 @@
 // ConStream: the consolidated stream of one pubend at a subscriber hosting broker (paper §4.1).
 //
 // The constream delivers, in tick order, to every connected subscriber that is not catching up,
-// and to the PFS. It keeps latestDelivered(p) — everything at or below it has been delivered to
-// all non-catchup subscribers and recorded in the PFS — and moves it to the doubt horizon of the
+// and to the PFS. It keeps its position — everything at or below it has been sent to all
+// non-catchup subscribers and appended to the PFS — and moves it to the doubt horizon of the
 // broker's knowledge stream: the highest tick below which nothing is Q. It advances through S as
-// well as D, so latestDelivered keeps up with the pubend's heartbeats.
+// well as D, so the position keeps up with the pubend's heartbeats.
 //
-// One step is: Next() proposes the D ticks in (latestDelivered, through]; the broker matches
-// each against all durable subscriptions, writes one PFS record per tick with the full matching
-// set and the new latestDelivered in ONE storage transaction, then calls Advanced(through) and
-// sends Event messages to the members (connected, non-catchup) that matched. A subscriber that
-// matched nothing for a while gets a Silence(latestDelivered) so that its CT keeps moving.
+// One step is: Next() proposes the D ticks in (position, through]; the broker matches each
+// against all durable subscriptions, appends one PFS record per tick with the full matching set
+// and the new position to ONE storage transaction, calls Advanced(through) and sends Event
+// messages to the members (connected, non-catchup) that matched. The paper's latestDelivered(p)
+// is the position once that transaction has committed; the broker tracks the commit (delivery to
+// a subscriber is complete when the message is sent, delivery to the PFS when it is durable,
+// paper §4.1). A member that matched nothing for a while gets a Silence(position) so that its
+// CT keeps moving.
 //
 // The constream never delivers a Gap: a tick can only become L at the pubend once every SHB's
 // latestDelivered has passed it.
@@ -21,6 +24,7 @@
 #define GRYPH_CON_STREAM_H_
 
 #include <cstddef>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -43,14 +47,17 @@ class ConStream {
   ConStream(PubendId pubend, Tick latest_delivered)
       : pubend_(pubend), latest_delivered_(latest_delivered) {}
 
-  // What can be delivered now: up to the doubt horizon, stopping after `max_data` D ticks.
-  // through == latest_delivered() when nothing can.
-  Batch Next(const KnowledgeStream& knowledge, size_t max_data) const;
-  // The batch through `through` is durable. REQUIRES: through >= latest_delivered().
+  // What can be delivered now: up to the doubt horizon and not beyond `limit`, stopping after
+  // `max_data` D ticks. through == latest_delivered() when nothing can.
+  Batch Next(const KnowledgeStream& knowledge, size_t max_data,
+             Tick limit = std::numeric_limits<Tick>::max()) const;
+  // The batch through `through` was sent and appended to the PFS.
+  // REQUIRES: through >= latest_delivered().
   void Advanced(Tick through) { latest_delivered_ = through; }
 
-  // Membership: connected subscribers that are not catching up.
-  void Join(const std::string& subscription, absl::Time now);
+  // Membership: connected subscribers that are not catching up. A member whose CT is `start`
+  // gets no Silence at or below it.
+  void Join(const std::string& subscription, absl::Time now, Tick start = 0);
   void Leave(const std::string& subscription);
   bool IsMember(const std::string& subscription) const { return members_.contains(subscription); }
   size_t member_count() const { return members_.size(); }

@@ -1,21 +1,31 @@
 // InProcessNetwork: channels between nodes that live in one process.
 //
 // Each Connect(name) returns an endpoint. Send queues the message (no encoding: events are
-// shared, not copied) on the receiver's FIFO inbox; Deliver() hands queued messages to the
-// receivers. Links are reliable and FIFO; nothing is delivered until Deliver() runs, so a node
-// never re-enters itself through Send.
+// shared, not copied) on the receiver's inbox; Deliver() hands queued messages to the receivers.
+// Links are reliable and FIFO; nothing is delivered until Deliver() runs, so a node never
+// re-enters itself through Send.
 //
-// Thread-safety: thread-safe. Send may be called from any thread; Deliver() from one thread at a
-// time (the one that runs the nodes). An endpoint must not outlive its network.
+// Lanes: every endpoint belongs to one lane, and Deliver(max, lane) hands out only the messages
+// addressed to endpoints of that lane, in the order they were sent. A lane is driven by one
+// thread at a time, so nodes on different lanes run on different threads (the brokers on one,
+// their subscribers on another). With one lane (the default) every message goes through one
+// Deliver in global send order.
+//
+// Cost: Deliver takes a lane's whole queue under one lock and resolves its receivers there, and
+// SendMany queues a batch under one lock, so a message costs no lock of its own.
+//
+// Thread-safety: thread-safe. Send may be called from any thread; Deliver() for one lane from
+// one thread at a time. An endpoint must not outlive its network.
 
 #ifndef GRYPH_IN_PROCESS_CHANNEL_H_
 #define GRYPH_IN_PROCESS_CHANNEL_H_
 
+#include <atomic>
 #include <cstddef>
-#include <deque>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -27,23 +37,26 @@ namespace gryph {
 
 class InProcessNetwork {
  public:
-  InProcessNetwork() = default;
+  // A network whose endpoints are spread over `lanes` lanes. REQUIRES: lanes > 0.
+  explicit InProcessNetwork(size_t lanes = 1);
   InProcessNetwork(const InProcessNetwork&) = delete;
   InProcessNetwork& operator=(const InProcessNetwork&) = delete;
+  ~InProcessNetwork();
 
-  // A new endpoint named `name`. Fails with AlreadyExists when an endpoint of that name is open.
-  // Destroying the endpoint disconnects it and drops its undelivered messages.
-  absl::StatusOr<std::unique_ptr<Channel>> Connect(absl::string_view name);
+  // A new endpoint named `name` on `lane`. Fails with AlreadyExists when an endpoint of that name
+  // is open, InvalidArgument for a lane out of range. Destroying the endpoint disconnects it and
+  // drops its undelivered messages.
+  absl::StatusOr<std::unique_ptr<Channel>> Connect(absl::string_view name, size_t lane = 0);
 
-  // Delivers up to `max_messages` queued messages in the order they were sent (across all
-  // links); returns how many were delivered. Messages sent by receivers during the call are
-  // queued behind and may be delivered by the same call.
-  size_t Deliver(size_t max_messages = SIZE_MAX);
+  // Delivers up to `max_messages` queued messages for `lane`'s endpoints in the order they were
+  // sent; returns how many were delivered. Messages sent by receivers during the call are queued
+  // behind and may be delivered by the same call. REQUIRES: lane < lanes.
+  size_t Deliver(size_t max_messages = SIZE_MAX, size_t lane = 0);
 
-  // Delivers until no message is queued; returns how many were delivered.
-  size_t DeliverAll() { return Deliver(SIZE_MAX); }
+  // Delivers until no message is queued for `lane`; returns how many were delivered.
+  size_t DeliverAll(size_t lane = 0) { return Deliver(SIZE_MAX, lane); }
 
-  // Number of queued messages to connected endpoints.
+  // Number of undelivered messages to connected endpoints, over all lanes.
   size_t pending() const;
 
  private:
@@ -54,23 +67,41 @@ class InProcessNetwork {
     uint64_t to_id;  // the connection it was sent to; a later one of the same name drops it
     Message message;
   };
+  using SharedReceiver = std::shared_ptr<const Channel::Receiver>;
   struct Peer {
     uint64_t id;
-    std::shared_ptr<const Channel::Receiver> receiver;  // null until set
-    size_t queued = 0;
+    size_t lane;
+    SharedReceiver receiver;  // null until set
+    size_t queued = 0;        // in its lane's queue
+  };
+  // The delivering side of a lane: a batch taken from the queue, with its receivers resolved.
+  struct Outbox {
+    absl::Mutex mu;  // serializes Deliver() on the lane: a receiver never runs concurrently
+    std::vector<Envelope> batch ABSL_GUARDED_BY(mu);
+    std::vector<SharedReceiver> receivers ABSL_GUARDED_BY(mu);  // null: drop
+    size_t next ABSL_GUARDED_BY(mu) = 0;
+    uint64_t generation ABSL_GUARDED_BY(mu) = 0;  // of the topology the receivers come from
   };
 
-  absl::Status Enqueue(absl::string_view from, absl::string_view to, Message message);
+  absl::Status EnqueueLocked(absl::string_view from, absl::string_view to, Message message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  size_t SendMany(absl::string_view from, absl::Span<Channel::Outgoing> messages);
   void SetReceiver(const std::string& name, Channel::Receiver receiver);
   void Disconnect(const std::string& name);
+  // Looks up the receivers of outbox.batch[outbox.next...]; with `take`, the envelopes were
+  // just taken from the queue and leave its counts.
+  void ResolveLocked(Outbox& outbox, bool take) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, outbox.mu);
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Peer> receivers_ ABSL_GUARDED_BY(mu_);  // connected endpoints
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   size_t live_ ABSL_GUARDED_BY(mu_) = 0;  // queued messages whose endpoint is still connected
-  std::deque<Envelope> queue_ ABSL_GUARDED_BY(mu_);
-  // Serializes Deliver() so that a receiver is never called concurrently with itself.
-  absl::Mutex deliver_mu_;
+  std::vector<std::vector<Envelope>> queues_ ABSL_GUARDED_BY(mu_);  // per lane
+  // Bumped (under mu_) whenever an endpoint goes or changes its receiver: outboxes re-resolve.
+  std::atomic<uint64_t> generation_{0};
+  // Taken into an outbox, to a live receiver, not yet delivered.
+  std::atomic<size_t> in_hand_{0};
+  std::vector<std::unique_ptr<Outbox>> outboxes_;  // per lane; the vector never changes
 };
 
 }  // namespace gryph

@@ -20,14 +20,29 @@
 //
 // Persistence (docs/format.md, "Subscriber hosting broker"): subscriptions, latestDelivered(p),
 // released(s,p) and the PFS, in one Storage. latestDelivered(p) commits in the same transaction
-// as the PFS records of the ticks it covers, and subscribers get events only after that commit,
-// so a subscriber's CT is never ahead of a restarted broker.
+// as the PFS records of the ticks it covers. As in the paper (§4.1), delivery to a subscriber is
+// complete when its message is sent, and delivery to the PFS when it is durable: the constream
+// sends a round's events while that round's commit is still running, so the fsync is off the
+// delivery path. A broker that crashed after sending restarts with latestDelivered below what
+// its subscribers consumed; it re-derives those ticks from upstream (the pubend keeps them:
+// upstream only ever hears the committed latestDelivered) and a subscriber presenting a CT in
+// that span is accepted and resumes exactly after it. What bounds the span is the delivery
+// lease, persisted with latestDelivered: the broker never sends beyond a lease that has
+// committed, and accepts a CT up to the recovered lease — beyond it a CT is "ahead of this
+// broker" and refused.
 //
-// Thread-safety: owned by one thread, which delivers its channel's messages and calls OnTimer.
+// Commits run inline (in Flush and OnTimer, the default, and what the simulator uses) or on a
+// commit thread of the broker's own (commit_thread), in both cases through one GroupCommitter so
+// that they commit in the order they were made.
+//
+// Thread-safety: owned by one thread, which delivers its channel's messages and calls Flush and
+// OnTimer. With commit_thread, the commit thread only reports completions, which that thread
+// picks up in its next Flush or OnTimer (on_commit tells it when).
 
 #ifndef GRYPH_SUBSCRIBER_HOSTING_BROKER_H_
 #define GRYPH_SUBSCRIBER_HOSTING_BROKER_H_
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -37,11 +52,13 @@
 #include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "gryph/catchup_stream.h"
 #include "gryph/channel.h"
 #include "gryph/con_stream.h"
 #include "gryph/curiosity_stream.h"
+#include "gryph/group_commit.h"
 #include "gryph/knowledge_stream.h"
 #include "gryph/matcher.h"
 #include "gryph/pfs.h"
@@ -65,8 +82,17 @@ struct SubscriberHostingBrokerOptions {
   absl::Duration release_interval = absl::Milliseconds(100);
   // A member of the constream that got no message for this long gets a Silence.
   absl::Duration silence_interval = absl::Seconds(1);
-  // D ticks per constream commit.
+  // D ticks per constream round (one PFS batch).
   size_t max_batch_events = 4096;
+  // How far (in ticks, i.e. microseconds of pubend time) beyond the knowledge it has seen the
+  // broker may send before that is durable; see the file comment. Larger tolerates longer commit
+  // stalls without holding deliveries back; it is also the tolerance for a CT ahead of a
+  // restarted broker.
+  Tick delivery_lease_ticks = 1'000'000;
+  // Commit on a background thread instead of inline. `on_commit` (optional) is called from that
+  // thread after each commit: wake the broker's thread so that it calls Flush().
+  bool commit_thread = false;
+  std::function<void()> on_commit;
   // Events kept in the istream below latestDelivered, for catchup streams (in ticks, i.e.
   // microseconds of pubend time). Older events are nacked again when a catchup needs them.
   Tick event_cache_ticks = 10'000'000;
@@ -85,6 +111,7 @@ class SubscriberHostingBroker {
     uint64_t gaps_delivered = 0;
     uint64_t nacks_sent = 0;
     uint64_t pfs_records = 0;
+    uint64_t commits = 0;  // storage transactions submitted
     uint64_t stale_knowledge = 0;        // knowledge for ticks already L here
     uint64_t conflicting_knowledge = 0;  // should stay 0
   };
@@ -99,13 +126,14 @@ class SubscriberHostingBroker {
   // Handles one message (the channel receiver calls this). Knowledge is only accumulated here;
   // Flush() delivers it.
   void HandleMessage(absl::string_view from, const Message& message);
-  // Delivers what the knowledge received since the last call allows: constreams (one storage
-  // commit for all pubends), then catchup streams. Call it after handing the broker a batch of
-  // messages; OnTimer calls it too.
+  // Picks up finished commits, then delivers what the knowledge received allows: constreams (one
+  // storage transaction per round for all pubends), then catchup streams. Call it after handing
+  // the broker a batch of messages, and after on_commit; OnTimer calls it too.
   void Flush();
   // Nacks, releases, Silence and persistence of acks. Call every few milliseconds.
   void OnTimer(absl::Time now);
 
+  // latestDelivered(p): sent to every non-catchup subscriber and durable in the PFS.
   Tick latest_delivered(PubendId p) const;
   size_t subscription_count() const { return subscriptions_.size(); }
   size_t catching_up() const;
@@ -120,6 +148,7 @@ class SubscriberHostingBroker {
     std::unique_ptr<CatchupStream> catchup;
     std::unique_ptr<PFS::Reader> reader;
     bool member = false;  // in the constream (connected, not catching up)
+    Tick resume_after = 0;  // a member's CT when it was ahead of the constream (after a crash)
     Tick noted_tick = 0;  // scratch: the last Event tick sent in this constream round
   };
   struct SubscriptionState {
@@ -141,6 +170,10 @@ class SubscriberHostingBroker {
     std::unique_ptr<PFS> pfs;
     Tick highest_seen = 0;
     Tick forgotten = 0;
+    Tick committed = 0;        // latestDelivered(p): the constream position that is durable
+    Tick lease = 0;            // the delivery lease that is durable
+    Tick lease_submitted = 0;  // the highest lease handed to a commit
+    Tick recovered_lease = 0;  // the lease at Open: CTs up to it are not ahead of this broker
     absl::Time last_renack = absl::InfinitePast();
     absl::Time q_seen_since = absl::InfiniteFuture();
   };
@@ -165,8 +198,27 @@ class SubscriberHostingBroker {
   void EndSession(SubscriptionState& s);
   void SendError(absl::string_view to, const std::string& subscription, const absl::Status& st);
   void Send(absl::string_view to, Message m);
-  // Commits `batch` (plus pending ack rows); a failure stops the broker.
-  absl::Status Commit(WriteBatch& batch);
+  // One pubend's part of a commit: the constream position and lease it makes durable, and the
+  // PFS records it holds (through pfs_through).
+  struct Advance {
+    PubendState* pubend;
+    Tick through;
+    Tick lease;
+    Tick pfs_through;
+  };
+  // Hands `batch` (plus pending ack rows) to the committer; `advances` take effect when it has
+  // committed. Inline mode commits before returning.
+  void Submit(WriteBatch batch, std::vector<Advance> advances);
+  // Submits `batch` and waits until it (and everything before it) has committed; a failure
+  // stops the broker.
+  absl::Status CommitNow(WriteBatch batch);
+  // Applies finished commits; a failed one stops the broker.
+  void ProcessCommits();
+  // The highest tick a CT or an ack of `p` may name.
+  Tick AcceptableTick(const PubendState& p) const {
+    return std::max(p.constream->latest_delivered(), p.recovered_lease);
+  }
+  static std::string DeliveredRow(Tick latest_delivered, Tick lease);
   void PutPosition(const SubscriptionState& s, PubendId p, WriteBatch& batch) const;
   static std::string SubscriptionRow(const SubscriptionState& s);
   void Fail(const absl::Status& st);
@@ -185,7 +237,20 @@ class SubscriberHostingBroker {
   absl::flat_hash_map<uint64_t, std::string> names_;  // subscriber id -> subscription name
   absl::btree_map<std::string, std::vector<PubendId>> dirty_released_;
   absl::Time last_release_ = absl::InfinitePast();
-  bool dirty_ = false;  // knowledge arrived since the last Flush
+  bool dirty_ = false;  // knowledge arrived (or a commit finished) since the last Flush
+
+  // Commits submitted and not yet applied, in submission order.
+  struct InFlight {
+    uint64_t seq;
+    std::vector<Advance> advances;
+  };
+  std::deque<InFlight> in_flight_;
+  uint64_t next_seq_ = 1;
+  // Filled by the committer's callbacks (on the commit thread with commit_thread).
+  absl::Mutex finished_mu_;
+  std::vector<std::pair<uint64_t, absl::Status>> finished_ ABSL_GUARDED_BY(finished_mu_);
+  // Declared last: destroyed (after Stop) before what its callbacks touch.
+  std::unique_ptr<GroupCommitter> committer_;
 };
 
 }  // namespace gryph

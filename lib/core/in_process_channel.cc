@@ -1,7 +1,5 @@
 #include "gryph/in_process_channel.h"
 
-#include <optional>
-
 #include "absl/strings/str_cat.h"
 
 namespace gryph {
@@ -15,7 +13,12 @@ class InProcessNetwork::Endpoint final : public Channel {
   const std::string& name() const override { return name_; }
 
   absl::Status Send(absl::string_view peer, Message message) override {
-    return network_->Enqueue(name_, peer, std::move(message));
+    absl::MutexLock lock(&network_->mu_);
+    return network_->EnqueueLocked(name_, peer, std::move(message));
+  }
+
+  size_t SendMany(absl::Span<Outgoing> messages) override {
+    return network_->SendMany(name_, messages);
   }
 
   void SetReceiver(Receiver receiver) override {
@@ -27,12 +30,25 @@ class InProcessNetwork::Endpoint final : public Channel {
   const std::string name_;
 };
 
-absl::StatusOr<std::unique_ptr<Channel>> InProcessNetwork::Connect(absl::string_view name) {
+InProcessNetwork::InProcessNetwork(size_t lanes) {
   absl::MutexLock lock(&mu_);
+  queues_.resize(lanes);
+  for (size_t i = 0; i < lanes; ++i) outboxes_.push_back(std::make_unique<Outbox>());
+}
+
+InProcessNetwork::~InProcessNetwork() = default;
+
+absl::StatusOr<std::unique_ptr<Channel>> InProcessNetwork::Connect(absl::string_view name,
+                                                                   size_t lane) {
+  absl::MutexLock lock(&mu_);
+  if (lane >= queues_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("lane ", lane, " of a network with ", queues_.size(), " lanes"));
+  }
   if (receivers_.contains(name)) {
     return absl::AlreadyExistsError(absl::StrCat("an endpoint named '", name, "' is connected"));
   }
-  receivers_[name] = Peer{next_id_++, nullptr};
+  receivers_[name] = Peer{next_id_++, lane, nullptr};
   return std::unique_ptr<Channel>(std::make_unique<Endpoint>(this, std::string(name)));
 }
 
@@ -40,7 +56,9 @@ void InProcessNetwork::SetReceiver(const std::string& name, Channel::Receiver re
   auto shared = std::make_shared<const Channel::Receiver>(std::move(receiver));
   absl::MutexLock lock(&mu_);
   auto it = receivers_.find(name);
-  if (it != receivers_.end()) it->second.receiver = std::move(shared);
+  if (it == receivers_.end()) return;
+  it->second.receiver = std::move(shared);
+  generation_.fetch_add(1, std::memory_order_release);
 }
 
 void InProcessNetwork::Disconnect(const std::string& name) {
@@ -51,40 +69,78 @@ void InProcessNetwork::Disconnect(const std::string& name) {
   // would make closing n endpoints cost n times the queue).
   live_ -= it->second.queued;
   receivers_.erase(it);
+  generation_.fetch_add(1, std::memory_order_release);
 }
 
-absl::Status InProcessNetwork::Enqueue(absl::string_view from, absl::string_view to,
-                                       Message message) {
-  absl::MutexLock lock(&mu_);
+absl::Status InProcessNetwork::EnqueueLocked(absl::string_view from, absl::string_view to,
+                                             Message message) {
   auto it = receivers_.find(to);
   if (it == receivers_.end()) {
     return absl::UnavailableError(absl::StrCat("no endpoint named '", to, "'"));
   }
   ++it->second.queued;
   ++live_;
-  queue_.push_back(Envelope{std::string(from), it->first, it->second.id, std::move(message)});
+  queues_[it->second.lane].push_back(
+      Envelope{std::string(from), it->first, it->second.id, std::move(message)});
   return absl::OkStatus();
 }
 
-size_t InProcessNetwork::Deliver(size_t max_messages) {
-  absl::MutexLock deliver_lock(&deliver_mu_);
-  size_t delivered = 0;
-  while (delivered < max_messages) {
-    std::optional<Envelope> envelope;
-    std::shared_ptr<const Channel::Receiver> receiver;
-    {
-      absl::MutexLock lock(&mu_);
-      if (queue_.empty()) break;
-      envelope.emplace(std::move(queue_.front()));
-      queue_.pop_front();
-      auto it = receivers_.find(envelope->to);
-      if (it == receivers_.end() || it->second.id != envelope->to_id) continue;  // closed since
+size_t InProcessNetwork::SendMany(absl::string_view from, absl::Span<Channel::Outgoing> messages) {
+  size_t accepted = 0;
+  absl::MutexLock lock(&mu_);
+  for (Channel::Outgoing& m : messages) {
+    accepted += EnqueueLocked(from, m.peer, std::move(m.message)).ok() ? 1 : 0;
+  }
+  return accepted;
+}
+
+void InProcessNetwork::ResolveLocked(Outbox& outbox, bool take) {
+  outbox.receivers.resize(outbox.batch.size());
+  for (size_t i = outbox.next; i < outbox.batch.size(); ++i) {
+    const Envelope& e = outbox.batch[i];
+    SharedReceiver& r = outbox.receivers[i];
+    auto it = receivers_.find(e.to);
+    const bool alive = it != receivers_.end() && it->second.id == e.to_id;
+    if (take && alive) {
       --it->second.queued;
       --live_;
-      if (it->second.receiver == nullptr || !*it->second.receiver) continue;
-      receiver = it->second.receiver;  // shared: the receiver may replace itself while running
     }
-    (*receiver)(envelope->from, std::move(envelope->message));
+    if (!take && r == nullptr) continue;  // dropped already
+    SharedReceiver now = alive && it->second.receiver != nullptr && *it->second.receiver
+                             ? it->second.receiver
+                             : nullptr;
+    if (r == nullptr && now != nullptr) in_hand_.fetch_add(1, std::memory_order_relaxed);
+    if (r != nullptr && now == nullptr) in_hand_.fetch_sub(1, std::memory_order_relaxed);
+    r = std::move(now);
+  }
+  outbox.generation = generation_.load(std::memory_order_acquire);
+}
+
+size_t InProcessNetwork::Deliver(size_t max_messages, size_t lane) {
+  Outbox& outbox = *outboxes_.at(lane);
+  absl::MutexLock deliver_lock(&outbox.mu);
+  size_t delivered = 0;
+  while (delivered < max_messages) {
+    if (outbox.next == outbox.batch.size()) {
+      outbox.batch.clear();
+      outbox.receivers.clear();
+      outbox.next = 0;
+      absl::MutexLock lock(&mu_);
+      if (queues_[lane].empty()) break;
+      outbox.batch.swap(queues_[lane]);  // the queue keeps the old batch's capacity
+      ResolveLocked(outbox, /*take=*/true);
+    } else if (generation_.load(std::memory_order_acquire) != outbox.generation) {
+      // An endpoint went or replaced its receiver while this batch was out.
+      absl::MutexLock lock(&mu_);
+      ResolveLocked(outbox, /*take=*/false);
+    }
+    const size_t i = outbox.next++;
+    // Shared: the receiver may replace itself (or close its endpoint) while running.
+    SharedReceiver receiver = std::move(outbox.receivers[i]);
+    if (receiver == nullptr) continue;
+    in_hand_.fetch_sub(1, std::memory_order_relaxed);
+    Envelope& e = outbox.batch[i];
+    (*receiver)(e.from, std::move(e.message));
     ++delivered;
   }
   return delivered;
@@ -92,7 +148,7 @@ size_t InProcessNetwork::Deliver(size_t max_messages) {
 
 size_t InProcessNetwork::pending() const {
   absl::MutexLock lock(&mu_);
-  return live_;
+  return live_ + in_hand_.load(std::memory_order_relaxed);
 }
 
 }  // namespace gryph

@@ -1,10 +1,14 @@
 #include "gryph/con_stream.h"
 
+#include <algorithm>
+
 namespace gryph {
 
-ConStream::Batch ConStream::Next(const KnowledgeStream& knowledge, size_t max_data) const {
+ConStream::Batch ConStream::Next(const KnowledgeStream& knowledge, size_t max_data,
+                                 Tick limit) const {
   Batch batch;
-  const Tick horizon = knowledge.DoubtHorizon(latest_delivered_);
+  const Tick horizon = std::max(latest_delivered_,
+                                std::min(limit, knowledge.DoubtHorizon(latest_delivered_)));
   batch.through = horizon;
   if (horizon == latest_delivered_) return batch;
   knowledge.ForEachSpan({latest_delivered_ + 1, horizon}, [&](const KnowledgeSpan& s) {
@@ -19,8 +23,8 @@ ConStream::Batch ConStream::Next(const KnowledgeStream& knowledge, size_t max_da
   return batch;
 }
 
-void ConStream::Join(const std::string& subscription, absl::Time now) {
-  members_[subscription] = Member{now, latest_delivered_};
+void ConStream::Join(const std::string& subscription, absl::Time now, Tick start) {
+  members_[subscription] = Member{now, std::max(start, latest_delivered_)};
 }
 
 void ConStream::Leave(const std::string& subscription) { members_.erase(subscription); }

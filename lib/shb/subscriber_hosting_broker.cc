@@ -44,10 +44,15 @@ std::string PositionKey(SubscriberId s, PubendId p) {
 
 SubscriberHostingBroker::SubscriberHostingBroker(SubscriberHostingBrokerOptions options,
                                                  Storage* storage, Channel* channel)
-    : options_(std::move(options)), storage_(storage), channel_(channel) {}
+    : options_(std::move(options)), storage_(storage), channel_(channel) {
+  GroupCommitOptions gc;
+  gc.max_delay = absl::ZeroDuration();  // a round commits as soon as the previous one is done
+  committer_ = std::make_unique<GroupCommitter>(storage_, std::move(gc));
+}
 
 SubscriberHostingBroker::~SubscriberHostingBroker() {
   channel_->SetReceiver(nullptr);
+  committer_->Stop();  // commits what was submitted: a clean shutdown loses nothing
   // Readers must go before their PFS.
   for (auto& [name, s] : subscriptions_) s.positions.clear();
 }
@@ -59,6 +64,7 @@ absl::StatusOr<std::unique_ptr<SubscriberHostingBroker>> SubscriberHostingBroker
   std::unique_ptr<SubscriberHostingBroker> shb(
       new SubscriberHostingBroker(std::move(options), storage, channel));
   GRYPH_RETURN_IF_ERROR(shb->Recover());
+  if (shb->options_.commit_thread) shb->committer_->Start();
   SubscriberHostingBroker* self = shb.get();
   channel->SetReceiver([self](absl::string_view from, Message m) { self->HandleMessage(from, m); });
   return shb;
@@ -74,11 +80,16 @@ absl::Status SubscriberHostingBroker::Recover() {
     p.upstream = up.node;
     GRYPH_ASSIGN_OR_RETURN(auto ld, storage_->Get(kDeliveredTable, PubendKey(up.pubend)));
     Tick latest = 0;
+    Tick lease = 0;
     if (ld) {
-      if (ld->size() != 8) return absl::DataLossError("shb latestDelivered row is not 8 bytes");
+      if (ld->size() != 16) return absl::DataLossError("shb latestDelivered row is not 16 bytes");
       latest = DecodeFixed64BE(ld->data());
+      lease = DecodeFixed64BE(ld->data() + 8);
+      if (lease < latest) return absl::DataLossError("shb delivery lease below latestDelivered");
     }
     p.constream = std::make_unique<ConStream>(up.pubend, latest);
+    p.committed = latest;
+    p.lease = p.lease_submitted = p.recovered_lease = lease;
     PfsOptions po;
     po.pubend = up.pubend;
     po.checkpoint_interval = options_.pfs_checkpoint_interval;
@@ -177,21 +188,74 @@ void SubscriberHostingBroker::PutPosition(const SubscriptionState& s, PubendId p
   batch.Put(kPositionsTable, PositionKey(s.id, p), Fixed64(pos.created) + Fixed64(pos.released));
 }
 
-absl::Status SubscriberHostingBroker::Commit(WriteBatch& batch) {
+std::string SubscriberHostingBroker::DeliveredRow(Tick latest_delivered, Tick lease) {
+  std::string row = Fixed64(latest_delivered);
+  PutFixed64BE(&row, lease);
+  return row;
+}
+
+void SubscriberHostingBroker::Submit(WriteBatch batch, std::vector<Advance> advances) {
   for (const auto& [name, pubends] : dirty_released_) {
     auto it = subscriptions_.find(name);
     if (it == subscriptions_.end()) continue;
     for (PubendId p : pubends) PutPosition(it->second, p, batch);
   }
   dirty_released_.clear();
-  absl::Status st = storage_->Commit(batch);
-  if (!st.ok()) Fail(st);
-  return st;
+  const uint64_t seq = next_seq_++;
+  in_flight_.push_back(InFlight{seq, std::move(advances)});
+  ++stats_.commits;
+  committer_->Submit(std::move(batch), 1, [this, seq](absl::Status st) {
+    {
+      absl::MutexLock lock(&finished_mu_);
+      finished_.emplace_back(seq, std::move(st));
+    }
+    if (options_.on_commit) options_.on_commit();
+  });
+  if (!options_.commit_thread) {
+    (void)committer_->Flush();  // the status arrives through the callback
+    ProcessCommits();
+  }
+}
+
+absl::Status SubscriberHostingBroker::CommitNow(WriteBatch batch) {
+  if (!status_.ok()) return status_;
+  Submit(std::move(batch), {});
+  if (options_.commit_thread) {
+    (void)committer_->Flush();  // waits for the running commit, then commits what is pending
+    ProcessCommits();
+  }
+  return status_;
+}
+
+void SubscriberHostingBroker::ProcessCommits() {
+  std::vector<std::pair<uint64_t, absl::Status>> finished;
+  {
+    absl::MutexLock lock(&finished_mu_);
+    finished.swap(finished_);
+  }
+  // Callbacks run in submission order, one group after another.
+  for (auto& [seq, st] : finished) {
+    if (in_flight_.empty() || in_flight_.front().seq != seq) {
+      Fail(absl::InternalError("shb commits finished out of order"));
+      return;
+    }
+    if (!st.ok()) {
+      Fail(st);
+      return;
+    }
+    for (const Advance& a : in_flight_.front().advances) {
+      a.pubend->committed = a.through;
+      a.pubend->lease = a.lease;
+      a.pubend->pfs->MarkCommitted(a.pfs_through);
+    }
+    in_flight_.pop_front();
+    dirty_ = true;  // a larger lease may let the constreams go on
+  }
 }
 
 Tick SubscriberHostingBroker::latest_delivered(PubendId p) const {
   auto it = pubends_.find(p);
-  return it == pubends_.end() ? 0 : it->second.constream->latest_delivered();
+  return it == pubends_.end() ? 0 : it->second.committed;
 }
 
 size_t SubscriberHostingBroker::catching_up() const {
@@ -235,6 +299,7 @@ void SubscriberHostingBroker::OnKnowledge(absl::string_view from, const Knowledg
 }
 
 void SubscriberHostingBroker::Flush() {
+  ProcessCommits();
   if (!dirty_ || !status_.ok()) return;
   dirty_ = false;
   if (!AdvanceConStreams().ok()) return;
@@ -261,22 +326,26 @@ void SubscriberHostingBroker::Forget(PubendState& p) {
 }
 
 absl::Status SubscriberHostingBroker::AdvanceConStreams() {
-  // Every round takes what each pubend's doubt horizon allows and commits it, for all pubends,
-  // in ONE transaction: the PFS records with the new latestDelivered values.
+  // Every round takes what each pubend's doubt horizon and durable lease allow, sends it to the
+  // members, and submits one transaction for all pubends: the PFS records with the new positions
+  // (latestDelivered once committed) and leases.
+  std::vector<SubscriberId> matched;
   for (;;) {
+    if (!status_.ok()) return status_;
     WriteBatch wb;
-    std::vector<std::pair<PubendState*, Tick>> advanced;
+    std::vector<Advance> advances;
     // Deliveries name their session and member record directly: no lookups by name per event.
-    struct Delivery {
-      const std::string* session;
-      Position* position;
-      DeliveryMessage message;
-    };
-    std::vector<Delivery> deliveries;
-    std::vector<SubscriberId> matched;
+    std::vector<Channel::Outgoing> deliveries;
+    std::vector<Position*> delivered_to;  // parallel to deliveries
     for (auto& [id, p] : pubends_) {
-      ConStream::Batch batch = p.constream->Next(p.istream, options_.max_batch_events);
-      if (batch.through == p.constream->latest_delivered()) continue;
+      const Tick from = p.constream->latest_delivered();
+      const ConStream::Batch batch =
+          p.constream->Next(p.istream, options_.max_batch_events, p.lease);
+      // The lease runs ahead of the knowledge seen; a commit renews it. Without one in flight,
+      // a constream held back by its lease asks for one.
+      const bool starved = batch.through == p.lease && p.lease_submitted == p.lease &&
+                           p.istream.DoubtHorizon(batch.through) > batch.through;
+      if (batch.through == from && !starved) continue;
       for (const KnowledgeSpan& d : batch.data) {
         matched.clear();
         matcher_.Match(*d.event, &matched);
@@ -285,10 +354,12 @@ absl::Status SubscriberHostingBroker::AdvanceConStreams() {
         for (SubscriberId m : matched) {
           SubscriptionState& s = *by_id_.at(m.value);
           auto pos = s.positions.find(p.id);
-          if (pos != s.positions.end() && pos->second.member) {
-            deliveries.push_back(Delivery{
-                &s.session, &pos->second,
+          if (pos != s.positions.end() && pos->second.member &&
+              d.range.first > pos->second.resume_after) {
+            deliveries.push_back(Channel::Outgoing{
+                s.session,
                 DeliveryMessage{s.name, p.id, DeliveryKind::kEvent, d.range.first, d.event}});
+            delivered_to.push_back(&pos->second);
           }
         }
         if (!matched.empty()) {
@@ -296,29 +367,32 @@ absl::Status SubscriberHostingBroker::AdvanceConStreams() {
           ++stats_.pfs_records;
         }
       }
-      wb.Put(kDeliveredTable, PubendKey(p.id), Fixed64(batch.through));
-      advanced.emplace_back(&p, batch.through);
+      const Tick lease = std::max(p.lease_submitted,
+                                  std::max(p.highest_seen, batch.through) +
+                                      options_.delivery_lease_ticks);
+      wb.Put(kDeliveredTable, PubendKey(p.id), DeliveredRow(batch.through, lease));
+      p.lease_submitted = lease;
+      p.constream->Advanced(batch.through);
+      advances.push_back(Advance{&p, batch.through, lease, p.pfs->last_timestamp()});
     }
-    if (advanced.empty()) return absl::OkStatus();
-    GRYPH_RETURN_IF_ERROR(Commit(wb));
-    for (auto& [p, through] : advanced) {
-      p->pfs->MarkCommitted(p->pfs->last_timestamp());
-      p->constream->Advanced(through);
-    }
-    const absl::Time now = Now();
-    for (Delivery& d : deliveries) {
-      d.position->noted_tick = d.message.tick;
-      ++stats_.events_delivered;
-      Send(*d.session, std::move(d.message));
-    }
+    if (advances.empty()) return absl::OkStatus();
     // The constream's silence bookkeeping, once per subscriber and pubend per round.
-    for (auto& [name, s] : subscriptions_) {
-      for (auto& [id, pos] : s.positions) {
-        if (pos.noted_tick == 0) continue;
-        pubends_.at(id).constream->NoteDelivered(name, pos.noted_tick, now);
-        pos.noted_tick = 0;
-      }
+    const absl::Time now = Now();
+    for (size_t i = 0; i < deliveries.size(); ++i) {
+      delivered_to[i]->noted_tick = std::get<DeliveryMessage>(deliveries[i].message).tick;
     }
+    for (size_t i = 0; i < deliveries.size(); ++i) {
+      Position& pos = *delivered_to[i];
+      if (pos.noted_tick == 0) continue;
+      const auto& m = std::get<DeliveryMessage>(deliveries[i].message);
+      pubends_.at(m.pubend).constream->NoteDelivered(m.subscription, pos.noted_tick, now);
+      pos.noted_tick = 0;
+    }
+    // Sent before the commit: everything sent is within a durable lease (see the header). A
+    // message the channel refuses is lost, which the subscriber's reconnection repairs.
+    stats_.events_delivered += deliveries.size();
+    (void)channel_->SendMany(absl::MakeSpan(deliveries));
+    Submit(std::move(wb), std::move(advances));
   }
 }
 
@@ -396,11 +470,11 @@ void SubscriberHostingBroker::OnConnect(absl::string_view from, const ConnectMes
                     "checkpoint names pubend ", p.value, " which this broker does not serve")));
       return;
     }
-    if (t > it->second.constream->latest_delivered()) {
+    if (t > AcceptableTick(it->second)) {
       SendError(from, m.subscription,
                 absl::OutOfRangeError(absl::StrCat(
                     "checkpoint tick ", t, " for pubend ", p.value, " is ahead of this broker (",
-                    it->second.constream->latest_delivered(), ")")));
+                    AcceptableTick(it->second), ")")));
       return;
     }
   }
@@ -469,7 +543,7 @@ void SubscriberHostingBroker::OnConnect(absl::string_view from, const ConnectMes
       wb.Put(kSubscriptionsTable, s.name, SubscriptionRow(s));
     }
   }
-  if (!wb.empty() && !Commit(wb).ok()) {
+  if (!wb.empty() && !CommitNow(std::move(wb)).ok()) {
     SendError(from, m.subscription, status_);
     return;
   }
@@ -486,7 +560,9 @@ void SubscriberHostingBroker::OnConnect(absl::string_view from, const ConnectMes
         m.checkpoint.entries().contains(id) ? m.checkpoint.Get(id) : pos.created;
     start.Set(id, from_tick);
     if (from_tick >= ld) {
-      p.constream->Join(s.name, Now());
+      // Ahead of the constream only after a crash (see the header): resume after the CT.
+      pos.resume_after = from_tick;
+      p.constream->Join(s.name, Now(), from_tick);
       pos.member = true;
       continue;
     }
@@ -527,7 +603,7 @@ void SubscriberHostingBroker::OnAck(absl::string_view from, const AckMessage& m)
   SubscriptionState& s = it->second;
   for (const auto& [p, t] : m.checkpoint.entries()) {
     auto pit = pubends_.find(p);
-    if (pit == pubends_.end() || t > pit->second.constream->latest_delivered()) {
+    if (pit == pubends_.end() || t > AcceptableTick(pit->second)) {
       SendError(from, s.name, absl::OutOfRangeError(absl::StrCat(
                                   "ack for pubend ", p.value, " tick ", t,
                                   " is beyond what this broker delivered")));
@@ -578,10 +654,14 @@ void SubscriberHostingBroker::OnUnsubscribe(absl::string_view from,
   matcher_.Publish();
   by_id_.erase(s.id.value);
   subscriptions_.erase(it);
-  (void)Commit(wb);
+  (void)CommitNow(std::move(wb));
 }
 
 void SubscriberHostingBroker::OnTimer(absl::Time now) {
+  if (!status_.ok()) return;
+  // Rounds first: the chop below must follow every PFS write in commit order.
+  dirty_ = true;
+  Flush();
   if (!status_.ok()) return;
   const bool release_due = now - last_release_ >= options_.release_interval;
   WriteBatch wb;
@@ -613,12 +693,14 @@ void SubscriberHostingBroker::OnTimer(absl::Time now) {
       Send(to, std::move(d));
     }
     if (release_due) {
-      Tick released = ld;
+      // Upstream hears only the durable latestDelivered: ticks above it may be needed again
+      // after a crash, so they must not become L (paper §3: t > Td(p) is never released).
+      Tick released = p.committed;
       for (const auto& [name, s] : subscriptions_) {
         auto pos = s.positions.find(id);
         if (pos != s.positions.end()) released = std::min(released, pos->second.released);
       }
-      Send(p.upstream, ReleaseMessage{{{id, released, ld}}});
+      Send(p.upstream, ReleaseMessage{{{id, released, p.committed}}});
       // Catchups still reading below the released point keep their records.
       Tick chop = released;
       for (const auto& [name, s] : subscriptions_) {
@@ -635,10 +717,8 @@ void SubscriberHostingBroker::OnTimer(absl::Time now) {
       }
     }
   }
-  dirty_ = true;
-  Flush();
   if (release_due) last_release_ = now;
-  if (!wb.empty() || !dirty_released_.empty()) (void)Commit(wb);
+  if (!wb.empty() || !dirty_released_.empty()) Submit(std::move(wb), {});
 }
 
 }  // namespace gryph
