@@ -31,6 +31,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "gryph/channel.h"
 
 namespace gryph {
@@ -55,6 +56,11 @@ class InProcessNetwork {
 
   // Delivers until no message is queued for `lane`; returns how many were delivered.
   size_t DeliverAll(size_t lane = 0) { return Deliver(SIZE_MAX, lane); }
+
+  // Blocks until a message is queued for `lane` (or one is still to be handed out by Deliver), or
+  // until `timeout` passed; returns whether there is one. For a lane's thread with nothing to
+  // do: it sleeps instead of spinning. REQUIRES: lane < lanes.
+  bool Wait(size_t lane, absl::Duration timeout);
 
   // Number of undelivered messages to connected endpoints, over all lanes.
   size_t pending() const;
@@ -97,6 +103,9 @@ class InProcessNetwork {
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   size_t live_ ABSL_GUARDED_BY(mu_) = 0;  // queued messages whose endpoint is still connected
   std::vector<std::vector<Envelope>> queues_ ABSL_GUARDED_BY(mu_);  // per lane
+  // Per lane: signalled when its queue becomes non-empty. (A CondVar rather than an
+  // absl::Condition, so that only the waiting thread reads the guarded state.)
+  std::vector<std::unique_ptr<absl::CondVar>> arrived_;  // the vector never changes
   // Bumped (under mu_) whenever an endpoint goes or changes its receiver: outboxes re-resolve.
   std::atomic<uint64_t> generation_{0};
   // Taken into an outbox, to a live receiver, not yet delivered.

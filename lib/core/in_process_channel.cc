@@ -33,7 +33,10 @@ class InProcessNetwork::Endpoint final : public Channel {
 InProcessNetwork::InProcessNetwork(size_t lanes) {
   absl::MutexLock lock(&mu_);
   queues_.resize(lanes);
-  for (size_t i = 0; i < lanes; ++i) outboxes_.push_back(std::make_unique<Outbox>());
+  for (size_t i = 0; i < lanes; ++i) {
+    outboxes_.push_back(std::make_unique<Outbox>());
+    arrived_.push_back(std::make_unique<absl::CondVar>());
+  }
 }
 
 InProcessNetwork::~InProcessNetwork() = default;
@@ -80,9 +83,24 @@ absl::Status InProcessNetwork::EnqueueLocked(absl::string_view from, absl::strin
   }
   ++it->second.queued;
   ++live_;
-  queues_[it->second.lane].push_back(
-      Envelope{std::string(from), it->first, it->second.id, std::move(message)});
+  std::vector<Envelope>& queue = queues_[it->second.lane];
+  if (queue.empty()) arrived_[it->second.lane]->Signal();
+  queue.push_back(Envelope{std::string(from), it->first, it->second.id, std::move(message)});
   return absl::OkStatus();
+}
+
+bool InProcessNetwork::Wait(size_t lane, absl::Duration timeout) {
+  {
+    Outbox& outbox = *outboxes_.at(lane);
+    absl::MutexLock deliver_lock(&outbox.mu);
+    if (outbox.next < outbox.batch.size()) return true;
+  }
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::MutexLock lock(&mu_);
+  while (queues_[lane].empty()) {
+    if (arrived_[lane]->WaitWithDeadline(&mu_, deadline)) return !queues_[lane].empty();
+  }
+  return true;
 }
 
 size_t InProcessNetwork::SendMany(absl::string_view from, absl::Span<Channel::Outgoing> messages) {

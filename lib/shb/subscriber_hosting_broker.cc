@@ -46,7 +46,8 @@ SubscriberHostingBroker::SubscriberHostingBroker(SubscriberHostingBrokerOptions 
                                                  Storage* storage, Channel* channel)
     : options_(std::move(options)), storage_(storage), channel_(channel) {
   GroupCommitOptions gc;
-  gc.max_delay = absl::ZeroDuration();  // a round commits as soon as the previous one is done
+  gc.max_records = SIZE_MAX;  // rounds, not records: the interval alone closes a group
+  gc.max_delay = options_.commit_thread ? options_.commit_interval : absl::ZeroDuration();
   committer_ = std::make_unique<GroupCommitter>(storage_, std::move(gc));
 }
 
