@@ -117,6 +117,8 @@ class SubscriberHostingBroker {
     uint64_t nacks_sent = 0;
     uint64_t pfs_records = 0;
     uint64_t commits = 0;  // storage transactions submitted
+    // Sessions whose CT was above the constream's position: sent before a crash, not durable.
+    uint64_t resumed_ahead = 0;
     uint64_t stale_knowledge = 0;        // knowledge for ticks already L here
     uint64_t conflicting_knowledge = 0;  // should stay 0
   };

@@ -563,6 +563,7 @@ void SubscriberHostingBroker::OnConnect(absl::string_view from, const ConnectMes
     if (from_tick >= ld) {
       // Ahead of the constream only after a crash (see the header): resume after the CT.
       pos.resume_after = from_tick;
+      if (from_tick > ld) ++stats_.resumed_ahead;
       p.constream->Join(s.name, Now(), from_tick);
       pos.member = true;
       continue;

@@ -17,11 +17,14 @@ int SeedCount(int fallback) {
 
 void RunSeeds(const char* topology, const WorldOptions& options, uint64_t base, int count) {
   uint64_t consumed = 0;
-  for (uint64_t seed : testing::Seeds(base, SeedCount(count))) {
+  uint64_t resumed_ahead = 0;
+  const std::vector<uint64_t> seeds = testing::Seeds(base, SeedCount(count));
+  for (uint64_t seed : seeds) {
     World w(seed, options);
     w.Run(absl::Seconds(3), absl::Seconds(4));
     const std::vector<std::string> bad = w.Check();
     consumed += w.events_consumed();
+    resumed_ahead += w.resumed_ahead();
     if (!bad.empty()) {
       std::string all;
       for (const std::string& b : bad) all += "\n  " + b;
@@ -29,6 +32,10 @@ void RunSeeds(const char* topology, const WorldOptions& options, uint64_t base, 
     }
   }
   REQUIRE(consumed > 0);
+  // Enough seeds with SHB crashes reach the case of a crash inside a commit after the round was
+  // sent, and subscribers coming back with a CT above the restarted SHB's latestDelivered.
+  if (options.shb_crash > 0 && seeds.size() >= 100) REQUIRE(resumed_ahead > 0);
+  UNSCOPED_INFO(topology << ": sessions resumed ahead of a restarted SHB: " << resumed_ahead);
 }
 
 TEST_CASE("a quiet run delivers every match exactly once", "[simulation]") {

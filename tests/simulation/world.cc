@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gryph/exactly_once_checker.h"
+#include "gryph/fault_injecting_storage.h"
 #include "gryph/subscription.h"
 #include "lib/util/coding.h"
 
@@ -122,7 +123,9 @@ class PhbNode : public SimNode {
 
 class ShbNode : public SimNode {
  public:
-  ShbNode(SimContext& ctx, World* w) : ctx_(ctx), storage_(w->shb_states_.at(ctx.name())) {
+  ShbNode(SimContext& ctx, World* w)
+      : ctx_(ctx), world_(w), storage_(w->shb_states_.at(ctx.name())), faults_(&storage_) {
+    w->shb_nodes_[ctx.name()] = this;
     SubscriberHostingBrokerOptions o;
     const char* upstream = w->options_.intermediate ? "ib" : "phb";
     for (int i = 1; i <= w->options_.pubends; ++i) {
@@ -134,21 +137,49 @@ class ShbNode : public SimNode {
     o.catchup.nack_window = 16;
     o.pfs_checkpoint_interval = 32;
     o.clock = [&ctx] { return ctx.Now(); };
-    auto shb = SubscriberHostingBroker::Open(std::move(o), &storage_, &ctx.channel());
-    if (!shb.ok()) std::abort();
+    auto shb = SubscriberHostingBroker::Open(std::move(o), &faults_, &ctx.channel());
+    if (!shb.ok()) {
+      std::fprintf(stderr, "%s: %s\n", ctx.name().c_str(), shb.status().ToString().c_str());
+      std::abort();
+    }
     shb_ = *std::move(shb);
     Tick();
   }
+  ~ShbNode() override {
+    world_->shb_nodes_.erase(ctx_.name());
+    world_->resumed_ahead_ += shb_->stats().resumed_ahead;
+  }
   SubscriberHostingBroker* shb() { return shb_.get(); }
+
+  // The next commit fails as if the process died inside it: whatever that round sent to the
+  // subscribers is not durable. The node then crashes and restarts.
+  void CrashDuringNextCommit() {
+    faults_.FailCommitNumber(faults_.commits_attempted() + 1,
+                             absl::UnavailableError("simulated crash during a commit"));
+  }
+  void DisarmFaults() { faults_.ClearFaults(); }
 
  private:
   void Tick() {
     shb_->OnTimer(ctx_.Now());
+    if (!shb_->status().ok()) {
+      // The process died inside the commit; what it sent before had left it (the simulator
+      // drops a crashed node's in-flight messages, so the crash waits out the link delay).
+      World* w = world_;
+      const std::string name = ctx_.name();
+      w->sim_.Schedule(absl::Milliseconds(2), [w, name] {
+        w->sim_.Crash(name);
+        w->sim_.Schedule(absl::Milliseconds(50), [w, name] { w->sim_.Restart(name); });
+      });
+      return;
+    }
     ctx_.After(absl::Milliseconds(5), [this] { Tick(); });
   }
 
   SimContext& ctx_;
+  World* const world_;
   MemoryStorage storage_;
+  FaultInjectingStorage faults_;
   std::unique_ptr<SubscriberHostingBroker> shb_;
 };
 
@@ -380,8 +411,7 @@ void World::FaultTick() {
     if (sim_.is_up("shb") && chance(options_.shb_crash)) {
       shb_crashed_ever_ = true;
       for (SubscriberApp& app : subs_) app.well_behaved = false;
-      sim_.Crash("shb");
-      sim_.Schedule(later(20, 400), [this] { sim_.Restart("shb"); });
+      CrashShb("shb");
     }
   } else {
     for (const std::string& shb : ShbNames()) {
@@ -390,8 +420,7 @@ void World::FaultTick() {
       for (SubscriberApp& app : subs_) {
         if (app.broker == shb) app.well_behaved = false;
       }
-      sim_.Crash(shb);
-      sim_.Schedule(later(20, 400), [this, shb] { sim_.Restart(shb); });
+      CrashShb(shb);
     }
     // An intermediate crash ends no session: its subscribers stay well behaved.
     if (sim_.is_up("ib") && chance(options_.ib_crash)) {
@@ -407,6 +436,25 @@ void World::FaultTick() {
   sim_.Schedule(absl::Milliseconds(50), [this] { FaultTick(); });
 }
 
+uint64_t World::resumed_ahead() const {
+  uint64_t n = resumed_ahead_;
+  for (const auto& [name, node] : shb_nodes_) n += node->shb()->stats().resumed_ahead;
+  return n;
+}
+
+void World::CrashShb(const std::string& shb) {
+  // Half the crashes happen inside a commit, after the round was sent (the SHB sends before its
+  // commit, under its delivery lease); the others between rounds.
+  auto node = shb_nodes_.find(shb);
+  if (node != shb_nodes_.end() && sim_.Random() % 2 == 0) {
+    node->second->CrashDuringNextCommit();
+    return;
+  }
+  sim_.Crash(shb);
+  sim_.Schedule(absl::Milliseconds(20 + static_cast<int64_t>(sim_.Random() % 380)),
+                [this, shb] { sim_.Restart(shb); });
+}
+
 void World::Run(absl::Duration faulty, absl::Duration settle) {
   sim_.Schedule(absl::Milliseconds(50), [this] { FaultTick(); });
   sim_.RunFor(faulty);
@@ -415,6 +463,7 @@ void World::Run(absl::Duration faulty, absl::Duration settle) {
     sim_.SetLink(a, b, LinkProfile{});
     sim_.SetLink(b, a, LinkProfile{});
   }
+  for (auto& [name, node] : shb_nodes_) node->DisarmFaults();
   // Let pending restarts happen, then make sure everything is up and connected.
   sim_.RunFor(absl::Seconds(1));
   for (const std::string& n : BrokerNames()) sim_.Restart(n);

@@ -98,6 +98,9 @@ class World {
   SubscriberHostingBroker* shb(const std::string& name = "shb");
   IntermediateBroker* ib();
   uint64_t events_consumed() const;
+  // Sessions the SHBs resumed with a CT above their durable position: a round sent, then lost in
+  // a crash during its commit.
+  uint64_t resumed_ahead() const;
 
   bool publishing = true;
 
@@ -107,12 +110,18 @@ class World {
   friend class IbNode;
   friend class SubscriberNode;
   void FaultTick();
+  // Crashes SHB `shb` now or inside its next commit, and restarts it.
+  void CrashShb(const std::string& shb);
   // The broker nodes and the links between them (both ways).
   std::vector<std::string> BrokerNames() const;
   std::vector<std::pair<std::string, std::string>> BrokerLinks() const;
   std::vector<std::string> ShbNames() const;
 
   WorldOptions options_;
+  // The live SHB nodes (they register themselves), for faults injected into them.
+  // Declared before sim_, whose nodes unregister on destruction.
+  std::map<std::string, class ShbNode*> shb_nodes_;
+  uint64_t resumed_ahead_ = 0;  // SubscriberHostingBroker::Stats::resumed_ahead of dead nodes
   Simulator sim_;
   Log log_;
   PublisherApp publisher_;
