@@ -14,6 +14,12 @@
 // no longer knows (paper §2). A subscriber presenting a subscription this broker never hosted,
 // with a CT, is served by refiltering the events it missed (reconnect anywhere).
 //
+// Slow consumers: a session may have at most max_unacked_events Event messages of a pubend sent
+// and not acknowledged. A constream member that passes the bound is demoted to catchup — its
+// session goes on, fed from the PFS — and the catchup stream only sends while the session is
+// under the bound, so a consumer that stalls costs a bounded amount of memory in the channel and
+// never holds the constream back. It rejoins the constream when it has caught up.
+//
 // Acks move released(s,p); the broker sends released(p) = min(latestDelivered(p),
 // min_s released(s,p)) and latestDelivered(p) upstream periodically, and chops the PFS up to
 // released(p).
@@ -102,6 +108,9 @@ struct SubscriberHostingBrokerOptions {
   // microseconds of pubend time). Older events are nacked again when a catchup needs them.
   Tick event_cache_ticks = 10'000'000;
   CatchupStreamOptions catchup;
+  // Event messages of one pubend a session may have outstanding (sent, not acknowledged); see
+  // the file comment. It must exceed what a healthy subscriber receives between two acks.
+  uint64_t max_unacked_events = 50'000;
   size_t pfs_checkpoint_interval = 1024;
   // The time source; absl::Now when empty.
   std::function<absl::Time()> clock;
@@ -119,6 +128,7 @@ class SubscriberHostingBroker {
     uint64_t commits = 0;  // storage transactions submitted
     // Sessions whose CT was above the constream's position: sent before a crash, not durable.
     uint64_t resumed_ahead = 0;
+    uint64_t demotions = 0;  // slow constream members moved to catchup
     uint64_t stale_knowledge = 0;        // knowledge for ticks already L here
     uint64_t conflicting_knowledge = 0;  // should stay 0
   };
@@ -156,7 +166,15 @@ class SubscriberHostingBroker {
     std::unique_ptr<PFS::Reader> reader;
     bool member = false;  // in the constream (connected, not catching up)
     Tick resume_after = 0;  // a member's CT when it was ahead of the constream (after a crash)
-    Tick noted_tick = 0;  // scratch: the last Event tick sent in this constream round
+    Tick noted_tick = 0;      // scratch: the last Event tick sent in this constream round
+    uint64_t round_sent = 0;  // scratch: Events sent in this constream round
+    // Flow control, per session: Events sent and acknowledged, and per send the tick of its last
+    // Event with the running count, until an ack covers it.
+    uint64_t sent = 0;
+    uint64_t acked = 0;
+    std::deque<std::pair<Tick, uint64_t>> sent_marks;
+    bool paused = false;  // its catchup waits for acks
+    uint64_t unacked() const { return sent - acked; }
   };
   struct SubscriptionState {
     SubscriberId id;
@@ -201,6 +219,10 @@ class SubscriberHostingBroker {
   // Drops cached events of `p` that no catchup needs, beyond the cache window.
   void Forget(PubendState& p);
   void StepCatchups(PubendState& p);
+  // Moves a constream member whose consumer fell behind to a catchup stream.
+  void Demote(SubscriptionState& s, PubendState& p, Position& pos);
+  // Records `n` Events sent to `pos`, the last at `last`.
+  static void NoteSent(Position& pos, Tick last, uint64_t n);
   void Nack(PubendState& p, const std::string& requester, const std::vector<TickRange>& ranges);
   void EndSession(SubscriptionState& s);
   void SendError(absl::string_view to, const std::string& subscription, const absl::Status& st);

@@ -311,12 +311,13 @@ void SubscriberHostingBroker::Flush() {
 }
 
 void SubscriberHostingBroker::Forget(PubendState& p) {
-  // Forget events no catchup stream needs, beyond the cache window.
+  // Forget events no running catchup stream needs, beyond the cache window. A catchup paused by
+  // flow control does not hold the cache: when it goes on, it nacks what it lacks.
   const Tick ld = p.constream->latest_delivered();
   Tick forget = ld > options_.event_cache_ticks ? ld - options_.event_cache_ticks : 0;
   for (const auto& [name, s] : subscriptions_) {
     auto pos = s.positions.find(p.id);
-    if (pos != s.positions.end() && pos->second.catchup != nullptr) {
+    if (pos != s.positions.end() && pos->second.catchup != nullptr && !pos->second.paused) {
       forget = std::min(forget, pos->second.catchup->position());
     }
   }
@@ -337,7 +338,7 @@ absl::Status SubscriberHostingBroker::AdvanceConStreams() {
     std::vector<Advance> advances;
     // Deliveries name their session and member record directly: no lookups by name per event.
     std::vector<Channel::Outgoing> deliveries;
-    std::vector<Position*> delivered_to;  // parallel to deliveries
+    std::vector<std::pair<SubscriptionState*, Position*>> delivered_to;  // parallel to deliveries
     for (auto& [id, p] : pubends_) {
       const Tick from = p.constream->latest_delivered();
       const ConStream::Batch batch =
@@ -360,7 +361,7 @@ absl::Status SubscriberHostingBroker::AdvanceConStreams() {
             deliveries.push_back(Channel::Outgoing{
                 s.session,
                 DeliveryMessage{s.name, p.id, DeliveryKind::kEvent, d.range.first, d.event}});
-            delivered_to.push_back(&pos->second);
+            delivered_to.emplace_back(&s, &pos->second);
           }
         }
         if (!matched.empty()) {
@@ -377,24 +378,57 @@ absl::Status SubscriberHostingBroker::AdvanceConStreams() {
       advances.push_back(Advance{&p, batch.through, lease, p.pfs->last_timestamp()});
     }
     if (advances.empty()) return absl::OkStatus();
-    // The constream's silence bookkeeping, once per subscriber and pubend per round.
+    // The constream's silence and flow-control bookkeeping, once per subscriber and pubend per
+    // round.
     const absl::Time now = Now();
     for (size_t i = 0; i < deliveries.size(); ++i) {
-      delivered_to[i]->noted_tick = std::get<DeliveryMessage>(deliveries[i].message).tick;
+      Position& pos = *delivered_to[i].second;
+      pos.noted_tick = std::get<DeliveryMessage>(deliveries[i].message).tick;
+      ++pos.round_sent;
     }
+    std::vector<std::pair<SubscriptionState*, PubendState*>> slow;
     for (size_t i = 0; i < deliveries.size(); ++i) {
-      Position& pos = *delivered_to[i];
-      if (pos.noted_tick == 0) continue;
+      auto [s, pos] = delivered_to[i];
+      if (pos->round_sent == 0) continue;
       const auto& m = std::get<DeliveryMessage>(deliveries[i].message);
-      pubends_.at(m.pubend).constream->NoteDelivered(m.subscription, pos.noted_tick, now);
-      pos.noted_tick = 0;
+      PubendState& p = pubends_.at(m.pubend);
+      p.constream->NoteDelivered(m.subscription, pos->noted_tick, now);
+      NoteSent(*pos, pos->noted_tick, pos->round_sent);
+      pos->noted_tick = 0;
+      pos->round_sent = 0;
+      if (pos->unacked() > options_.max_unacked_events) slow.emplace_back(s, &p);
     }
     // Sent before the commit: everything sent is within a durable lease (see the header). A
     // message the channel refuses is lost, which the subscriber's reconnection repairs.
     stats_.events_delivered += deliveries.size();
     (void)channel_->SendMany(absl::MakeSpan(deliveries));
+    for (auto [s, p] : slow) Demote(*s, *p, s->positions.at(p->id));
     Submit(std::move(wb), std::move(advances));
   }
+}
+
+void SubscriberHostingBroker::NoteSent(Position& pos, Tick last, uint64_t n) {
+  if (n == 0) return;
+  pos.sent += n;
+  pos.sent_marks.emplace_back(last, pos.sent);
+}
+
+void SubscriberHostingBroker::Demote(SubscriptionState& s, PubendState& p, Position& pos) {
+  // Everything through the constream's position has been sent to it: catch up from there.
+  const Tick from = p.constream->latest_delivered();
+  absl::StatusOr<std::unique_ptr<PFS::Reader>> reader = p.pfs->NewReader(s.id, from, from);
+  if (!reader.ok()) {
+    SendError(s.session, s.name, reader.status());
+    EndSession(s);
+    return;
+  }
+  p.constream->Leave(s.name);
+  pos.member = false;
+  pos.reader = *std::move(reader);
+  pos.catchup = std::make_unique<CatchupStream>(s.name, p.id, from, 0, s.subscription,
+                                                options_.catchup);
+  ++stats_.demotions;
+  ++stats_.catchups_started;
 }
 
 void SubscriberHostingBroker::StepCatchups(PubendState& p) {
@@ -403,6 +437,16 @@ void SubscriberHostingBroker::StepCatchups(PubendState& p) {
     auto it = s.positions.find(p.id);
     if (it == s.positions.end() || it->second.catchup == nullptr) continue;
     Position& pos = it->second;
+    // Flow control: a consumer that has not acknowledged enough waits, and so does its hand-over.
+    // While it waits, the events it nacked may leave the cache: it nacks them again after.
+    if (pos.unacked() >= options_.max_unacked_events) {
+      pos.paused = true;
+      continue;
+    }
+    if (pos.paused) {
+      pos.catchup->RenackMissing();
+      pos.paused = false;
+    }
     std::vector<DeliveryMessage> out;
     std::vector<TickRange> nacks;
     for (int round = 0; round < 4; ++round) {
@@ -422,11 +466,18 @@ void SubscriberHostingBroker::StepCatchups(PubendState& p) {
       if (pos.catchup->caught_up(ld) || !nacks.empty() || out.size() == before) break;
     }
     if (s.session.empty()) continue;
+    uint64_t events = 0;
+    Tick last_event = 0;
     for (DeliveryMessage& d : out) {
-      if (d.kind == DeliveryKind::kEvent) ++stats_.events_delivered;
+      if (d.kind == DeliveryKind::kEvent) {
+        ++events;
+        last_event = d.tick;
+      }
       if (d.kind == DeliveryKind::kGap) ++stats_.gaps_delivered;
       Send(s.session, std::move(d));
     }
+    stats_.events_delivered += events;
+    NoteSent(pos, last_event, events);
     if (!nacks.empty()) Nack(p, name, nacks);
     if (pos.catchup->caught_up(ld)) {
       // The hand-over: the constream has delivered exactly through ld, and so has the catchup.
@@ -591,6 +642,9 @@ void SubscriberHostingBroker::EndSession(SubscriptionState& s) {
     pos.reader.reset();
     pubends_.at(id).constream->Leave(s.name);
     pos.member = false;
+    pos.paused = false;
+    pos.sent = pos.acked = 0;
+    pos.sent_marks.clear();
   }
   s.session.clear();
 }
@@ -612,11 +666,16 @@ void SubscriberHostingBroker::OnAck(absl::string_view from, const AckMessage& m)
       return;
     }
     Position& pos = s.positions[p];
+    while (!pos.sent_marks.empty() && pos.sent_marks.front().first <= t) {
+      pos.acked = pos.sent_marks.front().second;
+      pos.sent_marks.pop_front();
+    }
     if (t > pos.released) {
       pos.released = t;
       dirty_released_[s.name].push_back(p);
     }
   }
+  dirty_ = true;  // a paused catchup may go on
 }
 
 void SubscriberHostingBroker::OnDisconnect(absl::string_view from,

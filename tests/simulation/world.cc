@@ -136,6 +136,9 @@ class ShbNode : public SimNode {
     o.catchup.max_buffered_matches = 64;
     o.catchup.nack_window = 16;
     o.pfs_checkpoint_interval = 32;
+    // Small enough that busy subscribers pass it between acks: demotion to catchup, paced
+    // catchup and the return to the constream run all the time.
+    o.max_unacked_events = 24;
     o.clock = [&ctx] { return ctx.Now(); };
     auto shb = SubscriberHostingBroker::Open(std::move(o), &faults_, &ctx.channel());
     if (!shb.ok()) {
@@ -148,6 +151,7 @@ class ShbNode : public SimNode {
   ~ShbNode() override {
     world_->shb_nodes_.erase(ctx_.name());
     world_->resumed_ahead_ += shb_->stats().resumed_ahead;
+    world_->demotions_ += shb_->stats().demotions;
   }
   SubscriberHostingBroker* shb() { return shb_.get(); }
 
@@ -434,6 +438,12 @@ void World::FaultTick() {
     sim_.Schedule(later(20, 300), [this] { sim_.Restart("phb"); });
   }
   sim_.Schedule(absl::Milliseconds(50), [this] { FaultTick(); });
+}
+
+uint64_t World::demotions() const {
+  uint64_t n = demotions_;
+  for (const auto& [name, node] : shb_nodes_) n += node->shb()->stats().demotions;
+  return n;
 }
 
 uint64_t World::resumed_ahead() const {

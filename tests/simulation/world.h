@@ -101,6 +101,8 @@ class World {
   // Sessions the SHBs resumed with a CT above their durable position: a round sent, then lost in
   // a crash during its commit.
   uint64_t resumed_ahead() const;
+  // Slow constream members the SHBs moved to catchup (flow control).
+  uint64_t demotions() const;
 
   bool publishing = true;
 
@@ -122,6 +124,7 @@ class World {
   // Declared before sim_, whose nodes unregister on destruction.
   std::map<std::string, class ShbNode*> shb_nodes_;
   uint64_t resumed_ahead_ = 0;  // SubscriberHostingBroker::Stats::resumed_ahead of dead nodes
+  uint64_t demotions_ = 0;      // ... and Stats::demotions
   Simulator sim_;
   Log log_;
   PublisherApp publisher_;
