@@ -1,5 +1,7 @@
 #include "gryph/in_process_channel.h"
 
+#include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -79,6 +81,130 @@ TEST_CASE("many threads may send while one delivers", "[channel]") {
   while (received < 4000) net.DeliverAll();
   for (auto& t : threads) t.join();
   REQUIRE(received == 4000);
+}
+
+TEST_CASE("SendMany queues a batch in order and counts what was accepted", "[channel]") {
+  InProcessNetwork net;
+  auto a = net.Connect("a");
+  auto b = net.Connect("b");
+  REQUIRE_OK(a);
+  REQUIRE_OK(b);
+  std::vector<std::string> got;
+  (*b)->SetReceiver([&](absl::string_view, Message m) {
+    got.push_back(std::get<DisconnectMessage>(m).subscription);
+  });
+  std::vector<Channel::Outgoing> batch;
+  batch.push_back({"b", DisconnectMessage{"1"}});
+  batch.push_back({"nobody", DisconnectMessage{"lost"}});
+  batch.push_back({"b", DisconnectMessage{"2"}});
+  REQUIRE((*a)->SendMany(absl::MakeSpan(batch)) == 2);
+  REQUIRE(net.pending() == 2);
+  REQUIRE(net.DeliverAll() == 2);
+  REQUIRE(got == std::vector<std::string>{"1", "2"});
+}
+
+TEST_CASE("a lane delivers only its endpoints' messages", "[channel]") {
+  InProcessNetwork net(2);
+  auto broker = net.Connect("broker", 0);
+  auto client = net.Connect("client", 1);
+  REQUIRE_OK(broker);
+  REQUIRE_OK(client);
+  REQUIRE_CODE(net.Connect("far", 2), absl::StatusCode::kInvalidArgument);
+  int to_broker = 0;
+  int to_client = 0;
+  (*broker)->SetReceiver([&](absl::string_view, Message) { ++to_broker; });
+  (*client)->SetReceiver([&](absl::string_view, Message) { ++to_client; });
+  REQUIRE_OK((*broker)->Send("client", DisconnectMessage{"x"}));
+  REQUIRE_OK((*client)->Send("broker", DisconnectMessage{"y"}));
+  REQUIRE_OK((*client)->Send("broker", DisconnectMessage{"z"}));
+  REQUIRE(net.pending() == 3);
+  REQUIRE(net.DeliverAll(1) == 1);
+  REQUIRE(to_client == 1);
+  REQUIRE(to_broker == 0);
+  REQUIRE(net.DeliverAll(0) == 2);
+  REQUIRE(to_broker == 2);
+  REQUIRE(net.pending() == 0);
+}
+
+TEST_CASE("a batch in delivery drops the messages of an endpoint closed meanwhile", "[channel]") {
+  InProcessNetwork net;
+  auto a = net.Connect("a");
+  auto b = net.Connect("b");
+  auto c = net.Connect("c");
+  int to_c = 0;
+  // b's receiver closes c while c's messages are already taken for delivery.
+  (*b)->SetReceiver([&](absl::string_view, Message) { c->reset(); });
+  (*c)->SetReceiver([&](absl::string_view, Message) { ++to_c; });
+  REQUIRE_OK((*a)->Send("b", DisconnectMessage{"close c"}));
+  REQUIRE_OK((*a)->Send("c", DisconnectMessage{"1"}));
+  REQUIRE_OK((*a)->Send("c", DisconnectMessage{"2"}));
+  REQUIRE(net.pending() == 3);
+  REQUIRE(net.DeliverAll() == 1);
+  REQUIRE(to_c == 0);
+  REQUIRE(net.pending() == 0);
+}
+
+TEST_CASE("a receiver replaced during a batch gets the rest of it", "[channel]") {
+  InProcessNetwork net;
+  auto a = net.Connect("a");
+  auto b = net.Connect("b");
+  std::vector<std::string> got;
+  (*b)->SetReceiver([&](absl::string_view, Message) {
+    got.push_back("old");
+    (*b)->SetReceiver([&](absl::string_view, Message) { got.push_back("new"); });
+  });
+  for (int i = 0; i < 3; ++i) REQUIRE_OK((*a)->Send("b", DisconnectMessage{"x"}));
+  REQUIRE(net.DeliverAll() == 3);
+  REQUIRE(got == std::vector<std::string>{"old", "new", "new"});
+}
+
+TEST_CASE("two lanes run on two threads while others send", "[channel]") {
+  InProcessNetwork net(2);
+  auto broker = net.Connect("broker", 0);
+  auto client = net.Connect("client", 1);
+  std::atomic<int> at_broker = 0;
+  std::atomic<int> at_client = 0;
+  // Each side answers what it gets, so both lanes carry traffic from both threads.
+  (*broker)->SetReceiver([&](absl::string_view, Message) {
+    if (++at_broker <= 2000) (void)(*broker)->Send("client", DisconnectMessage{"b"});
+  });
+  (*client)->SetReceiver([&](absl::string_view, Message) {
+    if (++at_client <= 2000) (void)(*client)->Send("broker", DisconnectMessage{"c"});
+  });
+  auto outside = net.Connect("outside", 0);
+  std::atomic<bool> done = false;
+  auto run = [&](size_t lane) {
+    while (!done) {
+      if (net.Deliver(64, lane) == 0) net.Wait(lane, absl::Milliseconds(1));
+    }
+  };
+  std::thread lane0(run, 0);
+  std::thread lane1(run, 1);
+  for (int i = 0; i < 100; ++i) REQUIRE_OK((*outside)->Send("client", DisconnectMessage{"o"}));
+  while (at_broker < 2000 || at_client < 2000) std::this_thread::yield();
+  done = true;
+  lane0.join();
+  lane1.join();
+  net.DeliverAll(0);
+  net.DeliverAll(1);
+  REQUIRE(net.pending() == 0);
+  REQUIRE(at_client >= 2000);
+}
+
+TEST_CASE("Wait returns when a message arrives for the lane, or at the timeout", "[channel]") {
+  InProcessNetwork net(2);
+  auto a = net.Connect("a", 0);
+  auto b = net.Connect("b", 1);
+  (*b)->SetReceiver([](absl::string_view, Message) {});
+  REQUIRE_FALSE(net.Wait(1, absl::Milliseconds(1)));
+  std::thread sender([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    (void)(*a)->Send("b", DisconnectMessage{"x"});
+  });
+  REQUIRE(net.Wait(1, absl::Seconds(30)));
+  sender.join();
+  REQUIRE_FALSE(net.Wait(0, absl::ZeroDuration()));
+  REQUIRE(net.DeliverAll(1) == 1);
 }
 
 }  // namespace
