@@ -72,14 +72,6 @@ class CatchupStream {
   void Step(const KnowledgeStream& knowledge, Tick latest_delivered,
             std::vector<DeliveryMessage>* out, std::vector<TickRange>* nacks);
 
-  // Forgets which matches were nacked, so that the next Step nacks again whatever is still
-  // unknown: for an owner that may have dropped the knowledge the nacks brought (a catchup paused
-  // by flow control does not hold the broker's cache).
-  void RenackMissing() {
-    nacked_through_ = 0;
-    refilter_nacked_ = position_;
-  }
-
   // Everything through latest_delivered is delivered: hand over to the constream.
   bool caught_up(Tick latest_delivered) const { return position_ >= latest_delivered; }
   // The tick through which the subscriber has been served.

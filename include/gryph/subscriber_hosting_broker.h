@@ -173,7 +173,6 @@ class SubscriberHostingBroker {
     uint64_t sent = 0;
     uint64_t acked = 0;
     std::deque<std::pair<Tick, uint64_t>> sent_marks;
-    bool paused = false;  // its catchup waits for acks
     uint64_t unacked() const { return sent - acked; }
   };
   struct SubscriptionState {

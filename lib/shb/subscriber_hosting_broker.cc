@@ -311,13 +311,14 @@ void SubscriberHostingBroker::Flush() {
 }
 
 void SubscriberHostingBroker::Forget(PubendState& p) {
-  // Forget events no running catchup stream needs, beyond the cache window. A catchup paused by
-  // flow control does not hold the cache: when it goes on, it nacks what it lacks.
+  // Forget events no catchup stream needs, beyond the cache window. A catchup paused by flow
+  // control holds them too: upstream may have released them since (early release), and a
+  // subscriber that never disconnected must not get a Gap for being slow.
   const Tick ld = p.constream->latest_delivered();
   Tick forget = ld > options_.event_cache_ticks ? ld - options_.event_cache_ticks : 0;
   for (const auto& [name, s] : subscriptions_) {
     auto pos = s.positions.find(p.id);
-    if (pos != s.positions.end() && pos->second.catchup != nullptr && !pos->second.paused) {
+    if (pos != s.positions.end() && pos->second.catchup != nullptr) {
       forget = std::min(forget, pos->second.catchup->position());
     }
   }
@@ -438,15 +439,7 @@ void SubscriberHostingBroker::StepCatchups(PubendState& p) {
     if (it == s.positions.end() || it->second.catchup == nullptr) continue;
     Position& pos = it->second;
     // Flow control: a consumer that has not acknowledged enough waits, and so does its hand-over.
-    // While it waits, the events it nacked may leave the cache: it nacks them again after.
-    if (pos.unacked() >= options_.max_unacked_events) {
-      pos.paused = true;
-      continue;
-    }
-    if (pos.paused) {
-      pos.catchup->RenackMissing();
-      pos.paused = false;
-    }
+    if (pos.unacked() >= options_.max_unacked_events) continue;
     std::vector<DeliveryMessage> out;
     std::vector<TickRange> nacks;
     for (int round = 0; round < 4; ++round) {
@@ -642,7 +635,6 @@ void SubscriberHostingBroker::EndSession(SubscriptionState& s) {
     pos.reader.reset();
     pubends_.at(id).constream->Leave(s.name);
     pos.member = false;
-    pos.paused = false;
     pos.sent = pos.acked = 0;
     pos.sent_marks.clear();
   }

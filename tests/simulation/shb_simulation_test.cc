@@ -101,6 +101,8 @@ TEST_CASE("PHB to intermediate to two SHBs under faults", "[simulation][intermed
   o.intermediate = true;
   o.ib_filters = true;
   o.subscribers = 8;
+  // Early release through the intermediate: its release aggregation and its cache of L.
+  o.max_retain = absl::Milliseconds(400);
   o.broker_link.loss = 0.05;
   o.broker_link.duplicate = 0.02;
   o.broker_link.max_delay = absl::Milliseconds(5);
