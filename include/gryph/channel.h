@@ -44,10 +44,12 @@ class Channel {
   struct Outgoing {
     absl::string_view peer;  // must stay valid for the call
     Message message;
+    bool accepted = false;  // set by SendMany: what Send would have returned OK for
   };
-  // Queues each message as Send would, in order, and returns how many were accepted (the others
-  // are lost, as with Send). The default sends them one by one; a transport overrides it to pay
-  // its per-call costs (a lock, a system call) once per batch. The messages are moved from.
+  // Queues each message as Send would, in order, marks each accepted or not, and returns how
+  // many were accepted (the others are lost, as with Send). The default sends them one by one; a
+  // transport overrides it to pay its per-call costs (a lock, a system call) once per batch. The
+  // messages are moved from.
   virtual size_t SendMany(absl::Span<Outgoing> messages);
 
   // Sets the function that receives this endpoint's messages, replacing any earlier one. Messages

@@ -107,7 +107,8 @@ size_t InProcessNetwork::SendMany(absl::string_view from, absl::Span<Channel::Ou
   size_t accepted = 0;
   absl::MutexLock lock(&mu_);
   for (Channel::Outgoing& m : messages) {
-    accepted += EnqueueLocked(from, m.peer, std::move(m.message)).ok() ? 1 : 0;
+    m.accepted = EnqueueLocked(from, m.peer, std::move(m.message)).ok();
+    accepted += m.accepted ? 1 : 0;
   }
   return accepted;
 }

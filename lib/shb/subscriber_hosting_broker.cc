@@ -399,11 +399,21 @@ absl::Status SubscriberHostingBroker::AdvanceConStreams() {
       pos->round_sent = 0;
       if (pos->unacked() > options_.max_unacked_events) slow.emplace_back(s, &p);
     }
-    // Sent before the commit: everything sent is within a durable lease (see the header). A
-    // message the channel refuses is lost, which the subscriber's reconnection repairs.
+    // Sent before the commit: everything sent is within a durable lease (see the header).
     stats_.events_delivered += deliveries.size();
-    (void)channel_->SendMany(absl::MakeSpan(deliveries));
-    for (auto [s, p] : slow) Demote(*s, *p, s->positions.at(p->id));
+    if (channel_->SendMany(absl::MakeSpan(deliveries)) < deliveries.size()) {
+      // The link to a subscriber is FIFO and must not skip an Event (the next one would claim
+      // there was none): a session whose message the channel refused ends, and the subscriber
+      // resumes from its CT when it reconnects.
+      for (size_t i = 0; i < deliveries.size(); ++i) {
+        SubscriptionState& s = *delivered_to[i].first;
+        if (!deliveries[i].accepted && !s.session.empty()) EndSession(s);
+      }
+    }
+    for (auto [s, p] : slow) {
+      Position& pos = s->positions.at(p->id);
+      if (pos.member) Demote(*s, *p, pos);
+    }
     Submit(std::move(wb), std::move(advances));
   }
 }
@@ -461,15 +471,26 @@ void SubscriberHostingBroker::StepCatchups(PubendState& p) {
     if (s.session.empty()) continue;
     uint64_t events = 0;
     Tick last_event = 0;
+    bool refused = false;
     for (DeliveryMessage& d : out) {
-      if (d.kind == DeliveryKind::kEvent) {
-        ++events;
-        last_event = d.tick;
+      const DeliveryKind kind = d.kind;
+      const Tick tick = d.tick;
+      // As for the constream: a refused Event or Gap ends the session (the link must not skip).
+      if (!channel_->Send(s.session, std::move(d)).ok()) {
+        refused = true;
+        break;
       }
-      if (d.kind == DeliveryKind::kGap) ++stats_.gaps_delivered;
-      Send(s.session, std::move(d));
+      if (kind == DeliveryKind::kEvent) {
+        ++events;
+        last_event = tick;
+      }
+      if (kind == DeliveryKind::kGap) ++stats_.gaps_delivered;
     }
     stats_.events_delivered += events;
+    if (refused) {
+      EndSession(s);
+      continue;
+    }
     NoteSent(pos, last_event, events);
     if (!nacks.empty()) Nack(p, name, nacks);
     if (pos.catchup->caught_up(ld)) {
