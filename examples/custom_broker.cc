@@ -689,7 +689,7 @@ class MiniBroker {
       const Tick ct = m.checkpoint.entries().contains(id) ? m.checkpoint.Get(id) : pos.created;
       start.Set(id, ct);
       if (ct >= ld) {
-        p.constream->Join(it->first, now);
+        p.constream->Join(s.name, now);
         continue;
       }
       // Behind latestDelivered: catch up from the PFS. Before the subscription was created here
@@ -698,16 +698,16 @@ class MiniBroker {
       absl::StatusOr<std::unique_ptr<PFS::Reader>> reader =
           p.pfs->NewReader(s.id, std::max(ct, refilter_through), ld);
       if (!reader.ok()) {
-        SendError(from, it->first, reader.status());
+        SendError(from, s.name, reader.status());
         EndSession(s);
         return;
       }
       pos.reader = *std::move(reader);
-      pos.catchup = std::make_unique<CatchupStream>(it->first, id, ct, refilter_through,
+      pos.catchup = std::make_unique<CatchupStream>(s.name, id, ct, refilter_through,
                                                     s.subscription);
       ++stats_.catchups_started;
     }
-    Send(from, ConnectedMessage{it->first, start, s.epoch});
+    Send(from, ConnectedMessage{s.name, start, s.epoch});
     for (auto& [id, p] : pubends_) StepCatchups(p, now);
   }
 

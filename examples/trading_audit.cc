@@ -195,7 +195,7 @@ class Ledger {
       const int rc = mdb_put(txn_, dbi_, &k, &v, 0);
       return rc == 0 ? absl::OkStatus() : LmdbStatus("mdb_put", rc);
     }
-    // Durable when it returns OK (LMDB's default: fsync at commit).
+    // Durable when it returns OK (LMDB's default: fsync at commit). REQUIRES: not committed.
     absl::Status Commit() {
       const int rc = mdb_txn_commit(std::exchange(txn_, nullptr));
       return rc == 0 ? absl::OkStatus() : LmdbStatus("mdb_txn_commit", rc);
@@ -256,21 +256,25 @@ class Ledger {
     if (rc == 0) rc = mdb_env_set_mapsize(ledger->env_, size_t{64} << 20);
     if (rc == 0) rc = mdb_env_open(ledger->env_, dir.c_str(), 0, 0644);
     if (rc != 0) return LmdbStatus("mdb_env_open", rc);
-    absl::StatusOr<Txn> txn = ledger->Begin();  // opens the database once, for every later txn
-    if (!txn.ok()) return txn.status();
-    if (absl::Status st = txn->Commit(); !st.ok()) return st;
+    // The database handle, opened once in a committed transaction, serves every later one.
+    MDB_txn* txn = nullptr;
+    if ((rc = mdb_txn_begin(ledger->env_, nullptr, 0, &txn)) != 0) {
+      return LmdbStatus("mdb_txn_begin", rc);
+    }
+    if ((rc = mdb_dbi_open(txn, nullptr, 0, &ledger->dbi_)) != 0) {
+      mdb_txn_abort(txn);
+      return LmdbStatus("mdb_dbi_open", rc);
+    }
+    if ((rc = mdb_txn_commit(txn)) != 0) return LmdbStatus("mdb_txn_commit", rc);
     return ledger;
   }
   ~Ledger() { mdb_env_close(env_); }
 
+  // A read-write transaction (LMDB runs one at a time per environment).
   absl::StatusOr<Txn> Begin() {
     MDB_txn* txn = nullptr;
-    int rc = mdb_txn_begin(env_, nullptr, 0, &txn);
+    const int rc = mdb_txn_begin(env_, nullptr, 0, &txn);
     if (rc != 0) return LmdbStatus("mdb_txn_begin", rc);
-    if (dbi_ == 0 && (rc = mdb_dbi_open(txn, nullptr, 0, &dbi_)) != 0) {
-      mdb_txn_abort(txn);
-      return LmdbStatus("mdb_dbi_open", rc);
-    }
     return Txn(txn, dbi_);
   }
 
@@ -332,6 +336,7 @@ class Auditor : public DurableSubscriber::Handler {
   bool wants_reconnect() const { return wants_reconnect_; }
   void reconnecting() { wants_reconnect_ = false; }
 
+  // Every order carries account, quantity and price_cents (the gateway's schema).
   void OnEvent(PubendId, Tick, const EventRef& order) override {
     const std::string& account = std::get<std::string>(*order->Find("account"));
     const int64_t quantity = std::get<int64_t>(*order->Find("quantity"));
@@ -428,6 +433,8 @@ int RunAuditApplication(int incarnation, const std::string& ledger_dir, int fd,
     // moved past the batch, but the stored one has not; the next process starts from it.
     if (!auditor.status().ok()) return 1;
     if (!(ds.checkpoint() == stored)) {
+      // The application's own work inside its transaction (say, a call to a risk system): the
+      // window in which the parent's SIGKILL lands.
       if (progress->handled.load() > handled_before) absl::SleepFor(work);
       if (!txn->Put("ct", ds.checkpoint().Encode()).ok() || !txn->Commit().ok()) return 1;
       stored = ds.checkpoint();
