@@ -857,8 +857,9 @@ int Run(const std::string& dir) {
   static const char* const kSymbols[] = {"IBM", "MSFT", "AAPL", "ORCL"};
   int sent = 0;
   int logged = 0;
-  const absl::Time start = absl::Now() + absl::Milliseconds(100);  // the subscribers connect
-  const absl::Time deadline = start + interval * total_orders + absl::Seconds(60);
+  // The gateway starts once every subscription exists: each must get every order it matches.
+  absl::Time start = absl::InfiniteFuture();
+  const absl::Time deadline = absl::Now() + interval * total_orders + absl::Seconds(60);
   absl::Time last_timer;
   bool dropped = false;
   bool back = false;
@@ -878,6 +879,10 @@ int Run(const std::string& dir) {
     if (now > deadline || !(*broker)->status().ok()) {
       std::printf("stopped: %s\n", (*broker)->status().ToString().c_str());
       return 1;
+    }
+    if (start == absl::InfiniteFuture() &&
+        std::all_of(apps.begin(), apps.end(), [](const auto& app) { return app->started; })) {
+      start = now;
     }
     // The gateway: orders on schedule; each is logged for the checker once durable.
     while (sent < total_orders && now >= start + interval * sent) {

@@ -36,7 +36,7 @@ int Run(const std::string& dir) {  // .value() aborts on an error, for brevity
   auto phb = PublisherHostingBroker::Open(po, phb_store.get(), phb_net.get()).value();
   SubscriberHostingBrokerOptions so;
   so.pubends = {{PubendId{1}, "phb"}};
-  so.silence_interval = absl::Milliseconds(100);
+  so.silence_interval = absl::Milliseconds(250);
   auto shb = SubscriberHostingBroker::Open(so, shb_store.get(), shb_net.get()).value();
   Blotter blotter;
   DurableSubscriberOptions o;
@@ -62,7 +62,7 @@ int Run(const std::string& dir) {  // .value() aborts on an error, for brevity
     order.SetString("symbol", i % 2 ? "MSFT" : "IBM").SetInt64("quantity", 100 * i);
     phb->Publish(PubendId{1}, "gateway", i, MakeEventRef(order), [](absl::StatusOr<Tick>) {});
   }
-  run(absl::Milliseconds(400));
+  run(absl::Seconds(1));
   return blotter.orders == 2 ? 0 : 1;  // IBM x 200 and IBM x 400
 }
 

@@ -67,6 +67,7 @@ struct KeeperDb {
   CheckpointToken ct;                        // how far the positions go
   uint64_t epoch = 0;                        // of the latest keeper process
   uint64_t gaps = 0;
+  bool subscribed = false;                   // the broker has created the subscription
 };
 
 // The position keeper's handler: a fill is an event with account, symbol and a signed qty.
@@ -88,6 +89,8 @@ class PositionKeeper : public DurableSubscriber::Handler {
     ++db_->gaps;
     SaveCheckpoint(p, t);
   }
+  // A durable subscription gets what is published from its creation on.
+  void OnConnected(const CheckpointToken&) override { db_->subscribed = true; }
   // The keeper's node reconnects when the session is gone.
   void OnError(const absl::Status&) override {}
 
@@ -130,7 +133,7 @@ struct World {
   Simulator sim;
   const absl::Time start = sim.Now();
   bool buggy = false;
-  std::vector<std::string> errors;  // a node that could not start
+  std::vector<std::string> errors;  // what went wrong in the set-up (a node that could not start)
 
   // The exchange's and the broker's disks.
   std::shared_ptr<MemoryStorage::State> exchange_disk = MemoryStorage::NewState();
@@ -138,7 +141,7 @@ struct World {
 
   // The gateway's state: fills not acknowledged yet are published again (with the same
   // sequence, so idempotently) when the exchange comes back.
-  bool publishing = true;
+  bool publishing = false;
   uint64_t next_sequence = 1;
   std::map<uint64_t, std::pair<PubendId, EventRef>> unacked;
   std::vector<Fill> acked;
@@ -343,6 +346,11 @@ std::vector<std::string> RunSeed(uint64_t seed, bool buggy) {
   (void)w.sim.AddNode("keeper",
                       [world](SimContext& c) { return std::make_unique<KeeperNode>(c, world); });
 
+  // The gateway starts once the keeper's subscription exists: the book must hold every fill.
+  if (!w.sim.RunUntil([&w] { return w.keeper_db.subscribed; }, absl::Seconds(1))) {
+    w.errors.push_back("the keeper never connected");
+  }
+  w.publishing = true;
   // Three seconds of faults, then a calm second for the last restarts.
   const absl::Duration faulty = absl::Seconds(3);
   w.sim.Schedule(absl::Milliseconds(50), [&w, end = w.sim.Now() + faulty] { FaultTick(w, end); });

@@ -240,6 +240,12 @@ class Ledger {
       mdb_cursor_close(c);
       return all;
     }
+    // The orders of every account.
+    int64_t TotalOrders() const {
+      int64_t orders = 0;
+      for (const auto& [account, t] : AllTotals()) orders += t.orders;
+      return orders;
+    }
 
    private:
     friend class Ledger;
@@ -286,8 +292,9 @@ class Ledger {
 
 // ===== The audit application (a child process) =====
 
-// What the parent can see of the application through shared memory, only to report where the
-// kill landed. Not part of the pattern: the application's truth is its ledger.
+// What the parent can see of the application through shared memory, only to aim the kill at an
+// open transaction and to report what it destroyed. Not part of the pattern: the application's
+// truth is its ledger.
 struct Progress {
   std::atomic<uint64_t> handled{0};    // orders applied to a transaction, committed or not
   std::atomic<uint64_t> committed{0};  // orders in committed transactions
@@ -394,11 +401,9 @@ int RunAuditApplication(int incarnation, const std::string& ledger_dir, int fd,
       stored = *decoded;
     }
     epoch = txn->GetU64("epoch") + 1;
-    int64_t orders = 0;
-    for (const auto& [account, t] : txn->AllTotals()) orders += t.orders;
     Say("  audit app %d (pid %d) opened its ledger: %d orders, CT %s\n"
         "    connecting with that CT and epoch %d\n",
-        incarnation, getpid(), orders, stored.ToString(), epoch);
+        incarnation, getpid(), txn->TotalOrders(), stored.ToString(), epoch);
     if (!txn->PutU64("epoch", epoch).ok() || !txn->Commit().ok()) return 1;
   }
 
@@ -466,7 +471,10 @@ class AppConnection {
   AppConnection(std::unique_ptr<Channel> endpoint, pid_t pid, int fd)
       : endpoint_(std::move(endpoint)), pid_(pid), fd_(fd) {
     // A message to an application that died is lost; the protocol needs nothing more.
-    endpoint_->SetReceiver([fd](absl::string_view, Message m) { (void)WriteFrame(fd, m); });
+    endpoint_->SetReceiver([this](absl::string_view, Message m) {
+      if (std::holds_alternative<ConnectedMessage>(m)) connected_ = true;
+      (void)WriteFrame(fd_, m);
+    });
   }
   ~AppConnection() {
     endpoint_.reset();
@@ -483,6 +491,8 @@ class AppConnection {
     }
     return status;
   }
+  // The broker accepted the application's subscription.
+  bool connected() const { return connected_; }
   // The last CT the application acknowledged: its ledger holds everything up to it.
   const CheckpointToken& acked() const { return acked_; }
   pid_t pid() const { return pid_; }
@@ -493,6 +503,7 @@ class AppConnection {
   const pid_t pid_;
   const int fd_;
   FrameReader reader_;
+  bool connected_ = false;
   CheckpointToken acked_;
 };
 
@@ -520,6 +531,15 @@ absl::StatusOr<std::unique_ptr<AppConnection>> SpawnAuditApplication(
       net.Connect(absl::StrCat("audit-app/", incarnation));
   if (!endpoint.ok()) return endpoint.status();
   return std::make_unique<AppConnection>(*std::move(endpoint), pid, fds[0]);
+}
+
+// The orders in the ledger at `dir`. REQUIRES: no process has it open for writing.
+absl::StatusOr<int64_t> CountLedgerOrders(const std::string& dir) {
+  absl::StatusOr<std::unique_ptr<Ledger>> ledger = Ledger::Open(dir);
+  if (!ledger.ok()) return ledger.status();
+  absl::StatusOr<Ledger::Txn> txn = (*ledger)->Begin();
+  if (!txn.ok()) return txn.status();
+  return txn->TotalOrders();
 }
 
 // A published order and where it was logged.
@@ -596,8 +616,10 @@ int RunTradingSystem(const std::string& dir) {
   int sent = 0;
   bool killed = false;
   absl::Time restart_at = absl::InfiniteFuture();
-  const absl::Time start = absl::Now() + absl::Milliseconds(200);  // let the first app connect
-  const absl::Time deadline = start + interval * total_orders + absl::Seconds(60);
+  // The gateway starts once the audit's subscription exists (a durable subscription gets what
+  // is published from its creation on), and the ledger must hold every matching order.
+  absl::Time start = absl::InfiniteFuture();
+  const absl::Time deadline = absl::Now() + interval * total_orders + absl::Seconds(60);
   absl::Time last_timer;
   // Done when the application, after its crash, acknowledged the last order it audits: its
   // ledger holds everything up to the CT it acknowledged.
@@ -612,6 +634,7 @@ int RunTradingSystem(const std::string& dir) {
       Say("timed out\n");
       return 1;
     }
+    if (start == absl::InfiniteFuture() && app != nullptr && app->connected()) start = now;
     // The order gateway: publishes on schedule; `done` runs once the order is durable.
     while (sent < total_orders && now >= start + interval * sent) {
       ++sent;
@@ -641,13 +664,16 @@ int RunTradingSystem(const std::string& dir) {
       kill(app->pid(), SIGKILL);
       int status = 0;
       waitpid(app->pid(), &status, 0);
-      Say("  trading system: SIGKILL to audit app %d after %d orders were published; it had\n"
-          "    committed %d orders and applied %d more in an open transaction, lost with it\n",
-          incarnation, sent, progress->committed.load(),
-          progress->handled.load() - progress->committed.load());
       app.reset();
       killed = true;
       restart_at = now + absl::Milliseconds(absl::GetFlag(FLAGS_down_ms));
+      // What survived is what the ledger says (the kill may also land just after a commit).
+      absl::StatusOr<int64_t> kept = CountLedgerOrders(ledger_dir);
+      if (!kept.ok()) return 1;
+      const int64_t applied = static_cast<int64_t>(progress->handled.load());
+      Say("  trading system: SIGKILL to audit app %d after %d orders were published; it had\n"
+          "    applied %d orders, its ledger holds %d: %d died with an open transaction\n",
+          incarnation, sent, applied, *kept, applied - *kept);
     }
     if (app == nullptr && now >= restart_at) {
       spawned = SpawnAuditApplication(net, ++incarnation, ledger_dir, progress, work);
