@@ -296,8 +296,9 @@ class Ledger {
 // open transaction and to report what it destroyed. Not part of the pattern: the application's
 // truth is its ledger.
 struct Progress {
-  std::atomic<uint64_t> handled{0};    // orders applied to a transaction, committed or not
-  std::atomic<uint64_t> committed{0};  // orders in committed transactions
+  std::atomic<uint64_t> handled{0};  // orders applied to transactions, committed or not
+  std::atomic<uint64_t> commits{0};  // transactions committed
+  std::atomic<bool> working{false};  // inside a transaction, doing the application's own work
 };
 
 // The application's Channel: its one peer, the broker, is at the other end of the socket.
@@ -440,10 +441,14 @@ int RunAuditApplication(int incarnation, const std::string& ledger_dir, int fd,
     if (!(ds.checkpoint() == stored)) {
       // The application's own work inside its transaction (say, a call to a risk system): the
       // window in which the parent's SIGKILL lands.
-      if (progress->handled.load() > handled_before) absl::SleepFor(work);
+      if (progress->handled.load() > handled_before) {
+        progress->working = true;
+        absl::SleepFor(work);
+        progress->working = false;
+      }
       if (!txn->Put("ct", ds.checkpoint().Encode()).ok() || !txn->Commit().ok()) return 1;
       stored = ds.checkpoint();
-      progress->committed.store(progress->handled.load());
+      progress->commits.fetch_add(1);
     }
     // Only now may the broker hear the CT. An ack ahead of the commit would let it release, and
     // chop from its filtering log, what a crash would make us ask for again.
@@ -516,7 +521,8 @@ absl::StatusOr<std::unique_ptr<AppConnection>> SpawnAuditApplication(
     return absl::InternalError(absl::StrCat("socketpair: ", std::strerror(errno)));
   }
   progress->handled = 0;
-  progress->committed = 0;
+  progress->commits = 0;
+  progress->working = false;
   std::fflush(stdout);
   const pid_t pid = fork();
   if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
@@ -648,9 +654,9 @@ int RunTradingSystem(const std::string& dir) {
                         if (audit.Matches(*order)) last_audited.Set(p, *t);
                       });
     }
-    // The brokers: commits, messages, timers.
+    // The brokers: commits, messages (the application's among them), deliveries, timers; and
+    // what they sent goes out (down the socket, for the application).
     (*phb)->OnTimer(now);
-    net.DeliverAll();
     if (app != nullptr) (void)app->Pump();
     net.DeliverAll();
     (*shb)->Flush();
@@ -658,9 +664,18 @@ int RunTradingSystem(const std::string& dir) {
       last_timer = now;
       (*shb)->OnTimer(now);
     }
-    // The crash: in the middle of a transaction, once enough has been published.
-    if (!killed && sent >= total_orders * absl::GetFlag(FLAGS_kill_after) &&
-        progress->handled > progress->committed && progress->committed > 0) {
+    net.DeliverAll();
+    // The crash, once enough has been published: watch the application for a moment (it has
+    // just been sent messages) and kill it the instant it works inside a transaction that holds
+    // applied orders.
+    bool kill_now = false;
+    if (!killed && sent >= total_orders * absl::GetFlag(FLAGS_kill_after)) {
+      for (absl::Time until = absl::Now() + absl::Milliseconds(20); absl::Now() < until;) {
+        kill_now = progress->working && progress->commits > 0;
+        if (kill_now) break;
+      }
+    }
+    if (kill_now) {
       kill(app->pid(), SIGKILL);
       int status = 0;
       waitpid(app->pid(), &status, 0);
