@@ -52,13 +52,13 @@ absl::Status Pubend::Recover() {
   absl::MutexLock lock(&mu_);
   const PubendId p = options_.id;
   Tick announced = 0;
-  GRYPH_ASSIGN_OR_RETURN(auto t_row, storage_->Get(internal::kMetaTable,
+  GRYPH_ASSIGN_OR_RETURN(auto t_row, storage_->Get(internal::kPubendMetaTable,
                                                    MetaKey(p, internal::kMetaAnnouncedTick)));
   if (t_row) {
     GRYPH_ASSIGN_OR_RETURN(announced, DecodeTickValue("announced tick", *t_row));
   }
-  GRYPH_ASSIGN_OR_RETURN(auto l_row,
-                         storage_->Get(internal::kMetaTable, MetaKey(p, internal::kMetaLPrefix)));
+  GRYPH_ASSIGN_OR_RETURN(
+      auto l_row, storage_->Get(internal::kPubendMetaTable, MetaKey(p, internal::kMetaLPrefix)));
   if (l_row) {
     GRYPH_ASSIGN_OR_RETURN(l_prefix_, DecodeTickValue("L prefix", *l_row));
   }
@@ -295,7 +295,7 @@ void Pubend::OnTimer(absl::Time now) {
   assigned_ = t;
   ++in_flight_;
   WriteBatch batch;
-  batch.Put(internal::kMetaTable, MetaKey(options_.id, internal::kMetaAnnouncedTick),
+  batch.Put(internal::kPubendMetaTable, MetaKey(options_.id, internal::kMetaAnnouncedTick),
             EncodeFixed64(t));
   committer_->Submit(std::move(batch), 0, [this, t](absl::Status s) {
     absl::MutexLock l(&mu_);
@@ -375,7 +375,7 @@ void Pubend::MaybeRelease(absl::Time now) {
   // The L prefix moves at once; the events below it are deleted by ReclaimSome in bounded chunks
   // (one huge delete could exceed what one storage transaction may touch).
   WriteBatch batch;
-  batch.Put(internal::kMetaTable, MetaKey(options_.id, internal::kMetaLPrefix),
+  batch.Put(internal::kPubendMetaTable, MetaKey(options_.id, internal::kMetaLPrefix),
             EncodeFixed64(target));
   releasing_ = target;  // nack answers treat ticks up to here as L from now on
   committer_->Submit(std::move(batch), 0, [this, target](absl::Status s) {

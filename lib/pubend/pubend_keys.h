@@ -11,8 +11,11 @@
 
 namespace gryph::internal {
 
+// Names distinct within gryph::internal: two inline variables of one name with different values
+// are an ODR violation, and an unoptimized build then links one value into both users (the
+// storage layer's meta table is internal::kMetaTable, "gryph.meta").
 inline constexpr absl::string_view kEventsTable = "pubend.events";
-inline constexpr absl::string_view kMetaTable = "pubend.meta";
+inline constexpr absl::string_view kPubendMetaTable = "pubend.meta";
 inline constexpr absl::string_view kDownstreamTable = "pubend.downstream";
 inline constexpr absl::string_view kPublishersTable = "pubend.publishers";
 

@@ -1,0 +1,997 @@
+// custom_broker: a subscriber hosting broker assembled from gryph's parts — Pubend, ConStream,
+// CatchupStream, PFS — on a transport of its own. Nothing here uses SubscriberHostingBroker or
+// PublisherHostingBroker: this is the shape gryph promises to applications that need their own
+// broker, with nothing hidden.
+//
+// The parts, top to bottom in this file:
+//   - SocketChannel: a Channel over Unix stream sockets. Each message is encoded with
+//     EncodeMessage and framed with a 4-byte big-endian length; sockets never block, and one
+//     poll loop drives every socket of the process. It also tells its owner when a connection
+//     ends, which the Channel interface itself does not carry.
+//   - Exchange: two Pubends on LMDB sharing one GroupCommitter; it publishes the gateway's orders
+//     and answers the nacks and release messages its downstream broker sends.
+//   - MiniBroker, the custom subscriber hosting broker: per pubend a KnowledgeStream (what came
+//     from the exchange, doubling as a small cache of recent events), a ConStream and a PFS; per
+//     subscriber catching up, a CatchupStream fed by a PFS::Reader. Each constream step writes
+//     the PFS records of its ticks AND the new latestDelivered in ONE storage commit, and only
+//     then sends the Events.
+//   - four subscriber applications: DurableSubscribers with their own selectors, each on its own
+//     connection to the broker.
+// While orders flow, one subscriber's connection drops; the broker learns it from the transport
+// and ends the session. The subscriber reconnects later with its CT; the broker replays its
+// matches from the PFS (nacking the events that left its cache from the exchange) and hands it
+// over to the constream. At the end an ExactlyOnceChecker checks every subscriber against what
+// the pubends logged; a violation exits 1.
+//
+//   custom_broker [--orders=2000] [--rate=1000] [--seed=1] [--data_dir=DIR]
+
+#include <poll.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gryph/catchup_stream.h"
+#include "gryph/channel.h"
+#include "gryph/con_stream.h"
+#include "gryph/durable_subscriber.h"
+#include "gryph/exactly_once_checker.h"
+#include "gryph/group_commit.h"
+#include "gryph/knowledge_stream.h"
+#include "gryph/message.h"
+#include "gryph/pfs.h"
+#include "gryph/pubend.h"
+#include "gryph/storage.h"
+#include "gryph/subscription.h"
+
+ABSL_FLAG(int, orders, 2000, "orders the gateway publishes");
+ABSL_FLAG(double, rate, 1000, "orders published per second");
+ABSL_FLAG(uint64_t, seed, 1, "seed for the orders");
+ABSL_FLAG(std::string, data_dir, "", "where the stores go (kept); default: a temp dir, removed");
+
+namespace {
+
+using namespace gryph;  // NOLINT: an example reads better without the prefix
+
+// ===== SocketChannel: a Channel over Unix stream sockets =====
+
+// One endpoint: a connection per peer, each message a frame [4-byte big-endian length]
+// [EncodeMessage bytes]. Send queues the frame and writes what the socket takes at once; Pump()
+// writes the rest, reads, and hands each complete message to the receiver — never from inside
+// Send, as the Channel contract requires. A connection that ends (end-of-file, an error, a frame
+// that does not decode) is closed by Pump and reported to the closed-handler; frames queued for
+// it are lost, which the protocol repairs (or, for a subscriber's session, the reconnection).
+// A real network transport also learns each peer's name from a hello frame and bounds the queued
+// bytes; here both ends of a connection are made together, by Link().
+//
+// Thread-safety: owned by one thread.
+class SocketChannel final : public Channel {
+ public:
+  explicit SocketChannel(std::string name) : name_(std::move(name)) {}
+  ~SocketChannel() override {
+    for (auto& [peer, c] : connections_) close(c.fd);
+  }
+
+  // Takes `fd`, a connected non-blocking stream socket, as the connection to `peer`.
+  void Attach(const std::string& peer, int fd) {
+    Detach(peer);
+    connections_[peer] = Connection{fd, {}, {}, false};
+  }
+  // Closes the connection to `peer`; the peer reads end-of-file. No closed-handler call.
+  void Detach(const std::string& peer) {
+    auto it = connections_.find(peer);
+    if (it == connections_.end()) return;
+    close(it->second.fd);
+    connections_.erase(it);
+  }
+  // Called (from Pump) with the peer's name when its connection ends other than by Detach.
+  void SetClosedHandler(std::function<void(const std::string&)> handler) {
+    closed_handler_ = std::move(handler);
+  }
+
+  const std::string& name() const override { return name_; }
+
+  absl::Status Send(absl::string_view peer, Message message) override {
+    auto it = connections_.find(peer);
+    if (it == connections_.end() || it->second.broken) {
+      return absl::UnavailableError(absl::StrCat(name_, " has no connection to ", peer));
+    }
+    const std::string body = EncodeMessage(message);
+    const uint32_t n = static_cast<uint32_t>(body.size());
+    std::string& out = it->second.out;
+    out += {static_cast<char>(n >> 24), static_cast<char>(n >> 16), static_cast<char>(n >> 8),
+            static_cast<char>(n)};
+    out += body;
+    Write(it->second);
+    return absl::OkStatus();
+  }
+
+  void SetReceiver(Receiver receiver) override { receiver_ = std::move(receiver); }
+
+  // Adds this endpoint's sockets to a poll set: readable, and writable while frames wait.
+  void AddPollFds(std::vector<pollfd>* fds) const {
+    for (const auto& [peer, c] : connections_) {
+      fds->push_back(pollfd{c.fd, static_cast<short>(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
+    }
+  }
+
+  // Writes what waits, reads what arrived and delivers it; closes and reports ended connections.
+  // Never blocks.
+  void Pump() {
+    std::vector<std::string> peers;
+    for (const auto& [peer, c] : connections_) peers.push_back(peer);
+    for (const std::string& peer : peers) {
+      std::vector<Message> arrived;
+      auto it = connections_.find(peer);
+      if (it == connections_.end()) continue;  // detached by a receiver meanwhile
+      Write(it->second);
+      Read(it->second, &arrived);
+      // The receiver may Send, Attach or Detach: look the connection up again after each call.
+      for (Message& m : arrived) {
+        if (!connections_.contains(peer) || !receiver_) break;
+        receiver_(peer, std::move(m));
+      }
+      it = connections_.find(peer);
+      if (it != connections_.end() && it->second.broken) {
+        Detach(peer);
+        if (closed_handler_) closed_handler_(peer);
+      }
+    }
+  }
+
+ private:
+  struct Connection {
+    int fd;
+    std::string in;   // bytes of incomplete frames
+    std::string out;  // frames not written yet
+    bool broken;      // ended; Pump closes it and reports it
+  };
+  static constexpr uint32_t kMaxFrameBytes = 64 << 20;
+
+  // Writes what the socket takes now.
+  static void Write(Connection& c) {
+    while (!c.out.empty() && !c.broken) {
+      const ssize_t w = send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w > 0) {
+        c.out.erase(0, static_cast<size_t>(w));
+      } else if (w < 0 && errno == EINTR) {
+        continue;
+      } else {
+        if (errno != EAGAIN && errno != EWOULDBLOCK) c.broken = true;
+        return;
+      }
+    }
+  }
+
+  // Reads what arrived and appends the complete messages to *out.
+  static void Read(Connection& c, std::vector<Message>* out) {
+    char chunk[64 << 10];
+    for (;;) {
+      const ssize_t r = recv(c.fd, chunk, sizeof chunk, MSG_DONTWAIT);
+      if (r > 0) {
+        c.in.append(chunk, static_cast<size_t>(r));
+        continue;
+      }
+      if (r < 0 && errno == EINTR) continue;
+      if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) c.broken = true;
+      break;
+    }
+    size_t at = 0;
+    while (c.in.size() - at >= 4) {
+      const auto* p = reinterpret_cast<const unsigned char*>(c.in.data() + at);
+      const uint32_t n = uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | p[3];
+      if (c.in.size() - at - 4 < n && n <= kMaxFrameBytes) break;  // the rest has not arrived
+      absl::StatusOr<Message> m =
+          n > kMaxFrameBytes ? absl::DataLossError("oversized frame")
+                             : DecodeMessage(absl::string_view(c.in).substr(at + 4, n));
+      if (!m.ok()) {  // a peer that sends garbage loses its connection
+        c.broken = true;
+        break;
+      }
+      out->push_back(*std::move(m));
+      at += 4 + n;
+    }
+    c.in.erase(0, at);
+  }
+
+  const std::string name_;
+  std::map<std::string, Connection, std::less<>> connections_;
+  Receiver receiver_;
+  std::function<void(const std::string&)> closed_handler_;
+};
+
+// Connects endpoints `a` and `b` with a socketpair.
+absl::Status Link(SocketChannel& a, SocketChannel& b) {
+  int fds[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) != 0) {
+    return absl::InternalError(absl::StrCat("socketpair: ", std::strerror(errno)));
+  }
+  a.Attach(b.name(), fds[0]);
+  b.Attach(a.name(), fds[1]);
+  return absl::OkStatus();
+}
+
+// ===== Exchange: the publishing side, from Pubends and a GroupCommitter =====
+
+constexpr PubendId kPubends[] = {PubendId{1}, PubendId{2}};
+
+// Owned by one thread, which calls Publish and OnTimer and pumps the channel.
+class Exchange {
+ public:
+  // Opens the pubends stored in `storage` (recovering them) and registers `downstream` with each.
+  // `storage` and `channel` must outlive the exchange.
+  static absl::StatusOr<std::unique_ptr<Exchange>> Open(Storage* storage, SocketChannel* channel,
+                                                        const std::string& downstream) {
+    std::unique_ptr<Exchange> x(new Exchange);
+    GroupCommitOptions gc;
+    gc.max_records = 256;
+    gc.max_delay = absl::Milliseconds(1);
+    // After each group commit, every pubend sends what became durable downstream.
+    Exchange* self = x.get();
+    gc.after_group = [self] {
+      for (auto& [id, p] : self->pubends_) p->FlushKnowledge();
+    };
+    x->committer_ = std::make_unique<GroupCommitter>(storage, gc);
+    for (PubendId id : kPubends) {
+      absl::StatusOr<std::unique_ptr<Pubend>> p =
+          Pubend::Open(PubendOptions{id}, storage, x->committer_.get(), channel);
+      if (!p.ok()) return p.status();
+      if (absl::Status st = (*p)->AddDownstream(downstream); !st.ok() && !absl::IsAlreadyExists(st)) {
+        return st;
+      }
+      x->pubends_[id] = *std::move(p);
+    }
+    channel->SetReceiver([self](absl::string_view from, Message m) { self->OnMessage(from, m); });
+    return x;
+  }
+
+  // Logs `order` on the pubend of its account; done(p, tick) runs once it is durable.
+  void Publish(uint64_t sequence, EventRef order, absl::Time now,
+               std::function<void(PubendId, absl::StatusOr<Tick>)> done) {
+    const PubendId p = PubendForKey(std::get<std::string>(*order->Find("account")), kPubends);
+    pubends_.at(p)->Publish("gateway", sequence, std::move(order), now,
+                            [p, done](absl::StatusOr<Tick> t) { done(p, t); });
+  }
+
+  // Commits the pending group when due; heartbeats and release.
+  void OnTimer(absl::Time now) {
+    (void)committer_->FlushIfDue(now);  // a failure fails the pubends, reported by status()
+    for (auto& [id, p] : pubends_) p->OnTimer(now);
+  }
+
+  Pubend& pubend(PubendId p) { return *pubends_.at(p); }
+
+ private:
+  Exchange() = default;
+
+  // What a downstream broker sends a publisher: nacks and release information.
+  void OnMessage(absl::string_view from, const Message& m) {
+    if (const auto* nack = std::get_if<CuriosityMessage>(&m)) {
+      if (auto it = pubends_.find(nack->pubend); it != pubends_.end()) {
+        (void)it->second->HandleCuriosity(from, *nack);  // answers with knowledge messages
+      }
+    } else if (const auto* release = std::get_if<ReleaseMessage>(&m)) {
+      for (const ReleaseEntry& e : release->entries) {
+        if (auto it = pubends_.find(e.pubend); it != pubends_.end()) {
+          (void)it->second->HandleRelease(from, e, absl::Now());
+        }
+      }
+    }
+  }
+
+  // Destroyed pubends first, then the committer (which drops anything uncommitted, as a crash).
+  std::unique_ptr<GroupCommitter> committer_;
+  std::map<PubendId, std::unique_ptr<Pubend>> pubends_;
+};
+
+// ===== MiniBroker: a subscriber hosting broker from ConStream, CatchupStream and PFS =====
+
+// State per pubend p:
+//   istream    KnowledgeStream: what arrived from the exchange; it doubles as the cache of recent
+//              events, forgotten kEventCacheTicks below latestDelivered unless a catchup needs
+//              them (a catchup nacks what was forgotten)
+//   constream  ConStream: latestDelivered(p) and its members (connected, not catching up)
+//   pfs        PFS: which ticks matched which subscriptions
+// State per subscription: its PFS id, selector, session (the peer name of its connection; empty
+// while disconnected), epoch, and per pubend released(s,p) and, while catching up, a
+// CatchupStream with the PFS::Reader feeding it.
+//
+// Persistence: latestDelivered(p) and the PFS share one Storage and commit together. The
+// subscriptions and released(s,p) are kept in memory only, because this broker never restarts
+// with its subscribers; SubscriberHostingBroker stores them as well (docs/format.md).
+//
+// Owned by one thread, which pumps its channel and calls Flush and OnTimer.
+class MiniBroker {
+ public:
+  struct Stats {
+    uint64_t commits = 0;  // constream commits: PFS records with latestDelivered
+    uint64_t pfs_records = 0;
+    uint64_t events_delivered = 0;
+    uint64_t catchups_started = 0;
+    uint64_t catchups_completed = 0;
+    uint64_t catchup_events = 0;
+    uint64_t ticks_nacked = 0;
+  };
+
+  // Opens the broker's state in `storage` (latestDelivered and the PFS of every pubend), receives
+  // from `channel`, and nacks and releases to `upstream`. Both must outlive the broker.
+  static absl::StatusOr<std::unique_ptr<MiniBroker>> Open(Storage* storage, SocketChannel* channel,
+                                                         std::string upstream) {
+    std::unique_ptr<MiniBroker> b(new MiniBroker(storage, channel, std::move(upstream)));
+    for (PubendId id : kPubends) {
+      PubendState& p = b->pubends_[id];
+      p.id = id;
+      absl::StatusOr<std::optional<std::string>> row = storage->Get(kDeliveredTable, Key(id));
+      if (!row.ok()) return row.status();
+      p.constream = std::make_unique<ConStream>(id, *row ? Decode64(**row) : 0);
+      PfsOptions po;
+      po.pubend = id;
+      absl::StatusOr<std::unique_ptr<PFS>> pfs = PFS::Open(po, storage);
+      if (!pfs.ok()) return pfs.status();
+      p.pfs = *std::move(pfs);
+    }
+    MiniBroker* self = b.get();
+    channel->SetReceiver([self](absl::string_view from, Message m) { self->OnMessage(from, m); });
+    channel->SetClosedHandler([self](const std::string& peer) { self->OnConnectionClosed(peer); });
+    return b;
+  }
+
+  ~MiniBroker() {
+    channel_->SetReceiver(nullptr);
+    channel_->SetClosedHandler(nullptr);
+    for (auto& [name, s] : subscriptions_) s.positions.clear();  // readers go before their PFS
+  }
+
+  // Delivers what the knowledge received since the last call allows: the constreams (one commit
+  // for all pubends), then the catchup streams. Call after handing the broker messages.
+  void Flush(absl::Time now) {
+    if (!dirty_ || !status_.ok()) return;
+    dirty_ = false;
+    if (absl::Status st = AdvanceConStreams(now); !st.ok()) {
+      Fail(st);
+      return;
+    }
+    for (auto& [id, p] : pubends_) {
+      StepCatchups(p, now);
+      Forget(p);
+    }
+  }
+
+  // Periodic work: nacks for holes, Silences, release and PFS chopping. Call every few ms.
+  void OnTimer(absl::Time now) {
+    if (!status_.ok()) return;
+    const bool release_due = now - last_release_ >= absl::Milliseconds(100);
+    for (auto& [id, p] : pubends_) {
+      // Holes below the highest tick seen (lost knowledge) are nacked. The socket to the
+      // exchange loses nothing, so this rarely sends; a catchup's nacks go out as it steps.
+      const Tick ld = p.constream->latest_delivered();
+      if (p.highest_seen > ld) Nack(p, p.istream.QRanges({ld + 1, p.highest_seen}, 64));
+      // Members that matched nothing for a while get a Silence, so that their CT moves.
+      for (DeliveryMessage& d : p.constream->Silences(now, absl::Milliseconds(200))) {
+        const std::string session = subscriptions_.at(d.subscription).session;
+        Send(session, std::move(d));
+      }
+      if (release_due) Release(p);
+    }
+    if (release_due) last_release_ = now;
+    dirty_ = true;  // catchups may step on without new knowledge (a PFS read, a hand-over)
+    Flush(now);
+  }
+
+  // The transport says a subscriber's connection ended: its session ends with it.
+  void OnConnectionClosed(const std::string& peer) {
+    for (auto& [name, s] : subscriptions_) {
+      if (s.session == peer) EndSession(s);
+    }
+  }
+
+  Tick latest_delivered(PubendId p) const { return pubends_.at(p).constream->latest_delivered(); }
+  size_t catching_up() const {
+    size_t n = 0;
+    for (const auto& [name, s] : subscriptions_) {
+      for (const auto& [id, pos] : s.positions) n += pos.catchup != nullptr ? 1 : 0;
+    }
+    return n;
+  }
+  const Stats& stats() const { return stats_; }
+  // OK, or the storage error that stopped the broker.
+  const absl::Status& status() const { return status_; }
+
+ private:
+  // The table of latestDelivered(p): 4-byte big-endian pubend -> 8-byte big-endian tick.
+  static constexpr absl::string_view kDeliveredTable = "mini.delivered";
+  // Events kept in the istream below latestDelivered: 50 ms of pubend time (ticks are µs).
+  static constexpr Tick kEventCacheTicks = 50'000;
+  // D ticks per constream commit, and PFS matches read per catchup step.
+  static constexpr size_t kMaxEventsPerCommit = 1024;
+  static constexpr size_t kPfsBatch = 256;
+
+  struct Position {  // one subscription at one pubend
+    Tick created = 0;   // latestDelivered(p) when the subscription was created
+    Tick released = 0;  // released(s,p): what the subscriber acknowledged
+    std::unique_ptr<PFS::Reader> reader;      // while catching up
+    std::unique_ptr<CatchupStream> catchup;  // while catching up
+  };
+  struct SubscriptionState {
+    std::string name;
+    SubscriberId id;
+    std::string selector;
+    std::string topic_filter;
+    Subscription subscription;
+    uint64_t epoch = 0;
+    std::string session;  // the connection's peer name; empty while disconnected
+    std::map<PubendId, Position> positions;
+  };
+  struct PubendState {
+    PubendId id;
+    KnowledgeStream istream;
+    std::unique_ptr<ConStream> constream;
+    std::unique_ptr<PFS> pfs;
+    Tick highest_seen = 0;
+    Tick forgotten = 0;
+  };
+
+  MiniBroker(Storage* storage, SocketChannel* channel, std::string upstream)
+      : storage_(storage), channel_(channel), upstream_(std::move(upstream)) {}
+
+  static std::string Key(PubendId p) {
+    const uint32_t v = p.value;
+    return {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
+            static_cast<char>(v)};
+  }
+  static std::string Encode64(uint64_t v) {
+    std::string s(8, '\0');
+    for (int i = 7; i >= 0; --i, v >>= 8) s[i] = static_cast<char>(v & 0xff);
+    return s;
+  }
+  static uint64_t Decode64(absl::string_view s) {
+    uint64_t v = 0;
+    for (char c : s) v = v << 8 | static_cast<uint8_t>(c);
+    return v;
+  }
+
+  void OnMessage(absl::string_view from, const Message& m) {
+    if (!status_.ok()) return;
+    const std::string peer(from);
+    if (const auto* k = std::get_if<KnowledgeMessage>(&m)) {
+      OnKnowledge(peer, *k);
+    } else if (const auto* c = std::get_if<ConnectMessage>(&m)) {
+      OnConnect(peer, *c);
+    } else if (const auto* a = std::get_if<AckMessage>(&m)) {
+      OnAck(peer, *a);
+    } else if (const auto* d = std::get_if<DisconnectMessage>(&m)) {
+      auto it = subscriptions_.find(d->subscription);
+      if (it != subscriptions_.end() && it->second.session == peer) EndSession(it->second);
+    } else if (const auto* u = std::get_if<UnsubscribeMessage>(&m)) {
+      SendError(peer, u->subscription, absl::UnimplementedError("this broker keeps subscriptions"));
+    }
+  }
+
+  // Knowledge only accumulates here; Flush delivers it.
+  void OnKnowledge(const std::string& from, const KnowledgeMessage& m) {
+    auto it = pubends_.find(m.pubend);
+    if (from != upstream_ || it == pubends_.end()) return;
+    PubendState& p = it->second;
+    for (const KnowledgeSpan& span : m.spans) {
+      // Knowledge of released ticks (L) below what we hold, or a duplicate, changes nothing.
+      (void)p.istream.Accumulate(span);
+      p.highest_seen = std::max(p.highest_seen, span.range.last);
+    }
+    dirty_ = true;
+  }
+
+  // Every round takes what each pubend's doubt horizon allows, matches each event against every
+  // subscription, and commits the PFS records and the new latestDelivered values in ONE
+  // transaction. Only after that commit do the Events go out: a subscriber's CT is then never
+  // ahead of what this broker has durably delivered.
+  absl::Status AdvanceConStreams(absl::Time now) {
+    for (;;) {
+      WriteBatch batch;
+      struct Delivery {
+        ConStream* constream;
+        std::string session;
+        DeliveryMessage message;
+      };
+      std::vector<Delivery> deliveries;
+      std::vector<std::pair<PubendState*, Tick>> advanced;
+      for (auto& [id, p] : pubends_) {
+        const ConStream::Batch step = p.constream->Next(p.istream, kMaxEventsPerCommit);
+        if (step.through == p.constream->latest_delivered()) continue;
+        for (const KnowledgeSpan& d : step.data) {
+          const Tick t = d.range.first;
+          std::vector<SubscriberId> matched;  // every subscription, connected or not
+          for (auto& [name, s] : subscriptions_) {
+            if (!s.subscription.Matches(*d.event)) continue;
+            matched.push_back(s.id);
+            if (p.constream->IsMember(name)) {
+              deliveries.push_back(Delivery{p.constream.get(), s.session,
+                                            {name, id, DeliveryKind::kEvent, t, d.event}});
+            }
+          }
+          if (absl::Status st = p.pfs->Write(t, matched, &batch); !st.ok()) return st;
+          stats_.pfs_records += matched.empty() ? 0 : 1;
+        }
+        batch.Put(kDeliveredTable, Key(id), Encode64(step.through));
+        advanced.emplace_back(&p, step.through);
+      }
+      if (advanced.empty()) return absl::OkStatus();
+      if (absl::Status st = storage_->Commit(batch); !st.ok()) return st;
+      ++stats_.commits;
+      for (auto& [p, through] : advanced) {
+        p->pfs->MarkCommitted(p->pfs->last_timestamp());
+        p->constream->Advanced(through);
+      }
+      for (Delivery& d : deliveries) {
+        d.constream->NoteDelivered(d.message.subscription, d.message.tick, now);
+        ++stats_.events_delivered;
+        Send(d.session, std::move(d.message));
+      }
+    }
+  }
+
+  // Steps every catchup stream of pubend p: feeds it the PFS's matches for the window it wants,
+  // lets it deliver what the istream knows and nack what it lacks, and hands the subscriber over
+  // to the constream once it has delivered through latestDelivered.
+  void StepCatchups(PubendState& p, absl::Time now) {
+    const Tick ld = p.constream->latest_delivered();
+    for (auto& [name, s] : subscriptions_) {
+      Position& pos = s.positions.at(p.id);
+      if (pos.catchup == nullptr) continue;
+      if (pos.catchup->WantedMatches(ld).has_value()) {
+        pos.reader->ExtendTo(ld);  // latestDelivered moved on since the reader was made
+        PFS::ReadResult r;
+        if (absl::Status st = pos.reader->Read(kPfsBatch, &r); !st.ok()) {
+          SendError(s.session, name, st);
+          EndSession(s);
+          continue;
+        }
+        pos.catchup->AddMatches(r.ticks, r.through, r.lost_through);
+      }
+      std::vector<DeliveryMessage> out;
+      std::vector<TickRange> nacks;
+      pos.catchup->Step(p.istream, ld, &out, &nacks);
+      for (DeliveryMessage& d : out) {
+        stats_.catchup_events += d.kind == DeliveryKind::kEvent ? 1 : 0;
+        Send(s.session, std::move(d));
+      }
+      Nack(p, nacks);
+      if (pos.catchup->caught_up(ld)) {
+        // The hand-over: the catchup delivered exactly through ld, the constream goes on from ld.
+        pos.catchup.reset();
+        pos.reader.reset();
+        p.constream->Join(name, now);
+        ++stats_.catchups_completed;
+      }
+    }
+  }
+
+  void Nack(PubendState& p, const std::vector<TickRange>& ranges) {
+    if (ranges.empty()) return;
+    for (TickRange r : ranges) stats_.ticks_nacked += r.size();
+    Send(upstream_, CuriosityMessage{p.id, ranges});
+  }
+
+  // The istream keeps kEventCacheTicks of events below latestDelivered, and everything a catchup
+  // stream has yet to deliver.
+  void Forget(PubendState& p) {
+    const Tick ld = p.constream->latest_delivered();
+    Tick through = ld > kEventCacheTicks ? ld - kEventCacheTicks : 0;
+    for (const auto& [name, s] : subscriptions_) {
+      const Position& pos = s.positions.at(p.id);
+      if (pos.catchup != nullptr) through = std::min(through, pos.catchup->position());
+    }
+    if (through > p.forgotten) {
+      p.istream.Forget(through);
+      p.forgotten = through;
+    }
+  }
+
+  // Tells the exchange released(p) = min(latestDelivered(p), min_s released(s,p)), so that it can
+  // discard what everybody has; chops the PFS up to it, keeping what catchups still read.
+  void Release(PubendState& p) {
+    const Tick ld = p.constream->latest_delivered();
+    Tick released = ld;
+    Tick chop = ld;
+    for (const auto& [name, s] : subscriptions_) {
+      const Position& pos = s.positions.at(p.id);
+      released = std::min(released, pos.released);
+      if (pos.catchup != nullptr) chop = std::min(chop, pos.catchup->position());
+    }
+    Send(upstream_, ReleaseMessage{{{p.id, released, ld}}});
+    chop = std::min(chop, released);
+    if (chop <= p.pfs->chopped_through()) return;
+    WriteBatch batch;
+    absl::Status st = p.pfs->Chop(chop, &batch);
+    if (st.ok()) st = storage_->Commit(batch);
+    if (!st.ok()) Fail(st);
+  }
+
+  void OnConnect(const std::string& from, const ConnectMessage& m) {
+    const absl::Time now = absl::Now();
+    // The CT must name pubends this broker serves, and not be ahead of it.
+    for (const auto& [id, t] : m.checkpoint.entries()) {
+      auto it = pubends_.find(id);
+      if (it == pubends_.end() || t > it->second.constream->latest_delivered()) {
+        SendError(from, m.subscription,
+                  absl::OutOfRangeError(absl::StrCat("checkpoint ", m.checkpoint.ToString(),
+                                                     " is not one this broker can resume")));
+        return;
+      }
+    }
+    auto it = subscriptions_.find(m.subscription);
+    if (it == subscriptions_.end()) {
+      // A new durable subscription: registered in every pubend's PFS (one commit); it starts at
+      // latestDelivered.
+      absl::StatusOr<Subscription> sub = Subscription::Create(m.selector, m.topic_filter);
+      if (!sub.ok()) {
+        SendError(from, m.subscription, sub.status());
+        return;
+      }
+      SubscriptionState s{m.subscription, SubscriberId{next_id_++}, m.selector, m.topic_filter,
+                          *std::move(sub), m.epoch, "", {}};
+      WriteBatch batch;
+      for (auto& [id, p] : pubends_) {
+        if (absl::Status st = p.pfs->AddSubscriber(s.id, &batch); !st.ok()) {
+          Fail(st);
+          return;
+        }
+        s.positions[id].created = s.positions[id].released = p.constream->latest_delivered();
+      }
+      if (absl::Status st = storage_->Commit(batch); !st.ok()) {
+        Fail(st);
+        return;
+      }
+      it = subscriptions_.emplace(m.subscription, std::move(s)).first;
+    } else {
+      SubscriptionState& s = it->second;
+      if (s.selector != m.selector || s.topic_filter != m.topic_filter) {
+        SendError(from, m.subscription,
+                  absl::InvalidArgumentError("the subscription exists with another selector"));
+        return;
+      }
+      if (m.epoch < s.epoch) {
+        SendError(from, m.subscription, absl::FailedPreconditionError("a newer session exists"));
+        return;
+      }
+      // One live session per subscription: a newer one fences the older.
+      if (!s.session.empty()) {
+        if (s.session != from) SendError(s.session, m.subscription, absl::AbortedError("fenced"));
+        EndSession(s);
+      }
+      s.epoch = m.epoch;
+    }
+    SubscriptionState& s = it->second;
+    s.session = from;
+    CheckpointToken start;
+    for (auto& [id, p] : pubends_) {
+      Position& pos = s.positions.at(id);
+      const Tick ld = p.constream->latest_delivered();
+      // A CT without this pubend has consumed nothing of it: start where the subscription did.
+      const Tick ct = m.checkpoint.entries().contains(id) ? m.checkpoint.Get(id) : pos.created;
+      start.Set(id, ct);
+      if (ct >= ld) {
+        p.constream->Join(s.name, now);
+        continue;
+      }
+      // Behind latestDelivered: catch up from the PFS. Before the subscription was created here
+      // the PFS knows nothing of it; a CT from there on is refiltered (reconnect anywhere).
+      const Tick refilter_through = ct < pos.created ? pos.created : 0;
+      absl::StatusOr<std::unique_ptr<PFS::Reader>> reader =
+          p.pfs->NewReader(s.id, std::max(ct, refilter_through), ld);
+      if (!reader.ok()) {
+        SendError(from, s.name, reader.status());
+        EndSession(s);
+        return;
+      }
+      pos.reader = *std::move(reader);
+      pos.catchup = std::make_unique<CatchupStream>(s.name, id, ct, refilter_through,
+                                                    s.subscription);
+      ++stats_.catchups_started;
+    }
+    Send(from, ConnectedMessage{s.name, start, s.epoch});
+    for (auto& [id, p] : pubends_) StepCatchups(p, now);
+  }
+
+  void OnAck(const std::string& from, const AckMessage& m) {
+    auto it = subscriptions_.find(m.subscription);
+    if (it == subscriptions_.end() || it->second.session != from) {
+      // Also what a DurableSubscriber's keepalive hears after its session was lost: reconnect.
+      SendError(from, m.subscription, absl::FailedPreconditionError("no session; reconnect"));
+      return;
+    }
+    for (const auto& [id, t] : m.checkpoint.entries()) {
+      auto pos = it->second.positions.find(id);
+      if (pos == it->second.positions.end() || t > latest_delivered(id)) continue;
+      pos->second.released = std::max(pos->second.released, t);
+    }
+  }
+
+  void EndSession(SubscriptionState& s) {
+    for (auto& [id, pos] : s.positions) {
+      pos.catchup.reset();
+      pos.reader.reset();
+    }
+    for (auto& [id, p] : pubends_) p.constream->Leave(s.name);
+    s.session.clear();
+  }
+
+  void Send(const std::string& to, Message m) {
+    // A frame that cannot go out is a lost message; nacks and reconnections repair it.
+    if (!to.empty()) (void)channel_->Send(to, std::move(m));
+  }
+  void SendError(const std::string& to, const std::string& subscription, const absl::Status& st) {
+    Send(to, SessionErrorMessage{subscription, st.code(), std::string(st.message())});
+  }
+
+  // A failed commit stops the broker: reopening the storage and the PFS would recover it.
+  void Fail(const absl::Status& st) {
+    if (status_.ok()) status_ = st;
+  }
+
+  Storage* const storage_;
+  SocketChannel* const channel_;
+  const std::string upstream_;
+  absl::Status status_;
+  Stats stats_;
+  bool dirty_ = false;  // knowledge arrived since the last Flush
+  absl::Time last_release_ = absl::InfinitePast();
+  uint64_t next_id_ = 1;
+  std::map<PubendId, PubendState> pubends_;
+  // Declared after pubends_, so destroyed before them: readers must go before their PFS.
+  std::map<std::string, SubscriptionState, std::less<>> subscriptions_;
+};
+
+// ===== The subscriber applications =====
+
+// One application: a DurableSubscriber on its own connection. What it consumes is recorded for
+// the checker; its CT is the DurableSubscriber's (the application never crashes here, it only
+// loses its connection, so its CT in memory is its stored CT).
+struct SubscriberApp : DurableSubscriber::Handler {
+  SubscriberApp(std::string n, std::string sel) : name(std::move(n)), selector(std::move(sel)) {}
+
+  void Record(PubendId p, DeliveryKind kind, Tick t, EventRef e) {
+    high_water.Set(p, std::max(high_water.Get(p), t));
+    consumed[p].push_back({kind, t, std::move(e)});
+  }
+  void OnEvent(PubendId p, Tick t, const EventRef& e) override {
+    Record(p, DeliveryKind::kEvent, t, e);
+  }
+  void OnSilence(PubendId p, Tick t) override { Record(p, DeliveryKind::kSilence, t, nullptr); }
+  void OnGap(PubendId p, Tick t) override { Record(p, DeliveryKind::kGap, t, nullptr); }
+  void OnConnected(const CheckpointToken& s) override {
+    if (!started) start = s;
+    started = true;
+  }
+  void OnError(const absl::Status& st) override {
+    std::printf("  %s: %s\n", name.c_str(), st.ToString().c_str());
+  }
+
+  const std::string name;
+  const std::string selector;
+  const Subscription subscription = *Subscription::Create(selector);  // a valid literal
+  SocketChannel channel{name};
+  std::unique_ptr<DurableSubscriber> ds;
+  bool started = false;
+  bool well_behaved = true;  // never lost its connection
+  CheckpointToken start;
+  CheckpointToken high_water;
+  std::map<PubendId, std::vector<ExactlyOnceChecker::Consumed>> consumed;
+};
+
+int Run(const std::string& dir) {
+  const int total_orders = std::max(1, absl::GetFlag(FLAGS_orders));
+  const absl::Duration interval = absl::Seconds(1) / std::max(1.0, absl::GetFlag(FLAGS_rate));
+  auto open = [&](const std::string& name) {
+    StorageOptions so;
+    so.path = dir + "/" + name;
+    return OpenLmdbStorage(so);
+  };
+  absl::StatusOr<std::unique_ptr<Storage>> exchange_storage = open("exchange");
+  absl::StatusOr<std::unique_ptr<Storage>> broker_storage = open("broker");
+  if (!exchange_storage.ok() || !broker_storage.ok()) return 1;
+
+  SocketChannel exchange_channel("exchange");
+  SocketChannel broker_channel("broker");
+  if (!Link(exchange_channel, broker_channel).ok()) return 1;
+  absl::StatusOr<std::unique_ptr<Exchange>> exchange =
+      Exchange::Open(exchange_storage->get(), &exchange_channel, "broker");
+  absl::StatusOr<std::unique_ptr<MiniBroker>> broker =
+      MiniBroker::Open(broker_storage->get(), &broker_channel, "exchange");
+  if (!exchange.ok() || !broker.ok()) {
+    std::printf("opening failed: %s %s\n", exchange.status().ToString().c_str(),
+                broker.status().ToString().c_str());
+    return 1;
+  }
+
+  std::vector<std::unique_ptr<SubscriberApp>> apps;
+  for (const char* selector : {"symbol = 'IBM'", "account LIKE 'HF-%' AND quantity >= 1000",
+                               "side = 'SELL' AND price_cents < 10000", ""}) {
+    auto app = std::make_unique<SubscriberApp>(absl::StrCat("sub-", apps.size()), selector);
+    DurableSubscriberOptions o;
+    o.subscription = app->name;
+    o.selector = selector;
+    o.broker = "broker";
+    o.ack_interval = absl::Milliseconds(50);
+    absl::StatusOr<std::unique_ptr<DurableSubscriber>> ds =
+        DurableSubscriber::Create(o, &app->channel, app.get());
+    if (!ds.ok()) return 1;
+    app->ds = *std::move(ds);
+    DurableSubscriber* d = app->ds.get();
+    app->channel.SetReceiver([d](absl::string_view from, Message m) { d->HandleMessage(from, m); });
+    if (!Link(app->channel, broker_channel).ok()) return 1;
+    (void)app->ds->Connect();
+    apps.push_back(std::move(app));
+  }
+  SubscriberApp& roamer = *apps[2];  // the one whose connection drops
+
+  std::printf("gryph custom broker: 2 pubends -> MiniBroker -> %zu subscribers, over Unix "
+              "sockets; %d orders at %.0f/s\n",
+              apps.size(), total_orders, absl::GetFlag(FLAGS_rate));
+  ExactlyOnceChecker checker;
+  for (PubendId p : kPubends) checker.AddPubend(p);
+  std::map<std::string, CheckpointToken> last_match;  // per app, per pubend: its last match
+  std::vector<SocketChannel*> channels = {&exchange_channel, &broker_channel};
+  for (auto& app : apps) channels.push_back(&app->channel);
+
+  std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
+  static const char* const kAccounts[] = {"HF-ALPHA", "HF-BETA", "PB-001", "RETAIL-7"};
+  static const char* const kSymbols[] = {"IBM", "MSFT", "AAPL", "ORCL"};
+  int sent = 0;
+  int logged = 0;
+  // The gateway starts once every subscription exists: each must get every order it matches.
+  absl::Time start = absl::InfiniteFuture();
+  const absl::Time deadline = absl::Now() + interval * total_orders + absl::Seconds(60);
+  absl::Time last_timer;
+  bool dropped = false;
+  bool back = false;
+  auto everyone_has_everything = [&] {
+    if (logged < total_orders || !back) return false;
+    for (auto& app : apps) {
+      if (!(last_match[app->name] <= app->ds->checkpoint())) return false;
+    }
+    return true;
+  };
+
+  while (!everyone_has_everything()) {
+    std::vector<pollfd> fds;
+    for (SocketChannel* c : channels) c->AddPollFds(&fds);
+    (void)poll(fds.data(), fds.size(), 1);
+    const absl::Time now = absl::Now();
+    if (now > deadline || !(*broker)->status().ok()) {
+      std::printf("stopped: %s\n", (*broker)->status().ToString().c_str());
+      return 1;
+    }
+    if (start == absl::InfiniteFuture() &&
+        std::all_of(apps.begin(), apps.end(), [](const auto& app) { return app->started; })) {
+      start = now;
+    }
+    // The gateway: orders on schedule; each is logged for the checker once durable.
+    while (sent < total_orders && now >= start + interval * sent) {
+      ++sent;
+      Event order;
+      order.SetTopic("orders")
+          .SetString("account", kAccounts[rng() % std::size(kAccounts)])
+          .SetString("symbol", kSymbols[rng() % std::size(kSymbols)])
+          .SetString("side", rng() % 2 ? "BUY" : "SELL")
+          .SetInt64("quantity", static_cast<int64_t>(100 * (1 + rng() % 30)))
+          .SetInt64("price_cents", static_cast<int64_t>(5000 + rng() % 10000));
+      EventRef ref = MakeEventRef(std::move(order));
+      (*exchange)->Publish(static_cast<uint64_t>(sent), ref, now,
+                           [&, ref](PubendId p, absl::StatusOr<Tick> t) {
+                             if (!t.ok()) return;
+                             ++logged;
+                             checker.Logged(p, *t, ref);
+                             for (auto& app : apps) {
+                               if (app->subscription.Matches(*ref)) {
+                                 last_match[app->name].Set(p, *t);
+                               }
+                             }
+                           });
+    }
+    // Every socket, then the nodes' work.
+    for (SocketChannel* c : channels) c->Pump();
+    (*broker)->Flush(now);
+    (*exchange)->OnTimer(now);
+    if (now - last_timer >= absl::Milliseconds(5)) {
+      last_timer = now;
+      (*broker)->OnTimer(now);
+      for (auto& app : apps) app->ds->OnTimer(now);
+    }
+    // The roaming subscriber: its connection drops at 30% of the orders, and it is back at 70%.
+    if (!dropped && sent >= total_orders * 3 / 10) {
+      dropped = true;
+      roamer.well_behaved = false;
+      roamer.channel.Detach("broker");
+      std::printf("  %s: its connection drops at order %d; its CT is %s\n", roamer.name.c_str(),
+                  sent, roamer.ds->checkpoint().ToString().c_str());
+    }
+    if (dropped && !back && sent >= total_orders * 7 / 10) {
+      back = true;
+      if (!Link(roamer.channel, broker_channel).ok()) return 1;
+      (void)roamer.ds->Connect();  // with its CT: the broker catches it up from the PFS
+      CheckpointToken broker_at;
+      for (PubendId p : kPubends) broker_at.Set(p, (*broker)->latest_delivered(p));
+      std::printf("  %s: reconnects at order %d with that CT; the broker is at %s\n",
+                  roamer.name.c_str(), sent, broker_at.ToString().c_str());
+    }
+  }
+
+  // The verdict.
+  for (PubendId p : kPubends) checker.Released(p, (*exchange)->pubend(p).l_prefix());
+  uint64_t all_gaps = 0;
+  std::printf("\n  %-6s %-42s %8s %8s\n", "", "selector", "events", "gaps");
+  for (auto& app : apps) {
+    uint64_t events = 0;
+    uint64_t gaps = 0;
+    for (const auto& [p, list] : app->consumed) {
+      for (const auto& c : list) {
+        events += c.kind == DeliveryKind::kEvent ? 1 : 0;
+        gaps += c.kind == DeliveryKind::kGap ? 1 : 0;
+      }
+    }
+    all_gaps += gaps;
+    std::printf("  %-6s %-42s %8llu %8llu\n", app->name.c_str(),
+                app->selector.empty() ? "(everything)" : app->selector.c_str(),
+                static_cast<unsigned long long>(events), static_cast<unsigned long long>(gaps));
+    checker.AddSubscriber({app->name, app->subscription, app->start,
+                           app->high_water, app->well_behaved, app->consumed});
+  }
+  const MiniBroker::Stats& s = (*broker)->stats();
+  std::printf("\n  broker: %llu commits of PFS records with latestDelivered (%llu records); the\n"
+              "  constream delivered %llu events; %llu catchup streams (one per pubend) delivered\n"
+              "  %llu events, nacked %llu ticks from the exchange, and handed over %llu times\n",
+              static_cast<unsigned long long>(s.commits),
+              static_cast<unsigned long long>(s.pfs_records),
+              static_cast<unsigned long long>(s.events_delivered),
+              static_cast<unsigned long long>(s.catchups_started),
+              static_cast<unsigned long long>(s.catchup_events),
+              static_cast<unsigned long long>(s.ticks_nacked),
+              static_cast<unsigned long long>(s.catchups_completed));
+  std::vector<std::string> bad = checker.Check();
+  if (all_gaps > 0) bad.push_back("a Gap, though nothing was released early");
+  if (s.catchups_completed == 0) bad.push_back("no catchup stream handed over to the constream");
+  if (!bad.empty()) {
+    std::printf("\n  exactly-once check: VIOLATED\n");
+    for (const std::string& b : bad) std::printf("    %s\n", b.c_str());
+    return 1;
+  }
+  std::printf("\n  exactly-once check: every subscriber got every matching order once, in order,\n"
+              "  the roaming one across its catchup and hand-over to the constream\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "A subscriber hosting broker built from gryph's parts on a socket transport of its own.");
+  absl::ParseCommandLine(argc, argv);
+  std::string dir = absl::GetFlag(FLAGS_data_dir);
+  const bool keep = !dir.empty();
+  if (!keep) {
+    dir = (std::filesystem::temp_directory_path() / "gryph-custom-broker-XXXXXX").string();
+    if (mkdtemp(dir.data()) == nullptr) return 1;
+  }
+  const int rc = Run(dir);
+  if (!keep) std::filesystem::remove_all(dir);
+  return rc;
+}
