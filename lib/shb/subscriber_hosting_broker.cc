@@ -560,6 +560,9 @@ void SubscriberHostingBroker::OnConnect(absl::string_view from, const ConnectMes
     const Tick from_tick =
         m.checkpoint.entries().contains(id) ? m.checkpoint.Get(id) : pos.created;
     start.Set(id, from_tick);
+    // Each session resumes after its own CT: an earlier session's (which may have been ahead of
+    // this one's, after a crash) must not hide the ticks this one is owed.
+    pos.resume_after = 0;
     if (from_tick >= ld) {
       // Ahead of the constream only after a crash (see the header): resume after the CT.
       pos.resume_after = from_tick;
