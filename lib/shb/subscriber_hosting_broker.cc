@@ -442,10 +442,15 @@ void SubscriberHostingBroker::StepCatchups(PubendState& p) {
 void SubscriberHostingBroker::Nack(PubendState& p, const std::string& requester,
                                    const std::vector<TickRange>& ranges) {
   CuriosityMessage m{p.id, {}};
+  const bool none_outstanding = p.curiosity.empty();
   for (TickRange r : ranges) {
     for (TickRange fresh : p.curiosity.Add(requester, r)) m.ranges.push_back(fresh);
   }
   if (m.ranges.empty()) return;
+  // The renack interval runs from the first send: without this, the next timer would send these
+  // ranges again at once. Only when nothing was outstanding, so that a stream of fresh nacks never
+  // postpones the retries of older ones.
+  if (none_outstanding) p.last_renack = Now();
   std::sort(m.ranges.begin(), m.ranges.end(),
             [](TickRange a, TickRange b) { return a.first < b.first; });
   ++stats_.nacks_sent;
