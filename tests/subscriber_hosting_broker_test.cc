@@ -935,6 +935,32 @@ TEST_CASE("after a restart a subscriber presenting an older CT gets every event 
   REQUIRE(restored.rec.errors.empty());
 }
 
+TEST_CASE("the broker sends nothing beyond a delivery lease that is durable", "[shb][lease]") {
+  ShbTest t;
+  t.options.commit_thread = true;
+  t.options.commit_interval = absl::ZeroDuration();
+  t.options.delivery_lease_ticks = 1000;
+  GateStorage& gate = t.UseGate();
+  t.Open();
+  Client& red = t.Subscribe("red", "color = 'red'");
+  t.Publish(Knowledge(1, 10, {}));
+  REQUIRE(t.PumpUntil([&] { return t.shb().latest_delivered(kP) == 10; }));  // lease 1010
+
+  gate.Close();
+  t.Publish(Knowledge(11, 2000, {{500, "red"}, {1010, "red"}, {1500, "red"}}));
+  REQUIRE(gate.AwaitBlockedCommit(absl::Seconds(10)));
+  // The round through the lease went out; 1500 waits for the commit that renews the lease.
+  REQUIRE(red.rec.log == Strings{"E500", "E1010"});
+  t.Timer();
+  REQUIRE(red.rec.log == Strings{"E500", "E1010"});
+  REQUIRE(t.shb().latest_delivered(kP) == 10);
+
+  gate.Open();
+  REQUIRE(t.PumpUntil([&] { return t.shb().latest_delivered(kP) == 2000; }));
+  REQUIRE(red.rec.log == Strings{"E500", "E1010", "E1500"});
+  REQUIRE(red.ds->duplicates_dropped() == 0);
+}
+
 TEST_CASE("with a commit thread, events reach subscribers while their commit is blocked",
           "[shb][lease]") {
   ShbTest t;
