@@ -507,10 +507,15 @@ void SubscriberHostingBroker::StepCatchups(PubendState& p) {
 void SubscriberHostingBroker::Nack(PubendState& p, const std::string& requester,
                                    const std::vector<TickRange>& ranges) {
   CuriosityMessage m{p.id, {}};
+  const bool none_outstanding = p.curiosity.empty();
   for (TickRange r : ranges) {
     for (TickRange fresh : p.curiosity.Add(requester, r)) m.ranges.push_back(fresh);
   }
   if (m.ranges.empty()) return;
+  // The renack interval runs from the first send: without this, the next timer would send these
+  // ranges again at once. Only when nothing was outstanding, so that a stream of fresh nacks never
+  // postpones the retries of older ones.
+  if (none_outstanding) p.last_renack = Now();
   std::sort(m.ranges.begin(), m.ranges.end(),
             [](TickRange a, TickRange b) { return a.first < b.first; });
   ++stats_.nacks_sent;
@@ -625,6 +630,9 @@ void SubscriberHostingBroker::OnConnect(absl::string_view from, const ConnectMes
     const Tick from_tick =
         m.checkpoint.entries().contains(id) ? m.checkpoint.Get(id) : pos.created;
     start.Set(id, from_tick);
+    // Each session resumes after its own CT: an earlier session's (which may have been ahead of
+    // this one's, after a crash) must not hide the ticks this one is owed.
+    pos.resume_after = 0;
     if (from_tick >= ld) {
       // Ahead of the constream only after a crash (see the header): resume after the CT.
       pos.resume_after = from_tick;

@@ -1,0 +1,296 @@
+#include "gryph/durable_subscriber.h"
+
+#include <string>
+#include <vector>
+
+#include "gryph/in_process_channel.h"
+#include "tests/test_util.h"
+
+namespace gryph {
+namespace {
+
+constexpr PubendId kP{1};
+constexpr PubendId kQ{2};
+const absl::Time kT0 = absl::FromUnixSeconds(2'000'000);
+
+using Strings = std::vector<std::string>;
+
+CheckpointToken Ct(std::initializer_list<std::pair<PubendId, Tick>> entries) {
+  CheckpointToken ct;
+  for (const auto& [p, t] : entries) ct.Set(p, t);
+  return ct;
+}
+
+EventRef Colored(absl::string_view color) {
+  Event e;
+  e.SetString("color", color);
+  return MakeEventRef(std::move(e));
+}
+
+// Records what the subscriber hands the application, with the CT it had during each call.
+class Recorder : public DurableSubscriber::Handler {
+ public:
+  void OnEvent(PubendId p, Tick t, const EventRef& event) override {
+    CHECK(event != nullptr);
+    Add("E", p, t);
+  }
+  void OnSilence(PubendId p, Tick t) override { Add("S", p, t); }
+  void OnGap(PubendId p, Tick t) override { Add("G", p, t); }
+  void OnConnected(const CheckpointToken& start) override { connected.push_back(start); }
+  void OnError(const absl::Status& status) override { errors.push_back(status); }
+
+  const DurableSubscriber* subscriber = nullptr;
+  Strings log;                       // "E1:12" = Event of pubend 1 at tick 12
+  std::vector<Tick> ct_during_call;  // CT(p) while the handler ran
+  std::vector<CheckpointToken> connected;
+  std::vector<absl::Status> errors;
+
+ private:
+  void Add(const char* kind, PubendId p, Tick t) {
+    log.push_back(kind + std::to_string(p.value) + ":" + std::to_string(t));
+    ct_during_call.push_back(subscriber->checkpoint().Get(p));
+  }
+};
+
+// A DurableSubscriber on endpoint "sub" of a network whose endpoint "shb" plays the broker: the
+// test feeds the subscriber messages "from" it and reads what the subscriber sent it.
+class SubscriberTest {
+ public:
+  explicit SubscriberTest(CheckpointToken checkpoint = {}) {
+    shb_ = *net_.Connect("shb");
+    other_ = *net_.Connect("other");
+    sub_ = *net_.Connect("sub");
+    shb_->SetReceiver([this](absl::string_view from, Message m) {
+      CHECK(from == "sub");
+      sent_.push_back(std::move(m));
+    });
+    DurableSubscriberOptions o;
+    o.subscription = "s";
+    o.selector = "color = 'red'";
+    o.broker = "shb";
+    o.checkpoint = std::move(checkpoint);
+    o.epoch = 3;
+    o.ack_interval = absl::Milliseconds(250);
+    o.keepalive_interval = absl::Seconds(1);
+    auto ds = DurableSubscriber::Create(std::move(o), sub_.get(), &rec);
+    REQUIRE_OK(ds);
+    ds_ = *std::move(ds);
+    rec.subscriber = ds_.get();
+  }
+
+  DurableSubscriber& ds() { return *ds_; }
+  void FromBroker(const Message& m) { ds_->HandleMessage("shb", m); }
+  void Connected(const CheckpointToken& start) { FromBroker(ConnectedMessage{"s", start, 3}); }
+  void Deliver(PubendId p, DeliveryKind kind, Tick t, EventRef e = nullptr) {
+    FromBroker(DeliveryMessage{"s", p, kind, t, std::move(e)});
+  }
+  // What the subscriber sent the broker since the last call.
+  std::vector<Message> Sent() {
+    net_.DeliverAll();
+    std::vector<Message> out;
+    out.swap(sent_);
+    return out;
+  }
+
+  Recorder rec;
+
+ private:
+  InProcessNetwork net_;
+  std::unique_ptr<Channel> shb_;
+  std::unique_ptr<Channel> other_;
+  std::unique_ptr<Channel> sub_;
+  std::vector<Message> sent_;
+  std::unique_ptr<DurableSubscriber> ds_;
+};
+
+TEST_CASE("durable subscriber rejects a bad selector or topic filter", "[subscriber]") {
+  InProcessNetwork net;
+  auto ch = net.Connect("sub");
+  REQUIRE_OK(ch);
+  Recorder rec;
+  DurableSubscriberOptions o;
+  o.subscription = "s";
+  o.broker = "shb";
+  o.selector = "color = ";
+  REQUIRE_CODE(DurableSubscriber::Create(o, ch->get(), &rec), absl::StatusCode::kInvalidArgument);
+  o.selector = "";
+  o.topic_filter = "a/#/b";
+  REQUIRE_CODE(DurableSubscriber::Create(o, ch->get(), &rec), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("durable subscriber connects with its CT, selector and epoch", "[subscriber]") {
+  SubscriberTest t(Ct({{kP, 5}}));
+  REQUIRE_OK(t.ds().Connect());
+  REQUIRE_FALSE(t.ds().connected());  // until the broker accepts
+  const std::vector<Message> sent = t.Sent();
+  REQUIRE(sent.size() == 1);
+  REQUIRE(std::get<ConnectMessage>(sent[0]) ==
+          ConnectMessage{"s", "color = 'red'", "", Ct({{kP, 5}}), 3, true});
+  t.Connected(Ct({{kP, 5}}));
+  REQUIRE(t.ds().connected());
+  REQUIRE(t.rec.connected == std::vector<CheckpointToken>{Ct({{kP, 5}})});
+  REQUIRE(t.ds().checkpoint() == Ct({{kP, 5}}));
+}
+
+TEST_CASE("a new subscription takes its start from the broker", "[subscriber]") {
+  SubscriberTest t;  // no stored CT
+  REQUIRE(t.ds().checkpoint().empty());
+  t.Connected(Ct({{kP, 100}, {kQ, 40}}));
+  REQUIRE(t.ds().checkpoint() == Ct({{kP, 100}, {kQ, 40}}));
+  // Delivery resumes after the start: a message at it is a duplicate.
+  t.Deliver(kP, DeliveryKind::kSilence, 100);
+  REQUIRE(t.ds().duplicates_dropped() == 1);
+  REQUIRE(t.rec.log.empty());
+}
+
+TEST_CASE("a stored CT is kept; the start only fills pubends it does not name", "[subscriber]") {
+  SubscriberTest t(Ct({{kP, 5}}));
+  t.Connected(Ct({{kP, 5}, {kQ, 40}}));
+  REQUIRE(t.ds().checkpoint() == Ct({{kP, 5}, {kQ, 40}}));
+}
+
+TEST_CASE("durable subscriber drops messages at or below its CT", "[subscriber]") {
+  SubscriberTest t(Ct({{kP, 10}}));
+  t.Connected(Ct({{kP, 10}}));
+  t.Deliver(kP, DeliveryKind::kEvent, 10, Colored("red"));
+  t.Deliver(kP, DeliveryKind::kSilence, 8);
+  t.Deliver(kP, DeliveryKind::kGap, 9);
+  REQUIRE(t.ds().duplicates_dropped() == 3);
+  t.Deliver(kP, DeliveryKind::kEvent, 12, Colored("red"));
+  t.Deliver(kP, DeliveryKind::kEvent, 12, Colored("red"));  // a resend
+  REQUIRE(t.ds().duplicates_dropped() == 4);
+  REQUIRE(t.rec.log == Strings{"E1:12"});
+  REQUIRE(t.ds().checkpoint() == Ct({{kP, 12}}));
+  REQUIRE(t.rec.errors.empty());
+}
+
+TEST_CASE("durable subscriber moves its CT after each message, per pubend", "[subscriber]") {
+  SubscriberTest t(Ct({{kP, 10}}));
+  t.Connected(Ct({{kP, 10}}));
+  t.Deliver(kP, DeliveryKind::kEvent, 12, Colored("red"));
+  t.Deliver(kQ, DeliveryKind::kEvent, 3, Colored("red"));
+  t.Deliver(kP, DeliveryKind::kSilence, 15);
+  t.Deliver(kP, DeliveryKind::kGap, 20);
+  t.Deliver(kQ, DeliveryKind::kSilence, 4);
+  REQUIRE(t.rec.log == Strings{"E1:12", "E2:3", "S1:15", "G1:20", "S2:4"});
+  // The handler runs with the previous CT: the CT moves only after it returns.
+  REQUIRE(t.rec.ct_during_call == std::vector<Tick>{10, 0, 12, 15, 3});
+  REQUIRE(t.ds().checkpoint() == Ct({{kP, 20}, {kQ, 4}}));
+  t.Deliver(kP, DeliveryKind::kEvent, 18, Colored("red"));  // below CT(p) = 20
+  REQUIRE(t.ds().duplicates_dropped() == 1);
+  REQUIRE(t.rec.log.size() == 5);
+  REQUIRE(t.ds().duplicates_dropped() == 1);
+}
+
+TEST_CASE("an Event that does not match the selector is an error, not a delivery", "[subscriber]") {
+  SubscriberTest t(Ct({{kP, 10}}));
+  t.Connected(Ct({{kP, 10}}));
+  t.Deliver(kP, DeliveryKind::kEvent, 11, Colored("blue"));
+  t.Deliver(kP, DeliveryKind::kEvent, 12, nullptr);  // an Event without its event
+  REQUIRE(t.rec.log.empty());
+  REQUIRE(t.rec.errors.size() == 2);
+  REQUIRE(absl::IsDataLoss(t.rec.errors[0]));
+  REQUIRE(absl::IsDataLoss(t.rec.errors[1]));
+  REQUIRE(t.ds().checkpoint() == Ct({{kP, 10}}));  // not consumed
+  REQUIRE(t.ds().duplicates_dropped() == 0);
+  t.Deliver(kP, DeliveryKind::kEvent, 13, Colored("red"));
+  REQUIRE(t.rec.log == Strings{"E1:13"});
+  REQUIRE(t.ds().checkpoint() == Ct({{kP, 13}}));
+}
+
+TEST_CASE("durable subscriber ignores other peers, other subscriptions and other epochs",
+          "[subscriber]") {
+  SubscriberTest t(Ct({{kP, 10}}));
+  // Not connected yet: deliveries are ignored (and are not duplicates).
+  t.Deliver(kP, DeliveryKind::kEvent, 11, Colored("red"));
+  // Another subscription's or another epoch's acceptance does not connect us.
+  t.FromBroker(ConnectedMessage{"other", Ct({{kP, 10}}), 3});
+  t.FromBroker(ConnectedMessage{"s", Ct({{kP, 10}}), 2});
+  // Nor does one from a peer that is not our broker.
+  t.ds().HandleMessage("other", ConnectedMessage{"s", Ct({{kP, 10}}), 3});
+  REQUIRE_FALSE(t.ds().connected());
+  REQUIRE(t.rec.connected.empty());
+
+  t.Connected(Ct({{kP, 10}}));
+  REQUIRE(t.ds().connected());
+  t.FromBroker(DeliveryMessage{"other", kP, DeliveryKind::kEvent, 12, Colored("red")});
+  t.ds().HandleMessage("other", DeliveryMessage{"s", kP, DeliveryKind::kEvent, 12, Colored("red")});
+  t.FromBroker(SessionErrorMessage{"other", absl::StatusCode::kAborted, "not ours"});
+  t.ds().HandleMessage("other",
+                       SessionErrorMessage{"s", absl::StatusCode::kAborted, "not our broker"});
+  REQUIRE(t.ds().connected());
+  REQUIRE(t.rec.log.empty());
+  REQUIRE(t.rec.errors.empty());
+  REQUIRE(t.ds().duplicates_dropped() == 0);
+  REQUIRE(t.ds().checkpoint() == Ct({{kP, 10}}));
+
+  t.Deliver(kP, DeliveryKind::kEvent, 12, Colored("red"));
+  REQUIRE(t.rec.log == Strings{"E1:12"});
+}
+
+TEST_CASE("a session error from the broker disconnects the subscriber", "[subscriber]") {
+  SubscriberTest t(Ct({{kP, 10}}));
+  t.Connected(Ct({{kP, 10}}));
+  t.FromBroker(SessionErrorMessage{"s", absl::StatusCode::kAborted, "fenced"});
+  REQUIRE_FALSE(t.ds().connected());
+  REQUIRE(t.rec.errors.size() == 1);
+  REQUIRE(t.rec.errors[0] == absl::AbortedError("fenced"));
+  t.Deliver(kP, DeliveryKind::kEvent, 11, Colored("red"));  // after the session ended
+  REQUIRE(t.rec.log.empty());
+  t.ds().OnTimer(kT0);  // no acks without a session
+  REQUIRE(t.Sent().empty());
+}
+
+TEST_CASE("durable subscriber acks every ack_interval and keeps alive", "[subscriber]") {
+  SubscriberTest t(Ct({{kP, 10}}));
+  t.ds().OnTimer(kT0);  // not connected: nothing
+  REQUIRE(t.Sent().empty());
+  t.Connected(Ct({{kP, 10}}));
+  // The first timer of a session sends the CT at once.
+  t.ds().OnTimer(kT0);
+  std::vector<Message> sent = t.Sent();
+  REQUIRE(sent.size() == 1);
+  REQUIRE(std::get<AckMessage>(sent[0]) == AckMessage{"s", Ct({{kP, 10}})});
+
+  t.Deliver(kP, DeliveryKind::kEvent, 12, Colored("red"));
+  t.ds().OnTimer(kT0 + absl::Milliseconds(249));
+  REQUIRE(t.Sent().empty());
+  t.ds().OnTimer(kT0 + absl::Milliseconds(250));
+  sent = t.Sent();
+  REQUIRE(sent.size() == 1);
+  REQUIRE(std::get<AckMessage>(sent[0]) == AckMessage{"s", Ct({{kP, 12}})});
+  // Nothing new: no ack until the keepalive is due.
+  t.ds().OnTimer(kT0 + absl::Milliseconds(500));
+  t.ds().OnTimer(kT0 + absl::Milliseconds(1249));
+  REQUIRE(t.Sent().empty());
+  t.ds().OnTimer(kT0 + absl::Milliseconds(1250));
+  sent = t.Sent();
+  REQUIRE(sent.size() == 1);
+  REQUIRE(std::get<AckMessage>(sent[0]) == AckMessage{"s", Ct({{kP, 12}})});
+}
+
+TEST_CASE("disconnect sends the final ack first; unsubscribe asks to delete", "[subscriber]") {
+  SubscriberTest t(Ct({{kP, 10}}));
+  REQUIRE_OK(t.ds().Disconnect());  // not connected: nothing to say
+  REQUIRE(t.Sent().empty());
+  t.Connected(Ct({{kP, 10}}));
+  t.Deliver(kP, DeliveryKind::kEvent, 12, Colored("red"));
+  REQUIRE_OK(t.ds().Disconnect());
+  REQUIRE_FALSE(t.ds().connected());
+  std::vector<Message> sent = t.Sent();
+  REQUIRE(sent.size() == 2);
+  REQUIRE(std::get<AckMessage>(sent[0]) == AckMessage{"s", Ct({{kP, 12}})});
+  REQUIRE(std::get<DisconnectMessage>(sent[1]) == DisconnectMessage{"s"});
+  // The CT survives the session: the next Connect resumes from it.
+  REQUIRE_OK(t.ds().Connect());
+  sent = t.Sent();
+  REQUIRE(sent.size() == 1);
+  REQUIRE(std::get<ConnectMessage>(sent[0]).checkpoint == Ct({{kP, 12}}));
+  REQUIRE_OK(t.ds().Unsubscribe());
+  sent = t.Sent();
+  REQUIRE(sent.size() == 1);
+  REQUIRE(std::get<UnsubscribeMessage>(sent[0]) == UnsubscribeMessage{"s"});
+}
+
+}  // namespace
+}  // namespace gryph

@@ -1,0 +1,1017 @@
+// The subscriber hosting broker driven directly: the test plays its upstream node ("phb"),
+// sending knowledge and reading the nacks and releases the broker sends back, and connects
+// DurableSubscribers (or raw endpoints, to send exactly the messages a test needs).
+
+#include "gryph/subscriber_hosting_broker.h"
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "gryph/durable_subscriber.h"
+#include "gryph/fault_injecting_storage.h"
+#include "gryph/in_process_channel.h"
+#include "gryph/memory_storage.h"
+#include "tests/test_util.h"
+
+// Readable failures for the upstream messages the tests compare.
+namespace Catch {
+template <>
+struct StringMaker<gryph::ReleaseMessage> {
+  static std::string convert(const gryph::ReleaseMessage& m) {
+    std::string s = "Release{";
+    for (const gryph::ReleaseEntry& e : m.entries) {
+      s += "p" + std::to_string(e.pubend.value) + " released " + std::to_string(e.released) +
+           " latestDelivered " + std::to_string(e.latest_delivered) + ";";
+    }
+    return s + "}";
+  }
+};
+template <>
+struct StringMaker<gryph::CuriosityMessage> {
+  static std::string convert(const gryph::CuriosityMessage& m) {
+    std::string s = "Curiosity{p" + std::to_string(m.pubend.value);
+    for (const gryph::TickRange& r : m.ranges) s += " " + gryph::ToString(r);
+    return s + "}";
+  }
+};
+}  // namespace Catch
+
+namespace gryph {
+namespace {
+
+constexpr PubendId kP{1};
+constexpr PubendId kP2{2};
+const absl::Time kT0 = absl::FromUnixSeconds(3'000'000);
+
+using Strings = std::vector<std::string>;
+
+CheckpointToken Ct(Tick t) {
+  CheckpointToken ct;
+  ct.Set(kP, t);
+  return ct;
+}
+
+EventRef Ev(Tick t, absl::string_view color) {
+  Event e;
+  e.SetInt64("id", static_cast<int64_t>(t)).SetString("color", color);
+  return MakeEventRef(std::move(e));
+}
+
+// Knowledge of pubend p's ticks [first, last]: an event of the given color at each tick of
+// `events` (its "id" is the tick), S everywhere else.
+KnowledgeMessage Knowledge(Tick first, Tick last, const std::map<Tick, std::string>& events,
+                           PubendId p = kP) {
+  KnowledgeMessage m{p, {}};
+  Tick next = first;
+  for (const auto& [t, color] : events) {
+    REQUIRE(first <= t);
+    REQUIRE(t <= last);
+    if (t > next) m.spans.push_back(KnowledgeSpan::Silence({next, t - 1}));
+    m.spans.push_back(KnowledgeSpan::Data(t, Ev(t, color)));
+    next = t + 1;
+  }
+  if (next <= last) m.spans.push_back(KnowledgeSpan::Silence({next, last}));
+  return m;
+}
+
+// The release messages for kP that say released(p) = `released`, latestDelivered = `delivered`.
+std::vector<ReleaseMessage> Release(Tick released, Tick delivered) {
+  return {ReleaseMessage{{ReleaseEntry{kP, released, delivered}}}};
+}
+
+// What a durable subscriber hands its application: "E12", "S20", "G15" (pubend kP).
+class Recorder : public DurableSubscriber::Handler {
+ public:
+  void OnEvent(PubendId p, Tick t, const EventRef& event) override {
+    CHECK(p == kP);
+    // The broker delivers the event of that tick, not just any event.
+    const AttributeValue* id = event->Find("id");
+    CHECK((id != nullptr && std::get<int64_t>(*id) == static_cast<int64_t>(t)));
+    log.push_back("E" + std::to_string(t));
+  }
+  void OnSilence(PubendId p, Tick t) override {
+    CHECK(p == kP);
+    log.push_back("S" + std::to_string(t));
+  }
+  void OnGap(PubendId p, Tick t) override {
+    CHECK(p == kP);
+    log.push_back("G" + std::to_string(t));
+  }
+  void OnConnected(const CheckpointToken& start) override { connected.push_back(start); }
+  void OnError(const absl::Status& status) override { errors.push_back(status); }
+
+  Strings log;
+  std::vector<CheckpointToken> connected;
+  std::vector<absl::Status> errors;
+};
+
+// A durable subscriber on its own endpoint.
+struct Client {
+  std::unique_ptr<Channel> channel;
+  Recorder rec;
+  std::unique_ptr<DurableSubscriber> ds;
+};
+
+// An endpoint that sends what the test says and records what it receives.
+struct RawClient {
+  std::unique_ptr<Channel> channel;
+  std::vector<Message> got;
+
+  void Send(Message m) { REQUIRE_OK(channel->Send("shb", std::move(m))); }
+  std::vector<Message> Take() {
+    std::vector<Message> out;
+    out.swap(got);
+    return out;
+  }
+};
+
+// The one message `got` holds, which must be a SessionErrorMessage for `subscription`.
+absl::StatusCode OnlyError(const std::vector<Message>& got, const std::string& subscription) {
+  REQUIRE(got.size() == 1);
+  const auto* e = std::get_if<SessionErrorMessage>(&got[0]);
+  REQUIRE(e != nullptr);
+  REQUIRE(e->subscription == subscription);
+  return e->code;
+}
+
+// The one message `got` holds, which must be a ConnectedMessage.
+ConnectedMessage OnlyConnected(const std::vector<Message>& got) {
+  REQUIRE(got.size() == 1);
+  const auto* c = std::get_if<ConnectedMessage>(&got[0]);
+  REQUIRE(c != nullptr);
+  return *c;
+}
+
+// "E12"-style summary of the DeliveryMessages in `got` (other messages are skipped).
+Strings Deliveries(const std::vector<Message>& got) {
+  Strings s;
+  for (const Message& m : got) {
+    if (const auto* d = std::get_if<DeliveryMessage>(&m)) {
+      const char* k = d->kind == DeliveryKind::kEvent ? "E"
+                      : d->kind == DeliveryKind::kGap ? "G"
+                                                      : "S";
+      s.push_back(k + std::to_string(d->tick));
+    }
+  }
+  return s;
+}
+
+// A storage whose commits wait while the gate is closed.
+class GateStorage : public StorageWrapper {
+ public:
+  explicit GateStorage(Storage* target) : StorageWrapper(target) {}
+
+  absl::Status Commit(const WriteBatch& batch) override {
+    {
+      absl::MutexLock lock(&mu_);
+      ++waiting_;
+      mu_.Await(absl::Condition(&open_));
+      --waiting_;
+    }
+    return StorageWrapper::Commit(batch);
+  }
+  void Close() {
+    absl::MutexLock lock(&mu_);
+    open_ = false;
+  }
+  void Open() {
+    absl::MutexLock lock(&mu_);
+    open_ = true;
+  }
+  // Whether a commit is waiting at the closed gate within `timeout`.
+  bool AwaitBlockedCommit(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(this, &GateStorage::HasWaiter), timeout);
+  }
+
+ private:
+  bool HasWaiter() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return waiting_ > 0; }
+
+  absl::Mutex mu_;
+  bool open_ ABSL_GUARDED_BY(mu_) = true;
+  int waiting_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// One broker serving pubend kP from upstream "phb", on a MemoryStorage (wrapped in a
+// FaultInjectingStorage) whose State survives Restart(), and a fixed clock `now`.
+class ShbTest {
+ public:
+  ShbTest() {
+    phb_ = *net_.Connect("phb");
+    phb_->SetReceiver([this](absl::string_view from, Message m) {
+      CHECK(from == "shb");
+      upstream_.push_back(std::move(m));
+    });
+    shb_channel_ = *net_.Connect("shb");
+    options.pubends = {{kP, "phb"}};
+    options.clock = [this] { return now; };
+    NewStorage();
+  }
+  ShbTest(const ShbTest&) = delete;
+  ShbTest& operator=(const ShbTest&) = delete;
+  ~ShbTest() { CloseBroker(); }
+
+  // Opens the broker on the current storage (the gate, if UseGate was called).
+  void Open() {
+    Storage* storage = gate_ != nullptr ? static_cast<Storage*>(gate_.get()) : faults_.get();
+    auto shb = SubscriberHostingBroker::Open(options, storage, shb_channel_.get());
+    REQUIRE_OK(shb);
+    shb_ = *std::move(shb);
+  }
+  // Destroys the broker and its storage objects, keeping the committed state: what a crash (or a
+  // clean shutdown, if nothing failed) leaves. Open() again to restart.
+  void Restart() {
+    CloseBroker();
+    NewStorage();
+  }
+  GateStorage& UseGate() {
+    gate_ = std::make_unique<GateStorage>(faults_.get());
+    return *gate_;
+  }
+
+  SubscriberHostingBroker& shb() { return *shb_; }
+  FaultInjectingStorage& faults() { return *faults_; }
+
+  // A DurableSubscriber on endpoint `endpoint` (default: the subscription's name), not connected.
+  Client& AddSubscriber(const std::string& name, const std::string& selector,
+                        CheckpointToken checkpoint = {}, uint64_t epoch = 1,
+                        std::string endpoint = "") {
+    auto c = std::make_unique<Client>();
+    c->channel = *net_.Connect(endpoint.empty() ? name : endpoint);
+    DurableSubscriberOptions o;
+    o.subscription = name;
+    o.selector = selector;
+    o.broker = "shb";
+    o.checkpoint = std::move(checkpoint);
+    o.epoch = epoch;
+    auto ds = DurableSubscriber::Create(std::move(o), c->channel.get(), &c->rec);
+    REQUIRE_OK(ds);
+    c->ds = *std::move(ds);
+    Client* raw = c.get();
+    c->channel->SetReceiver(
+        [raw](absl::string_view from, Message m) { raw->ds->HandleMessage(from, m); });
+    clients_.push_back(std::move(c));
+    return *raw;
+  }
+  // AddSubscriber, then Connect, delivered.
+  Client& Subscribe(const std::string& name, const std::string& selector) {
+    Client& c = AddSubscriber(name, selector);
+    REQUIRE_OK(c.ds->Connect());
+    Pump();
+    REQUIRE(c.ds->connected());
+    return c;
+  }
+  RawClient& AddRaw(const std::string& endpoint) {
+    auto r = std::make_unique<RawClient>();
+    r->channel = *net_.Connect(endpoint);
+    RawClient* raw = r.get();
+    r->channel->SetReceiver([raw](absl::string_view from, Message m) {
+      CHECK(from == "shb");
+      raw->got.push_back(std::move(m));
+    });
+    raws_.push_back(std::move(r));
+    return *raw;
+  }
+
+  // Upstream sends `m`; everything is delivered and flushed.
+  void Publish(KnowledgeMessage m) {
+    REQUIRE_OK(phb_->Send("shb", std::move(m)));
+    Pump();
+  }
+  // Delivers every message and flushes the broker until nothing moves.
+  void Pump() {
+    for (int i = 0; i < 100; ++i) {
+      const size_t n = net_.DeliverAll();
+      if (shb_ != nullptr) shb_->Flush();
+      if (n == 0 && net_.pending() == 0) return;
+    }
+    FAIL("the network does not settle");
+  }
+  // Advances the clock by `d` and runs the broker's timer.
+  void Timer(absl::Duration d = absl::ZeroDuration()) {
+    now += d;
+    shb_->OnTimer(now);
+    Pump();
+  }
+  // Pumps until `done` holds (the commit thread finishes in real time); false after 10 s.
+  bool PumpUntil(const std::function<bool()>& done) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < deadline) {
+      Pump();
+      if (done()) return true;
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    return false;
+  }
+
+  // The nacks and releases the broker sent upstream since the last call.
+  std::vector<CuriosityMessage> TakeCuriosity() { return Take<CuriosityMessage>(); }
+  std::vector<ReleaseMessage> TakeReleases() { return Take<ReleaseMessage>(); }
+
+  SubscriberHostingBrokerOptions options;
+  absl::Time now = kT0;
+
+ private:
+  template <typename T>
+  std::vector<T> Take() {
+    std::vector<T> out;
+    std::vector<Message> rest;
+    for (Message& m : upstream_) {
+      if (auto* t = std::get_if<T>(&m)) {
+        out.push_back(std::move(*t));
+      } else {
+        rest.push_back(std::move(m));
+      }
+    }
+    upstream_.swap(rest);
+    return out;
+  }
+  void NewStorage() {
+    memory_ = std::make_unique<MemoryStorage>(state_);
+    faults_ = std::make_unique<FaultInjectingStorage>(memory_.get());
+  }
+  void CloseBroker() {
+    if (gate_ != nullptr) gate_->Open();  // the broker's destructor commits what is pending
+    shb_.reset();
+    gate_.reset();
+    faults_.reset();
+    memory_.reset();
+  }
+
+  // Declared first: destroyed last, after every endpoint.
+  InProcessNetwork net_;
+  std::shared_ptr<MemoryStorage::State> state_ = MemoryStorage::NewState();
+  std::unique_ptr<MemoryStorage> memory_;
+  std::unique_ptr<FaultInjectingStorage> faults_;
+  std::unique_ptr<GateStorage> gate_;
+  std::unique_ptr<Channel> phb_;
+  std::unique_ptr<Channel> shb_channel_;
+  std::vector<Message> upstream_;
+  std::vector<std::unique_ptr<Client>> clients_;
+  std::vector<std::unique_ptr<RawClient>> raws_;
+  std::unique_ptr<SubscriberHostingBroker> shb_;
+};
+
+// ---- Delivery ---------------------------------------------------------------------------------
+
+TEST_CASE("a new subscription starts at latestDelivered and gets exactly its matches in order",
+          "[shb]") {
+  ShbTest t;
+  t.Open();
+  t.Publish(Knowledge(1, 10, {{3, "red"}, {5, "blue"}}));
+  REQUIRE(t.shb().latest_delivered(kP) == 10);
+
+  Client& red = t.Subscribe("red", "color = 'red'");
+  Client& blue = t.Subscribe("blue", "color = 'blue'");
+  Client& green = t.Subscribe("green", "color = 'green'");
+  REQUIRE(red.rec.connected == std::vector<CheckpointToken>{Ct(10)});
+  REQUIRE(red.ds->checkpoint() == Ct(10));
+  REQUIRE(t.shb().subscription_count() == 3);
+
+  t.Publish(Knowledge(11, 20, {{12, "red"}, {13, "blue"}, {15, "red"}, {18, "blue"}}));
+  REQUIRE(red.rec.log == Strings{"E12", "E15"});
+  REQUIRE(blue.rec.log == Strings{"E13", "E18"});
+  REQUIRE(green.rec.log.empty());
+  REQUIRE(t.shb().latest_delivered(kP) == 20);
+  REQUIRE(t.shb().stats().events_delivered == 4);
+  REQUIRE(t.shb().stats().pfs_records == 4);
+
+  // Knowledge out of order: nothing passes the hole at 21..24 until it is filled.
+  t.Publish(Knowledge(25, 30, {{27, "red"}}));
+  REQUIRE(red.rec.log == Strings{"E12", "E15"});
+  REQUIRE(t.shb().latest_delivered(kP) == 20);
+  t.Publish(Knowledge(21, 24, {{22, "red"}}));
+  REQUIRE(red.rec.log == Strings{"E12", "E15", "E22", "E27"});
+  REQUIRE(t.shb().latest_delivered(kP) == 30);
+  for (Client* c : {&red, &blue, &green}) {
+    REQUIRE(c->ds->duplicates_dropped() == 0);
+    REQUIRE(c->rec.errors.empty());
+  }
+}
+
+TEST_CASE("a subscriber idle for silence_interval gets a Silence at latestDelivered", "[shb]") {
+  ShbTest t;
+  t.options.silence_interval = absl::Seconds(1);
+  t.Open();
+  Client& red = t.Subscribe("red", "color = 'red'");
+  Client& green = t.Subscribe("green", "color = 'green'");
+  t.now += absl::Milliseconds(500);
+  t.Publish(Knowledge(1, 10, {{4, "red"}}));
+  REQUIRE(red.rec.log == Strings{"E4"});
+
+  t.Timer(absl::Milliseconds(499));  // 0.999 s
+  REQUIRE(green.rec.log.empty());
+  t.Timer(absl::Milliseconds(1));  // 1 s after green joined
+  REQUIRE(green.rec.log == Strings{"S10"});
+  REQUIRE(green.ds->checkpoint() == Ct(10));
+  REQUIRE(red.rec.log == Strings{"E4"});  // its last message was 0.5 s ago
+  t.Timer(absl::Milliseconds(499));
+  REQUIRE(red.rec.log == Strings{"E4"});
+  t.Timer(absl::Milliseconds(1));
+  REQUIRE(red.rec.log == Strings{"E4", "S10"});
+  // Nothing new happened: no more Silences.
+  t.Timer(absl::Seconds(5));
+  REQUIRE(red.rec.log == Strings{"E4", "S10"});
+  REQUIRE(green.rec.log == Strings{"S10"});
+}
+
+// ---- Catchup and hand-over --------------------------------------------------------------------
+
+TEST_CASE("a reconnecting subscriber catches up from the PFS once, in order, then goes live",
+          "[shb][catchup]") {
+  ShbTest t;
+  t.Open();
+  Client& red = t.Subscribe("red", "color = 'red'");
+  Client& all = t.Subscribe("all", "");
+  t.Publish(Knowledge(1, 10, {{2, "red"}, {4, "blue"}, {6, "red"}}));
+  REQUIRE(red.rec.log == Strings{"E2", "E6"});
+
+  REQUIRE_OK(red.ds->Disconnect());
+  t.Pump();
+  t.Publish(Knowledge(11, 20, {{12, "red"}, {14, "blue"}, {16, "red"}}));
+  REQUIRE(red.rec.log == Strings{"E2", "E6"});
+
+  REQUIRE_OK(red.ds->Connect());
+  t.Pump();
+  REQUIRE(red.rec.connected.back() == Ct(6));
+  REQUIRE(red.rec.log == Strings{"E2", "E6", "E12", "E16", "S20"});
+  REQUIRE(t.shb().stats().catchups_started == 1);
+  REQUIRE(t.shb().stats().catchups_completed == 1);
+  REQUIRE(t.shb().catching_up() == 0);
+
+  t.Publish(Knowledge(21, 30, {{22, "red"}, {24, "blue"}}));
+  REQUIRE(red.rec.log == Strings{"E2", "E6", "E12", "E16", "S20", "E22"});
+  REQUIRE(all.rec.log == Strings{"E2", "E4", "E6", "E12", "E14", "E16", "E22", "E24"});
+  REQUIRE(red.ds->duplicates_dropped() == 0);
+  REQUIRE(all.ds->duplicates_dropped() == 0);
+}
+
+TEST_CASE("events arriving during a catchup are handed over without loss or duplicate",
+          "[shb][catchup]") {
+  ShbTest t;
+  t.options.event_cache_ticks = 1;  // the catchup must nack what it missed
+  t.Open();
+  Client& red = t.Subscribe("red", "color = 'red'");
+  Client& all = t.Subscribe("all", "");
+  t.Publish(Knowledge(1, 10, {{2, "red"}}));
+  REQUIRE_OK(red.ds->Disconnect());
+  t.Pump();
+  t.Publish(Knowledge(11, 20, {{12, "red"}, {14, "blue"}, {16, "red"}}));
+  REQUIRE(t.TakeCuriosity().empty());
+
+  REQUIRE_OK(red.ds->Connect());
+  t.Pump();
+  REQUIRE(red.ds->connected());
+  REQUIRE(t.shb().catching_up() == 1);
+  REQUIRE(red.rec.log == Strings{"E2"});
+  // Only its matches are nacked (the PFS says which), not the silence between them.
+  std::vector<CuriosityMessage> nacks = t.TakeCuriosity();
+  REQUIRE(nacks.size() == 1);
+  REQUIRE(nacks[0] == CuriosityMessage{kP, {{12, 12}, {16, 16}}});
+
+  // Live events go on meanwhile, to the others.
+  t.Publish(Knowledge(21, 30, {{22, "red"}, {24, "blue"}}));
+  REQUIRE(all.rec.log == Strings{"E2", "E12", "E14", "E16", "E22", "E24"});
+  REQUIRE(red.rec.log == Strings{"E2"});
+  REQUIRE(t.shb().catching_up() == 1);
+
+  // The answer to the nack.
+  t.Publish(KnowledgeMessage{
+      kP, {KnowledgeSpan::Data(12, Ev(12, "red")), KnowledgeSpan::Data(16, Ev(16, "red"))}});
+  REQUIRE(red.rec.log == Strings{"E2", "E12", "E16", "E22", "S30"});
+  REQUIRE(t.shb().catching_up() == 0);
+  t.Publish(Knowledge(31, 40, {{32, "red"}}));
+  REQUIRE(red.rec.log == Strings{"E2", "E12", "E16", "E22", "S30", "E32"});
+  REQUIRE(red.ds->duplicates_dropped() == 0);
+  REQUIRE(red.rec.errors.empty());
+}
+
+TEST_CASE("a CT below the PFS's chop point gets a Gap for exactly the chopped span",
+          "[shb][catchup]") {
+  ShbTest t;
+  t.Open();
+  Client& red = t.Subscribe("red", "color = 'red'");
+  t.Publish(Knowledge(1, 10, {{2, "red"}, {6, "red"}}));
+  red.ds->OnTimer(t.now);  // acks CT 6
+  REQUIRE_OK(red.ds->Disconnect());
+  t.Pump();
+  t.Timer();  // released(p) = 6: the PFS is chopped through 6
+  REQUIRE(t.TakeReleases() == Release(6, 10));
+  t.Publish(Knowledge(11, 20, {{12, "red"}}));
+
+  // The application restored an older CT (2): the broker cannot say what matched in (2, 6].
+  Client& again = t.AddSubscriber("red", "color = 'red'", Ct(2), 2, "red-restored");
+  REQUIRE_OK(again.ds->Connect());
+  t.Pump();
+  REQUIRE(again.rec.log == Strings{"G6", "E12", "S20"});
+  REQUIRE(t.shb().stats().gaps_delivered == 1);
+}
+
+// ---- Session errors ---------------------------------------------------------------------------
+
+TEST_CASE("a CT naming a pubend the broker does not serve is InvalidArgument", "[shb]") {
+  ShbTest t;
+  t.Open();
+  RawClient& x = t.AddRaw("x");
+  CheckpointToken ct;
+  ct.Set(PubendId{99}, 5);
+  x.Send(ConnectMessage{"x", "", "", ct, 1, true});
+  t.Pump();
+  REQUIRE(OnlyError(x.Take(), "x") == absl::StatusCode::kInvalidArgument);
+  REQUIRE(t.shb().subscription_count() == 0);
+}
+
+TEST_CASE("a CT ahead of the broker is OutOfRange", "[shb]") {
+  ShbTest t;
+  t.Open();
+  t.Publish(Knowledge(1, 10, {}));
+  RawClient& x = t.AddRaw("x");
+  x.Send(ConnectMessage{"x", "", "", Ct(11), 1, true});
+  t.Pump();
+  REQUIRE(OnlyError(x.Take(), "x") == absl::StatusCode::kOutOfRange);
+  REQUIRE(t.shb().subscription_count() == 0);
+  x.Send(ConnectMessage{"x", "", "", Ct(10), 1, true});
+  t.Pump();
+  REQUIRE(OnlyConnected(x.Take()) == ConnectedMessage{"x", Ct(10), 1});
+}
+
+TEST_CASE("a lower epoch is refused and a higher one fences the older session", "[shb]") {
+  ShbTest t;
+  t.Open();
+  RawClient& a = t.AddRaw("a");
+  RawClient& b = t.AddRaw("b");
+  RawClient& c = t.AddRaw("c");
+  a.Send(ConnectMessage{"s", "", "", {}, 5, true});
+  t.Pump();
+  REQUIRE(OnlyConnected(a.Take()).epoch == 5);
+
+  b.Send(ConnectMessage{"s", "", "", {}, 4, true});
+  t.Pump();
+  REQUIRE(OnlyError(b.Take(), "s") == absl::StatusCode::kFailedPrecondition);
+  t.Publish(Knowledge(1, 10, {{3, "red"}}));
+  REQUIRE(Deliveries(a.Take()) == Strings{"E3"});  // a's session goes on
+
+  c.Send(ConnectMessage{"s", "", "", Ct(3), 6, true});
+  t.Pump();
+  REQUIRE(OnlyError(a.Take(), "s") == absl::StatusCode::kAborted);
+  std::vector<Message> got = c.Take();
+  REQUIRE_FALSE(got.empty());
+  REQUIRE(std::get<ConnectedMessage>(got[0]) == ConnectedMessage{"s", Ct(3), 6});
+  // c resumed after 3: the catchup (nothing matched in (3, 10]) and then the constream.
+  REQUIRE(Deliveries(got) == Strings{"S10"});
+  t.Publish(Knowledge(11, 20, {{12, "blue"}}));
+  REQUIRE(a.Take().empty());
+  REQUIRE(Deliveries(c.Take()) == Strings{"E12"});
+
+  // The fenced process comes back with its old epoch: refused, and c keeps the session.
+  a.Send(ConnectMessage{"s", "", "", Ct(3), 5, true});
+  t.Pump();
+  REQUIRE(OnlyError(a.Take(), "s") == absl::StatusCode::kFailedPrecondition);
+  t.Publish(Knowledge(21, 30, {{22, "blue"}}));
+  REQUIRE(Deliveries(c.Take()) == Strings{"E22"});
+}
+
+TEST_CASE("connecting to a subscription with another selector is InvalidArgument", "[shb]") {
+  ShbTest t;
+  t.Open();
+  RawClient& x = t.AddRaw("x");
+  x.Send(ConnectMessage{"s", "color = 'red'", "", {}, 1, true});
+  t.Pump();
+  OnlyConnected(x.Take());
+  x.Send(ConnectMessage{"s", "color = 'blue'", "", {}, 1, true});
+  t.Pump();
+  REQUIRE(OnlyError(x.Take(), "s") == absl::StatusCode::kInvalidArgument);
+  x.Send(ConnectMessage{"s", "color = 'red'", "orders/#", {}, 1, true});
+  t.Pump();
+  REQUIRE(OnlyError(x.Take(), "s") == absl::StatusCode::kInvalidArgument);
+  // A selector that does not parse creates nothing.
+  x.Send(ConnectMessage{"bad", "color = ", "", {}, 1, true});
+  t.Pump();
+  REQUIRE(OnlyError(x.Take(), "bad") == absl::StatusCode::kInvalidArgument);
+  REQUIRE(t.shb().subscription_count() == 1);
+}
+
+TEST_CASE("an ack beyond what was delivered is OutOfRange and changes nothing", "[shb]") {
+  ShbTest t;
+  t.Open();
+  RawClient& x = t.AddRaw("x");
+  RawClient& other = t.AddRaw("other");
+  x.Send(ConnectMessage{"x", "", "", {}, 1, true});
+  t.Pump();
+  OnlyConnected(x.Take());
+  t.Publish(Knowledge(1, 10, {{4, "red"}}));
+  REQUIRE(Deliveries(x.Take()) == Strings{"E4"});
+
+  x.Send(AckMessage{"x", Ct(11)});
+  t.Pump();
+  REQUIRE(OnlyError(x.Take(), "x") == absl::StatusCode::kOutOfRange);
+  // Only the session may ack.
+  other.Send(AckMessage{"x", Ct(8)});
+  t.Pump();
+  REQUIRE(OnlyError(other.Take(), "x") == absl::StatusCode::kFailedPrecondition);
+  t.Timer();
+  REQUIRE(t.TakeReleases() == Release(0, 10));  // neither ack counted
+
+  x.Send(AckMessage{"x", Ct(10)});
+  t.Pump();
+  REQUIRE(x.Take().empty());
+  t.Timer(t.options.release_interval);
+  REQUIRE(t.TakeReleases() == Release(10, 10));
+}
+
+TEST_CASE("unsubscribing deletes the subscription", "[shb]") {
+  ShbTest t;
+  t.Open();
+  Client& red = t.Subscribe("red", "color = 'red'");
+  t.Publish(Knowledge(1, 10, {{2, "red"}}));
+  REQUIRE(t.shb().stats().pfs_records == 1);
+  REQUIRE_OK(red.ds->Unsubscribe());
+  t.Pump();
+  REQUIRE(t.shb().subscription_count() == 0);
+  t.Publish(Knowledge(11, 20, {{12, "red"}}));
+  REQUIRE(red.rec.log == Strings{"E2"});
+  REQUIRE(t.shb().stats().pfs_records == 1);  // it matched nobody
+
+  RawClient& x = t.AddRaw("x");
+  x.Send(ConnectMessage{"red", "color = 'red'", "", Ct(2), 1, false});
+  t.Pump();
+  REQUIRE(OnlyError(x.Take(), "red") == absl::StatusCode::kNotFound);
+  x.Send(UnsubscribeMessage{"red"});
+  t.Pump();
+  REQUIRE(OnlyError(x.Take(), "red") == absl::StatusCode::kNotFound);
+  REQUIRE(t.shb().subscription_count() == 0);
+}
+
+// ---- Upstream: nacks and releases -------------------------------------------------------------
+
+TEST_CASE("Q below the highest tick seen is nacked upstream after nack_delay", "[shb]") {
+  ShbTest t;
+  t.options.nack_delay = absl::Milliseconds(20);
+  t.Open();
+  Client& red = t.Subscribe("red", "color = 'red'");
+  t.Publish(
+      KnowledgeMessage{kP,
+                       {KnowledgeSpan::Silence({1, 10}), KnowledgeSpan::Data(20, Ev(20, "red")),
+                        KnowledgeSpan::Silence({25, 30})}});
+  REQUIRE(t.shb().latest_delivered(kP) == 10);
+  t.Timer();
+  t.Timer(absl::Milliseconds(19));
+  REQUIRE(t.TakeCuriosity().empty());
+  t.Timer(absl::Milliseconds(1));
+  std::vector<CuriosityMessage> nacks = t.TakeCuriosity();
+  REQUIRE_FALSE(nacks.empty());
+  REQUIRE(nacks[0] == CuriosityMessage{kP, {{11, 19}, {21, 24}}});
+  for (const CuriosityMessage& n : nacks) REQUIRE(n == nacks[0]);  // see the next test
+
+  t.Publish(
+      KnowledgeMessage{kP, {KnowledgeSpan::Silence({11, 19}), KnowledgeSpan::Silence({21, 24})}});
+  REQUIRE(t.shb().latest_delivered(kP) == 30);
+  REQUIRE(red.rec.log == Strings{"E20"});
+  // Answered: nothing is asked again.
+  t.Timer(t.options.renack_interval);
+  REQUIRE(t.TakeCuriosity().empty());
+}
+
+TEST_CASE("a nack is sent once, and again only after renack_interval", "[shb]") {
+  ShbTest t;
+  t.options.nack_delay = absl::Milliseconds(20);
+  t.options.renack_interval = absl::Milliseconds(200);
+  t.Open();
+  t.Publish(
+      KnowledgeMessage{kP, {KnowledgeSpan::Silence({1, 10}), KnowledgeSpan::Silence({20, 30})}});
+  t.Timer();
+  t.Timer(absl::Milliseconds(20));
+  const std::vector<CuriosityMessage> once = {CuriosityMessage{kP, {{11, 19}}}};
+  REQUIRE(t.TakeCuriosity() == once);
+  t.Timer(absl::Milliseconds(199));
+  REQUIRE(t.TakeCuriosity().empty());
+  t.Timer(absl::Milliseconds(1));
+  REQUIRE(t.TakeCuriosity() == once);
+}
+
+TEST_CASE("the release upstream is min(latestDelivered, every subscriber's ack)", "[shb]") {
+  ShbTest t;
+  t.Open();
+  RawClient& a = t.AddRaw("a");
+  RawClient& b = t.AddRaw("b");
+  a.Send(ConnectMessage{"a", "", "", {}, 1, true});
+  b.Send(ConnectMessage{"b", "", "", {}, 1, true});
+  t.Pump();
+  t.Publish(Knowledge(1, 20, {{5, "red"}, {13, "red"}, {17, "red"}}));
+  REQUIRE(Deliveries(a.Take()) == Strings{"E5", "E13", "E17"});
+  t.Timer();
+  REQUIRE(t.TakeReleases() == Release(0, 20));
+
+  a.Send(AckMessage{"a", Ct(13)});
+  b.Send(AckMessage{"b", Ct(17)});
+  t.Pump();
+  t.Timer(t.options.release_interval);
+  REQUIRE(t.TakeReleases() == Release(13, 20));
+  a.Send(AckMessage{"a", Ct(20)});
+  t.Pump();
+  t.Timer(t.options.release_interval);
+  REQUIRE(t.TakeReleases() == Release(17, 20));
+  b.Send(AckMessage{"b", Ct(20)});
+  t.Pump();
+  // Not due yet: releases go every release_interval.
+  t.Timer(t.options.release_interval - absl::Milliseconds(1));
+  REQUIRE(t.TakeReleases().empty());
+  t.Timer(absl::Milliseconds(1));
+  REQUIRE(t.TakeReleases() == Release(20, 20));
+  REQUIRE(a.Take().empty());  // no errors
+  REQUIRE(Deliveries(b.Take()) == Strings{"E5", "E13", "E17"});
+}
+
+// ---- Restarts ---------------------------------------------------------------------------------
+
+TEST_CASE("a clean restart recovers subscriptions, latestDelivered, acks and the PFS",
+          "[shb][restart]") {
+  ShbTest t;
+  t.Open();
+  Client& red = t.Subscribe("red", "color = 'red'");
+  Client& all = t.AddSubscriber("all", "", {}, 3);
+  REQUIRE_OK(all.ds->Connect());
+  t.Pump();
+  t.Publish(Knowledge(1, 10, {{5, "red"}, {8, "blue"}}));
+  red.ds->OnTimer(t.now);  // acks 5
+  REQUIRE_OK(red.ds->Disconnect());
+  t.Pump();
+  t.Publish(Knowledge(11, 20, {{12, "red"}, {15, "blue"}}));
+  all.ds->OnTimer(t.now);  // acks 15
+  t.Pump();
+  t.Timer();  // persists the acks
+  REQUIRE(t.TakeReleases() == Release(5, 20));
+
+  t.Restart();
+  t.Open();
+  REQUIRE(t.shb().subscription_count() == 2);
+  REQUIRE(t.shb().latest_delivered(kP) == 20);
+  t.Timer();
+  REQUIRE(t.TakeReleases() == Release(5, 20));
+
+  // Every session starts disconnected; the stored epoch still fences older ones.
+  RawClient& old = t.AddRaw("old");
+  old.Send(ConnectMessage{"all", "", "", Ct(15), 2, true});
+  t.Pump();
+  REQUIRE(OnlyError(old.Take(), "all") == absl::StatusCode::kFailedPrecondition);
+
+  REQUIRE_OK(red.ds->Connect());
+  REQUIRE_OK(all.ds->Connect());
+  t.Pump();
+  REQUIRE(all.rec.log == Strings{"E5", "E8", "E12", "E15", "S20"});
+  // The recovered PFS knows red matched 12; the restarted broker's cache is empty, so it asks.
+  std::vector<CuriosityMessage> nacks = t.TakeCuriosity();
+  REQUIRE(nacks.size() == 1);
+  REQUIRE(nacks[0] == CuriosityMessage{kP, {{12, 12}}});
+  REQUIRE(red.rec.log == Strings{"E5"});
+  t.Publish(KnowledgeMessage{kP, {KnowledgeSpan::Data(12, Ev(12, "red"))}});
+  REQUIRE(red.rec.log == Strings{"E5", "E12", "S20"});
+  t.Publish(Knowledge(21, 30, {{22, "red"}, {25, "blue"}}));
+  REQUIRE(red.rec.log == Strings{"E5", "E12", "S20", "E22"});
+  REQUIRE(all.rec.log == Strings{"E5", "E8", "E12", "E15", "S20", "E22", "E25"});
+  REQUIRE(red.ds->duplicates_dropped() == 0);
+  REQUIRE(all.ds->duplicates_dropped() == 0);
+}
+
+TEST_CASE("a pubend added to the broker's options serves the existing subscriptions",
+          "[shb][restart]") {
+  ShbTest t;
+  t.Open();
+  RawClient& x = t.AddRaw("x");
+  x.Send(ConnectMessage{"s", "", "", {}, 1, true});
+  t.Pump();
+  t.Publish(Knowledge(1, 10, {{5, "red"}}));
+  REQUIRE(Deliveries(x.Take()) == Strings{"E5"});
+
+  t.Restart();
+  t.options.pubends.push_back({kP2, "phb"});
+  t.Open();
+  x.Send(ConnectMessage{"s", "", "", Ct(5), 1, true});
+  t.Pump();
+  std::vector<Message> got = x.Take();
+  REQUIRE(got.size() == 2);
+  REQUIRE(std::get<ConnectedMessage>(got[0]) == ConnectedMessage{"s", Ct(5), 1});
+  REQUIRE(Deliveries(got) == Strings{"S10"});  // nothing matched in (5, 10]
+  t.Publish(Knowledge(1, 10, {{3, "red"}}, kP2));
+  t.Publish(Knowledge(11, 20, {{12, "red"}}));
+  REQUIRE(t.shb().status().ok());
+  got = x.Take();
+  REQUIRE(got.size() == 2);
+  REQUIRE(std::get<DeliveryMessage>(got[0]).pubend == kP2);
+  REQUIRE(std::get<DeliveryMessage>(got[0]).tick == 3);
+  REQUIRE(std::get<DeliveryMessage>(got[1]).pubend == kP);
+  REQUIRE(std::get<DeliveryMessage>(got[1]).tick == 12);
+  REQUIRE(t.shb().latest_delivered(kP2) == 10);
+  REQUIRE(t.shb().latest_delivered(kP) == 20);
+}
+
+// ---- Deliver before commit, under the delivery lease ------------------------------------------
+
+// The scenario of the file comment of subscriber_hosting_broker.h: a round is sent, then its
+// commit fails (or the storage crashes right after it); the broker restarts from what committed.
+TEST_CASE("after a failed commit the subscriber resumes after its CT, without duplicates",
+          "[shb][lease]") {
+  const bool commit_reached_storage = GENERATE(false, true);
+  INFO("the failing commit reached the storage: " << commit_reached_storage);
+  ShbTest t;
+  t.options.delivery_lease_ticks = 1000;
+  t.Open();
+  Client& red = t.Subscribe("red", "color = 'red'");
+  t.Publish(Knowledge(1, 10, {}));  // latestDelivered 10 and a lease of 1010, committed
+  REQUIRE(t.shb().latest_delivered(kP) == 10);
+
+  const uint64_t next_commit = t.faults().commits_attempted() + 1;
+  const absl::Status injected = absl::UnavailableError("injected commit failure");
+  if (commit_reached_storage) {
+    t.faults().CrashAfterCommitNumber(next_commit);
+  } else {
+    t.faults().FailCommitNumber(next_commit, injected);
+  }
+  t.Publish(Knowledge(11, 15, {{11, "red"}, {13, "red"}, {15, "red"}}));
+  // The round was sent before its commit: the subscriber has it.
+  REQUIRE(red.rec.log == Strings{"E11", "E13", "E15"});
+  REQUIRE(red.ds->checkpoint() == Ct(15));
+  REQUIRE(t.faults().commits_attempted() == next_commit);
+  REQUIRE_FALSE(t.shb().status().ok());
+  if (!commit_reached_storage) REQUIRE(t.shb().status() == injected);
+  REQUIRE(red.rec.errors.size() == 1);
+  REQUIRE(absl::IsUnavailable(red.rec.errors[0]));
+  REQUIRE_FALSE(red.ds->connected());
+
+  t.Restart();
+  t.Open();
+  REQUIRE(t.shb().status().ok());
+  const Tick recovered = commit_reached_storage ? 15 : 10;
+  REQUIRE(t.shb().latest_delivered(kP) == recovered);
+
+  REQUIRE_OK(red.ds->Connect());
+  t.Pump();
+  REQUIRE(red.ds->connected());
+  REQUIRE(red.rec.connected.back() == Ct(15));  // accepted, though ahead of latestDelivered
+  REQUIRE(red.rec.errors.size() == 1);
+
+  // Upstream never heard of latestDelivered beyond what committed: it sends the ticks again.
+  t.Publish(Knowledge(1, 20, {{11, "red"}, {13, "red"}, {15, "red"}, {17, "red"}, {19, "blue"}}));
+  REQUIRE(t.shb().latest_delivered(kP) == 20);
+  REQUIRE(red.rec.log == Strings{"E11", "E13", "E15", "E17"});
+  REQUIRE(red.ds->duplicates_dropped() == 0);  // the broker resumed after the CT
+  REQUIRE(t.shb().stats().events_delivered == 1);
+
+  // The records the restarted broker wrote serve a later catchup.
+  REQUIRE_OK(red.ds->Disconnect());
+  t.Pump();
+  t.Publish(Knowledge(21, 30, {{22, "red"}}));
+  REQUIRE_OK(red.ds->Connect());
+  t.Pump();
+  REQUIRE(red.rec.log == Strings{"E11", "E13", "E15", "E17", "E22", "S30"});
+  REQUIRE(red.ds->duplicates_dropped() == 0);
+}
+
+TEST_CASE("after a restart a CT up to the recovered lease is accepted, beyond it refused",
+          "[shb][lease]") {
+  ShbTest t;
+  t.options.delivery_lease_ticks = 1000;
+  t.Open();
+  Client& red = t.Subscribe("red", "color = 'red'");
+  t.Publish(Knowledge(1, 10, {}));  // the last commit: highest tick seen 10, lease 1010
+  t.faults().FailCommitNumber(t.faults().commits_attempted() + 1,
+                              absl::UnavailableError("injected"));
+  t.Publish(Knowledge(11, 15, {{11, "red"}}));
+  REQUIRE(red.rec.log == Strings{"E11"});
+  REQUIRE_FALSE(t.shb().status().ok());
+
+  t.Restart();
+  t.Open();
+  REQUIRE(t.shb().latest_delivered(kP) == 10);
+  RawClient& x = t.AddRaw("x");
+  x.Send(ConnectMessage{"red", "color = 'red'", "", Ct(1011), 2, true});
+  t.Pump();
+  REQUIRE(OnlyError(x.Take(), "red") == absl::StatusCode::kOutOfRange);
+  x.Send(ConnectMessage{"red", "color = 'red'", "", Ct(1010), 2, true});
+  t.Pump();
+  REQUIRE(OnlyConnected(x.Take()) == ConnectedMessage{"red", Ct(1010), 2});
+  // An ack is held to the same bound.
+  x.Send(AckMessage{"red", Ct(1011)});
+  t.Pump();
+  REQUIRE(OnlyError(x.Take(), "red") == absl::StatusCode::kOutOfRange);
+}
+
+TEST_CASE("after a restart a subscriber presenting an older CT gets every event after it",
+          "[shb][lease]") {
+  ShbTest t;
+  t.options.delivery_lease_ticks = 1000;
+  t.Open();
+  Client& red = t.Subscribe("red", "color = 'red'");
+  t.Publish(Knowledge(1, 10, {{4, "red"}}));
+  t.faults().FailCommitNumber(t.faults().commits_attempted() + 1,
+                              absl::UnavailableError("injected"));
+  t.Publish(Knowledge(11, 15, {{11, "red"}, {13, "red"}, {15, "red"}}));
+  REQUIRE(red.rec.log == Strings{"E4", "E11", "E13", "E15"});
+
+  t.Restart();
+  t.Open();
+  REQUIRE(t.shb().latest_delivered(kP) == 10);
+  // The process reconnects with its CT (15, ahead of the broker), then goes away.
+  REQUIRE_OK(red.ds->Connect());
+  t.Pump();
+  REQUIRE(red.rec.connected.back() == Ct(15));
+  REQUIRE_OK(red.ds->Disconnect());
+  t.Pump();
+
+  // A new process of the application restores an older CT (4) and connects: everything after 4
+  // is owed to it, the events 11, 13 and 15 included.
+  Client& restored = t.AddSubscriber("red", "color = 'red'", Ct(4), 2, "red-restored");
+  REQUIRE_OK(restored.ds->Connect());
+  t.Pump();
+  REQUIRE(restored.ds->connected());
+  t.Publish(Knowledge(1, 20, {{4, "red"}, {11, "red"}, {13, "red"}, {15, "red"}, {17, "red"}}));
+  REQUIRE(restored.rec.log == Strings{"S10", "E11", "E13", "E15", "E17"});
+  REQUIRE(restored.rec.errors.empty());
+}
+
+TEST_CASE("the broker sends nothing beyond a delivery lease that is durable", "[shb][lease]") {
+  ShbTest t;
+  t.options.commit_thread = true;
+  t.options.commit_interval = absl::ZeroDuration();
+  t.options.delivery_lease_ticks = 1000;
+  GateStorage& gate = t.UseGate();
+  t.Open();
+  Client& red = t.Subscribe("red", "color = 'red'");
+  t.Publish(Knowledge(1, 10, {}));
+  REQUIRE(t.PumpUntil([&] { return t.shb().latest_delivered(kP) == 10; }));  // lease 1010
+
+  gate.Close();
+  t.Publish(Knowledge(11, 2000, {{500, "red"}, {1010, "red"}, {1500, "red"}}));
+  REQUIRE(gate.AwaitBlockedCommit(absl::Seconds(10)));
+  // The round through the lease went out; 1500 waits for the commit that renews the lease.
+  REQUIRE(red.rec.log == Strings{"E500", "E1010"});
+  t.Timer();
+  REQUIRE(red.rec.log == Strings{"E500", "E1010"});
+  REQUIRE(t.shb().latest_delivered(kP) == 10);
+
+  gate.Open();
+  REQUIRE(t.PumpUntil([&] { return t.shb().latest_delivered(kP) == 2000; }));
+  REQUIRE(red.rec.log == Strings{"E500", "E1010", "E1500"});
+  REQUIRE(red.ds->duplicates_dropped() == 0);
+}
+
+TEST_CASE("with a commit thread, events reach subscribers while their commit is blocked",
+          "[shb][lease]") {
+  ShbTest t;
+  std::atomic<int> on_commit_calls{0};
+  std::atomic<int> on_commit_other_thread{0};
+  const std::thread::id test_thread = std::this_thread::get_id();
+  t.options.commit_thread = true;
+  t.options.commit_interval = absl::ZeroDuration();
+  t.options.on_commit = [&] {
+    ++on_commit_calls;
+    if (std::this_thread::get_id() != test_thread) ++on_commit_other_thread;
+  };
+  GateStorage& gate = t.UseGate();
+  t.Open();
+  Client& red = t.Subscribe("red", "color = 'red'");  // commits with the gate open
+  t.Publish(Knowledge(1, 10, {}));
+  // on_commit runs on the commit thread.
+  REQUIRE(t.PumpUntil(
+      [&] { return t.shb().latest_delivered(kP) == 10 && on_commit_other_thread > 0; }));
+
+  gate.Close();
+  t.Publish(Knowledge(11, 15, {{11, "red"}, {13, "red"}, {15, "red"}}));
+  REQUIRE(gate.AwaitBlockedCommit(absl::Seconds(10)));
+  REQUIRE(red.rec.log == Strings{"E11", "E13", "E15"});
+  REQUIRE(t.shb().latest_delivered(kP) == 10);
+  // The subscriber may ack what it got (the broker sent it)...
+  red.ds->OnTimer(t.now);
+  t.Pump();
+  REQUIRE(red.rec.errors.empty());
+  // ...but upstream hears only what is durable.
+  t.Timer();
+  REQUIRE(t.TakeReleases() == Release(10, 10));
+  REQUIRE(t.shb().latest_delivered(kP) == 10);
+
+  const int calls_before = on_commit_calls;
+  gate.Open();
+  REQUIRE(t.PumpUntil(
+      [&] { return t.shb().latest_delivered(kP) == 15 && on_commit_calls > calls_before; }));
+  t.Timer(t.options.release_interval);
+  REQUIRE(t.TakeReleases() == Release(15, 15));
+  REQUIRE(red.rec.log == Strings{"E11", "E13", "E15"});
+  REQUIRE(t.shb().status().ok());
+
+  // A clean shutdown stops the commit thread and loses nothing.
+  t.Publish(Knowledge(16, 20, {{18, "red"}}));
+  REQUIRE(red.rec.log == Strings{"E11", "E13", "E15", "E18"});
+  t.Restart();
+  t.options.commit_thread = false;
+  t.Open();
+  REQUIRE(t.shb().latest_delivered(kP) == 20);
+}
+
+}  // namespace
+}  // namespace gryph
