@@ -144,11 +144,22 @@ absl::Status SubscriberHostingBroker::Recover() {
         return true;
       }));
   GRYPH_RETURN_IF_ERROR(parse);
+  // A pubend added to the options since a subscription was created serves it from now on, as it
+  // would a new subscription: registered in that pubend's PFS, starting at its latestDelivered.
+  WriteBatch added;
   for (auto& [name, s] : subscriptions_) {
     GRYPH_RETURN_IF_ERROR(matcher_.Add(s.id, s.subscription));
     by_id_[s.id.value] = &s;
+    for (auto& [id, p] : pubends_) {
+      if (s.positions.contains(id)) continue;
+      Position& pos = s.positions[id];
+      pos.created = pos.released = p.committed;
+      GRYPH_RETURN_IF_ERROR(p.pfs->AddSubscriber(s.id, &added));
+      PutPosition(s, id, added);
+    }
   }
   matcher_.Publish();
+  if (!added.empty()) GRYPH_RETURN_IF_ERROR(CommitNow(std::move(added)));
   return absl::OkStatus();
 }
 
