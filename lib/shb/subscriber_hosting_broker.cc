@@ -314,7 +314,12 @@ void SubscriberHostingBroker::Flush() {
   ProcessCommits();
   if (!dirty_ || !status_.ok()) return;
   dirty_ = false;
-  if (!AdvanceConStreams().ok()) return;
+  // A failed round has moved constream positions past what is neither sent nor committed: the
+  // broker stops (reopen it).
+  if (absl::Status st = AdvanceConStreams(); !st.ok()) {
+    Fail(st);
+    return;
+  }
   for (auto& [id, p] : pubends_) {
     StepCatchups(p);
     Forget(p);
@@ -436,8 +441,9 @@ void SubscriberHostingBroker::NoteSent(Position& pos, Tick last, uint64_t n) {
 }
 
 void SubscriberHostingBroker::Demote(SubscriptionState& s, PubendState& p, Position& pos) {
-  // Everything through the constream's position has been sent to it: catch up from there.
-  const Tick from = p.constream->latest_delivered();
+  // Everything through the constream's position has been sent to it (and, after a restart,
+  // everything through the CT it resumed after): catch up from there.
+  const Tick from = std::max(p.constream->latest_delivered(), pos.resume_after);
   absl::StatusOr<std::unique_ptr<PFS::Reader>> reader = p.pfs->NewReader(s.id, from, from);
   if (!reader.ok()) {
     SendError(s.session, s.name, reader.status());
