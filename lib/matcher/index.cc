@@ -274,6 +274,17 @@ void Index::Prefetch(const Record* rec, bool add) const {
   }
 }
 
+void Index::PrefetchDeeper(const Record* rec, bool add) const {
+  if (add) {
+    if (rec->placement == Placement::kExactTopic) exact_.PrefetchNode({rec->topic(), rec->topic_hash});
+    return;
+  }
+  // A swap-remove from a shared group rewrites the position kept in the moved entry's record.
+  const Group* g = rec->group[copy_];
+  const auto& entries = g->unindexed.entries();
+  if (entries.size() > 1) __builtin_prefetch(entries.back().rec, 1);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Matching
 

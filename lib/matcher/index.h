@@ -256,6 +256,12 @@ class NameTable {
     Destroy(n);
   }
   void Prefetch(const Key& k) const { set_.prefetch(k); }
+  // Prefetches the node of `k`, if present (probes the table: best once Prefetch(k) is done).
+  // Compares hashes only, reading no node: a collision merely prefetches another node.
+  void PrefetchNode(const Key& k) const {
+    auto it = set_.find(HashOnly{k.hash});
+    if (it != set_.end()) __builtin_prefetch(it->node);
+  }
   bool empty() const { return set_.empty(); }
   size_t size() const { return set_.size(); }
 
@@ -271,10 +277,14 @@ class NameTable {
     size_t hash;
     Node* node;
   };
+  struct HashOnly {
+    size_t hash;
+  };
   struct Hash {
     using is_transparent = void;
     size_t operator()(const Slot& s) const { return s.hash; }
     size_t operator()(const Key& k) const { return k.hash; }
+    size_t operator()(const HashOnly& k) const { return k.hash; }
   };
   struct Eq {
     using is_transparent = void;
@@ -283,6 +293,8 @@ class NameTable {
       return a.hash == k.hash && a.node->name() == k.name;
     }
     bool operator()(const Key& k, const Slot& a) const { return (*this)(a, k); }
+    bool operator()(const Slot& a, const HashOnly& k) const { return a.hash == k.hash; }
+    bool operator()(const HashOnly& k, const Slot& a) const { return (*this)(a, k); }
   };
 
   template <typename... Args>
@@ -378,6 +390,10 @@ class Index {
   // Hints the caches about the structures Add (add) or Remove (!add) of `rec` will touch first.
   // REQUIRES: the record's first cache lines are cached or on their way.
   void Prefetch(const Record* rec, bool add) const;
+  // Hints the caches about what Add or Remove of `rec` reaches through the structures Prefetch
+  // fetched: the node of an existing exact-topic group, the entry a removal moves.
+  // REQUIRES: as Prefetch, which was called for `rec` a while ago.
+  void PrefetchDeeper(const Record* rec, bool add) const;
 
   // Calls sink(id) for each matching subscription, each once.
   void Match(const Event& event, Scratch& scratch,
