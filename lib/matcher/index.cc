@@ -274,15 +274,25 @@ void Index::Prefetch(const Record* rec, bool add) const {
   }
 }
 
-void Index::PrefetchDeeper(const Record* rec, bool add) const {
+void Index::PrefetchDeeper(const Record* rec, bool add, int depth) const {
   if (add) {
-    if (rec->placement == Placement::kExactTopic) exact_.PrefetchNode({rec->topic(), rec->topic_hash});
+    if (depth == 1 && rec->placement == Placement::kExactTopic) {
+      exact_.PrefetchNode({rec->topic(), rec->topic_hash});
+    }
     return;
   }
-  // A swap-remove from a shared group rewrites the position kept in the moved entry's record.
+  // A swap-remove from a shared group rewrites the position kept in the moved entry's record:
+  // first the group's last entry (its own line when the group has several), then its record.
+  // (No group yet when the batch also adds the record, further back.)
   const Group* g = rec->group[copy_];
+  if (g == nullptr) return;
   const auto& entries = g->unindexed.entries();
-  if (entries.size() > 1) __builtin_prefetch(entries.back().rec, 1);
+  if (entries.size() <= 1) return;
+  if (depth == 1) {
+    __builtin_prefetch(&entries.back(), 1);
+  } else {
+    __builtin_prefetch(entries.back().rec, 1);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -391,9 +391,10 @@ class Index {
   // REQUIRES: the record's first cache lines are cached or on their way.
   void Prefetch(const Record* rec, bool add) const;
   // Hints the caches about what Add or Remove of `rec` reaches through the structures Prefetch
-  // fetched: the node of an existing exact-topic group, the entry a removal moves.
-  // REQUIRES: as Prefetch, which was called for `rec` a while ago.
-  void PrefetchDeeper(const Record* rec, bool add) const;
+  // fetched (depth 1: the node of an existing exact-topic group, the last entry of the group a
+  // removal swaps out of) or PrefetchDeeper(rec, add, 1) fetched (depth 2: that entry's record).
+  // REQUIRES: Prefetch(rec, add), and for depth 2 also depth 1, were called a while ago.
+  void PrefetchDeeper(const Record* rec, bool add, int depth) const;
 
   // Calls sink(id) for each matching subscription, each once.
   void Match(const Event& event, Scratch& scratch,

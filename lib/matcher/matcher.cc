@@ -94,7 +94,7 @@ class Matcher::Impl {
   }
 
   ~Impl() {
-    for (auto& [id, rec] : records_) mi::DestroyRecord(rec, pool_);
+    for (auto& [id, ref] : records_) mi::DestroyRecord(ref.rec(), pool_);
     for (const Op& op : pending_) {
       if (!op.add) mi::DestroyRecord(op.rec, pool_);
     }
@@ -110,7 +110,7 @@ class Matcher::Impl {
     mi::Record* rec = mi::Compile(
         id, std::move(subscription), [this](absl::string_view name) { return Intern(name); },
         stats_, pool_);
-    auto [it, inserted] = records_.try_emplace(id, rec);
+    auto [it, inserted] = records_.try_emplace(id, RecordRef(rec));
     if (!inserted) {
       for (const auto& [name, name_id] : rec->attributes()) Release(name);
       mi::DestroyRecord(rec, pool_);
@@ -118,7 +118,7 @@ class Matcher::Impl {
           absl::StrCat("subscriber ", id.value, " already has a subscription in the matcher"));
     }
     stats_.Count(*rec, +1);
-    pending_.push_back(Op{it->second, true});
+    pending_.push_back(Op{rec, true});
     if (pending_.size() >= options_.max_unpublished) Publish();
     return absl::OkStatus();
   }
@@ -129,10 +129,13 @@ class Matcher::Impl {
       return absl::NotFoundError(
           absl::StrCat("subscriber ", id.value, " has no subscription in the matcher"));
     }
-    mi::Record* rec = it->second;
+    const RecordRef ref = it->second;
     records_.erase(it);
-    stats_.Count(*rec, -1);
-    for (const auto& [name, name_id] : rec->attributes()) Release(name);
+    mi::Record* rec = ref.rec();
+    if (!ref.plain()) {  // else nothing to uncount: the record stays out of the cache until Apply
+      stats_.Count(*rec, -1);
+      for (const auto& [name, name_id] : rec->attributes()) Release(name);
+    }
     pending_.push_back(Op{rec, false});
     if (pending_.size() >= options_.max_unpublished) Publish();
     return absl::OkStatus();
@@ -173,6 +176,26 @@ class Matcher::Impl {
     mi::Record* rec;
     bool add;
   };
+  // A record, marked `plain` when it has no attributes and no access that AccessStats counts
+  // (topic-only subscriptions): removing it needs no look at the record until it is applied.
+  class RecordRef {
+   public:
+    explicit RecordRef(mi::Record* rec)
+        : bits_(reinterpret_cast<uintptr_t>(rec) | (IsPlain(*rec) ? 1 : 0)) {}
+    mi::Record* rec() const { return reinterpret_cast<mi::Record*>(bits_ & ~uintptr_t{1}); }
+    bool plain() const { return (bits_ & 1) != 0; }
+
+   private:
+    static bool IsPlain(const mi::Record& rec) {
+      if (!rec.attributes().empty()) return false;
+      for (const mi::Access& a : rec.accesses) {
+        if (a.kind != mi::Access::Kind::kUnindexed) return false;
+      }
+      return true;
+    }
+    static_assert(alignof(mi::Record) >= 2);  // and pool blocks are 16-byte aligned
+    uintptr_t bits_;
+  };
   struct Name {
     uint32_t id;
     uint32_t refs;
@@ -201,11 +224,10 @@ class Matcher::Impl {
   }
 
   // Applies `ops` in order to `copy`; the second application of a batch frees removed records.
-  // The batch is known in advance, so its cache misses overlap, in a pipeline of three stages:
-  // the record 3 * kStage changes ahead is fetched (its first lines); once cached, what its change
-  // probes first (the hash slot of its topic, or its group) is fetched 2 * kStage changes ahead;
-  // once those are cached, what they point to (an existing group's node, the entry a removal
-  // moves) kStage changes ahead.
+  // The batch is known in advance, so its cache misses overlap, in a pipeline: the record
+  // 4 * kStage changes ahead is fetched (its first lines); once cached, what its change probes
+  // first (the hash slot of its topic, or its group) 3 * kStage ahead; then what those point to
+  // (an existing group's node, the entry a removal moves), and that entry's record.
   void Apply(const std::vector<Op>& ops, mi::Index& copy, bool second) {
     constexpr size_t kStage = 4;
     const size_t n = ops.size();
@@ -215,13 +237,21 @@ class Matcher::Impl {
       __builtin_prefetch(p + 64);
       __builtin_prefetch(p + 128);
     };
-    for (size_t i = 0; i < std::min(3 * kStage, n); ++i) fetch_record(i);
-    for (size_t i = 0; i < std::min(2 * kStage, n); ++i) copy.Prefetch(ops[i].rec, ops[i].add);
-    for (size_t i = 0; i < std::min(kStage, n); ++i) copy.PrefetchDeeper(ops[i].rec, ops[i].add);
+    auto stage = [&](size_t i, size_t s) {
+      switch (s) {
+        case 4: fetch_record(i); break;
+        case 3: copy.Prefetch(ops[i].rec, ops[i].add); break;
+        case 2: copy.PrefetchDeeper(ops[i].rec, ops[i].add, 1); break;
+        case 1: copy.PrefetchDeeper(ops[i].rec, ops[i].add, 2); break;
+      }
+    };
+    for (size_t s = 4; s >= 1; --s) {
+      for (size_t i = 0; i < std::min(s * kStage, n); ++i) stage(i, s);
+    }
     for (size_t i = 0; i < n; ++i) {
-      if (i + 3 * kStage < n) fetch_record(i + 3 * kStage);
-      if (i + 2 * kStage < n) copy.Prefetch(ops[i + 2 * kStage].rec, ops[i + 2 * kStage].add);
-      if (i + kStage < n) copy.PrefetchDeeper(ops[i + kStage].rec, ops[i + kStage].add);
+      for (size_t s = 4; s >= 1; --s) {
+        if (i + s * kStage < n) stage(i + s * kStage, s);
+      }
       const Op& op = ops[i];
       if (op.add) {
         copy.Add(op.rec);
@@ -269,7 +299,7 @@ class Matcher::Impl {
   // The owner's state.
   mi::Pool pool_;  // records and index nodes; declared first, destroyed last
   // Owned; the latest state.
-  absl::flat_hash_map<SubscriberId, mi::Record*> records_;
+  absl::flat_hash_map<SubscriberId, RecordRef> records_;
   absl::flat_hash_map<std::string, Name> names_;             // interned attribute names
   std::vector<uint32_t> free_ids_;
   uint32_t next_id_ = 0;
