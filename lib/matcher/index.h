@@ -302,6 +302,7 @@ class NameTable {
     void* mem = pool_->Allocate(sizeof(Node) + k.name.size());
     Node* n = new (mem) Node(k.name.size(), std::forward<Args>(args)...);
     if (!k.name.empty()) std::memcpy(reinterpret_cast<char*>(n + 1), k.name.data(), k.name.size());
+    if constexpr (requires(T& v) { v.SetName(absl::string_view()); }) n->value.SetName(n->name());
     return n;
   }
   void Destroy(Node* n) {
@@ -356,13 +357,42 @@ struct Group {
   bool empty() const { return unindexed.empty() && content == nullptr; }
 };
 
+struct TrieNode;
+
+// A group of the trie, which knows its node: removing a wildcard filter walks up from it (a
+// record's Group* of a wildcard filter points to a TrieGroup).
+struct TrieGroup : Group {
+  explicit TrieGroup(TrieNode* n) : node(n) {}
+  TrieNode* const node;
+};
+
+// A level of the wildcard trie. Its groups and '+' child come from the index's pool, like the
+// nodes of `children`.
+//
+// Invariants: every node but the root holds a group or has a child (a node left with neither is
+// pruned at once, and so on upwards); `parent` is null only at the root; a node that is its
+// parent's `plus` has `is_plus`, any other non-root node is in its parent's `children` under
+// `name` (which points to the name stored with it there).
 struct TrieNode {
-  explicit TrieNode(Pool* pool) : children(pool) {}
+  explicit TrieNode(Pool* p) : children(p), pool(p) {}
+  ~TrieNode();
+  TrieNode(const TrieNode&) = delete;
+  TrieNode& operator=(const TrieNode&) = delete;
+
+  // Called by NameTable with the name it stores for this node.
+  void SetName(absl::string_view n) { name = n; }
+  bool empty() const {
+    return here == nullptr && rest == nullptr && plus == nullptr && children.empty();
+  }
+
   NameTable<TrieNode> children;
-  std::unique_ptr<TrieNode> plus;
-  std::unique_ptr<Group> here;  // filters whose levels end at this node
-  std::unique_ptr<Group> rest;  // filters ending with '#' after this node's levels
-  size_t subscriptions = 0;     // in this subtree
+  TrieNode* plus = nullptr;
+  TrieGroup* here = nullptr;  // filters whose levels end at this node
+  TrieGroup* rest = nullptr;  // filters ending with '#' after this node's levels
+  TrieNode* parent = nullptr;
+  absl::string_view name;  // of a literal level
+  bool is_plus = false;
+  Pool* const pool;
 };
 
 // Per-thread state of one Match call (reused across calls to avoid allocation).
@@ -409,6 +439,7 @@ class Index {
 
   Group& GroupFor(const Record* rec);  // creates it
   void RemoveWildcard(Record* rec);
+  TrieGroup* NewTrieGroup(TrieNode* node);
   void AddToGroup(Group& g, Record* rec, uint32_t slot);
   void RemoveFromGroup(Group& g, Record* rec, uint32_t slot);
 
@@ -419,6 +450,7 @@ class Index {
   Group any_topic_;
   NameTable<Group> exact_;
   TrieNode wildcards_;
+  size_t wildcard_records_ = 0;  // in the trie
 };
 
 }  // namespace gryph::matcher_internal
