@@ -260,7 +260,11 @@ class NameTable {
   // Compares hashes only, reading no node: a collision merely prefetches another node.
   void PrefetchNode(const Key& k) const {
     auto it = set_.find(HashOnly{k.hash});
-    if (it != set_.end()) __builtin_prefetch(it->node);
+    if (it != set_.end()) {
+      // The value may straddle two lines (nodes are 16-byte aligned).
+      __builtin_prefetch(it->node);
+      __builtin_prefetch(reinterpret_cast<const char*>(it->node) + sizeof(Node) - 1);
+    }
   }
   bool empty() const { return set_.empty(); }
   size_t size() const { return set_.size(); }
