@@ -8,14 +8,13 @@
 // never reach malloc. Slabs are returned when the pool is destroyed (with its matcher), so memory
 // stays at its peak until then, as it would in malloc's arenas.
 //
-// Slabs start at 64 KiB and double up to 2 MiB, so that a small matcher stays small and a large
-// one maps its memory in few calls. Where the kernel supports it (Linux 5.14+), a new slab is
-// populated at once (MADV_POPULATE_WRITE): it will be used soon, and faulting its pages in one
-// call costs a third less than a fault per page on the benchmark VM (1.1 against 1.7 µs per
-// 4 KiB page), which is most of what a fresh fill of millions of subscriptions spends in the
-// kernel. (Transparent huge pages for the slabs or the big arrays were tried and dropped: on the
-// benchmark VM a huge page faults in six times slower per byte than small pages; slabs ask for
-// none.)
+// Slabs are 64 KiB until the pool holds 32 MiB, then 2 MiB. Where the kernel supports it (Linux
+// 5.14+), each new slab is populated at once (MADV_POPULATE_WRITE): that memory is about to be
+// written, and faulting its pages in one call costs a third less than a fault per page on the
+// benchmark VM (1.1-1.2 against 1.65 µs per 4 KiB page), which is most of what a fresh fill of
+// millions of subscriptions spends in the kernel. (Large slabs from the start were tried: a
+// matcher of 20,000 subscriptions, filled afresh 20 times over, lost a tenth of its insert rate
+// to malloc mapping and unmapping them and to populating the unused end of its last slab.)
 //
 // Thread-safety: thread-compatible (the matcher's owner uses it alone).
 
@@ -23,6 +22,7 @@
 #define GRYPH_LIB_MATCHER_POOL_H_
 
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
 #include <new>
 #include <vector>
@@ -33,13 +33,27 @@
 
 namespace gryph::matcher_internal {
 
+// Faults in the whole pages of [p, p + bytes) in one call where the kernel supports it
+// (MADV_POPULATE_WRITE, Linux 5.14+); otherwise, or on failure, they fault in on first use.
+inline void PopulatePages(void* p, size_t bytes) {
+#if defined(__linux__) && defined(MADV_POPULATE_WRITE)
+  constexpr uintptr_t kPage = 4096;
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + kPage - 1) & ~(kPage - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kPage - 1);
+  if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
 class Pool {
  public:
   static constexpr size_t kMaxBlock = 512;  // larger requests go to operator new
 
   Pool() = default;
   ~Pool() {
-    for (const Slab& s : slabs_) UnmapSlab(s.bytes, s.size);
+    for (const Slab& s : slabs_) ::operator delete(s.bytes, s.size);
   }
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
@@ -79,43 +93,30 @@ class Pool {
   static size_t Class(size_t bytes) { return bytes == 0 ? 0 : (bytes - 1) / kGranule; }
 
   void NewSlab() {
-    const size_t bytes = next_slab_;
-    if (next_slab_ < kMaxSlab) next_slab_ *= 2;
+    // Small slabs while the pool is small (a small matcher stays small); large ones, fetched and
+    // populated in fewer calls, once it holds many megabytes.
+    const size_t bytes = slab_bytes_ < kLargeFrom ? kSlab : kLargeSlab;
     slabs_.reserve(slabs_.size() + 1);  // so that push_back cannot throw and leak the slab
-    char* p = static_cast<char*>(MapSlab(bytes));
+    char* p = static_cast<char*>(::operator new(bytes));
+    PopulatePages(p, bytes);
     slabs_.push_back(Slab{p, bytes});
+    slab_bytes_ += bytes;
     cursor_ = p;
     end_ = p + bytes;
   }
-
-  // Slabs come from operator new (so that heap statistics count them) and are populated where
-  // the kernel can; MapSlab throws std::bad_alloc when out of memory.
-  static void* MapSlab(size_t bytes) {
-    void* p = ::operator new(bytes);
-#if defined(__linux__) && defined(MADV_POPULATE_WRITE)
-    // The whole pages inside the slab; failure (an older kernel) leaves them to fault on use.
-    const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + kPage - 1) & ~(kPage - 1);
-    const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kPage - 1);
-    if (end > begin) {
-      (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
-    }
-#endif
-    return p;
-  }
-  static void UnmapSlab(void* p, size_t bytes) { ::operator delete(p, bytes); }
-  static constexpr uintptr_t kPage = 4096;
 
   struct Slab {
     char* bytes;
     size_t size;
   };
-  static constexpr size_t kMinSlab = 64 * 1024;
-  static constexpr size_t kMaxSlab = 2 * 1024 * 1024;
+  static constexpr size_t kSlab = 64 * 1024;
+  static constexpr size_t kLargeSlab = 2 * 1024 * 1024;
+  static constexpr size_t kLargeFrom = 32 * 1024 * 1024;
   FreeBlock* free_[kMaxBlock / kGranule] = {};
   std::vector<Slab> slabs_;
-  size_t next_slab_ = kMinSlab;
   char* cursor_ = nullptr;
   char* end_ = nullptr;
+  size_t slab_bytes_ = 0;  // in slabs_
 };
 
 }  // namespace gryph::matcher_internal
