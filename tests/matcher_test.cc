@@ -323,6 +323,87 @@ TEST_CASE("a very wide level holds a hundred thousand topics and wildcard siblin
   REQUIRE(MatchIds(m, Topic("w/77/x")) == std::vector<uint64_t>{kTopics + 77});
 }
 
+TEST_CASE("removing wildcard filters prunes the trie upwards and leaves siblings intact",
+          "[matcher]") {
+  // Filters sharing prefixes, '+' and '#' at several depths: each removal walks up from its group
+  // through parent pointers, pruning only what no other filter uses.
+  const std::vector<std::string> filters = {
+      "a/b/c/+", "a/b/c/d", "a/b/+/d", "a/+/c/d", "+/b/c/d", "a/b/#", "a/b/c/#", "a/#", "#",
+      "+",       "+/+",     "a/+",     "a/b/+",   "x/y/#",   "x/+/z", "+/+/+/+"};
+  const std::vector<std::string> topics = {"a",     "a/b",   "a/b/c", "a/b/c/d", "a/b/c/e",
+                                           "a/x/c/d", "q/b/c/d", "x/y",   "x/y/z",   "x/q/z",
+                                           "x",     "a/b/q/d"};
+  for (uint64_t seed : Seeds(7001, 20)) {
+    INFO("seed " << seed);
+    Rng rng(seed);
+    // Several subscribers per filter, so that groups empty in different orders.
+    std::vector<std::pair<uint64_t, std::string>> subs;
+    for (size_t i = 0; i < filters.size() * 3; ++i) subs.emplace_back(i, filters[i % filters.size()]);
+    Matcher m(MatcherOptions{.max_unpublished = 1 + rng.Uniform(4)});
+    for (const auto& [id, f] : subs) REQUIRE_OK(m.Add(SubscriberId{id}, Sub("", f)));
+    std::vector<std::pair<uint64_t, std::string>> present = subs;
+    while (!present.empty()) {
+      const size_t k = rng.Uniform(present.size());
+      REQUIRE_OK(m.Remove(SubscriberId{present[k].first}));
+      present.erase(present.begin() + static_cast<std::ptrdiff_t>(k));
+      if (rng.Uniform(3) == 0) {  // re-add a removed one now and then: nodes are recreated
+        const auto& back = subs[rng.Uniform(subs.size())];
+        if (std::none_of(present.begin(), present.end(),
+                         [&](const auto& p) { return p.first == back.first; })) {
+          REQUIRE_OK(m.Add(SubscriberId{back.first}, Sub("", back.second)));
+          present.push_back(back);
+        }
+      }
+      m.Publish();
+      for (const std::string& t : topics) {
+        std::vector<uint64_t> want;
+        for (const auto& [id, f] : present) {
+          if (Sub("", f).Matches(Topic(t))) want.push_back(id);
+        }
+        std::sort(want.begin(), want.end());
+        INFO("topic " << t);
+        REQUIRE(MatchIds(m, Topic(t)) == want);
+      }
+    }
+    REQUIRE(m.size() == 0);
+  }
+}
+
+TEST_CASE("a subscription added and removed within one batch leaves nothing behind", "[matcher]") {
+  Matcher m(MatcherOptions{.max_unpublished = size_t{1} << 20});
+  // Added and removed before any publication: both copies apply the add, then the removal, of a
+  // record (the prefetching of the removal runs ahead of the add).
+  for (uint64_t i = 0; i < 200; ++i) {
+    REQUIRE_OK(m.Add(SubscriberId{i}, Sub("", i % 3 == 0 ? "t/+/x" : i % 3 == 1 ? "t/a/x" : "t/#")));
+  }
+  for (uint64_t i = 0; i < 200; i += 2) REQUIRE_OK(m.Remove(SubscriberId{i}));
+  m.Publish();
+  m.Publish();  // the second copy too
+  std::vector<uint64_t> want;
+  for (uint64_t i = 1; i < 200; i += 2) want.push_back(i);
+  REQUIRE(MatchIds(m, Topic("t/a/x")) == want);
+  for (uint64_t i = 1; i < 200; i += 2) REQUIRE_OK(m.Remove(SubscriberId{i}));
+  m.Publish();
+  REQUIRE(MatchIds(m, Topic("t/a/x")).empty());
+  REQUIRE(m.size() == 0);
+}
+
+TEST_CASE("a rejected duplicate add leaves the attribute names as they were", "[matcher]") {
+  Matcher m;
+  REQUIRE_OK(m.Add(SubscriberId{1}, Sub("a = 1")));
+  // The duplicate interns `b` while compiling, then gives it back.
+  REQUIRE_CODE(m.Add(SubscriberId{1}, Sub("b = 1 AND a = 1")), absl::StatusCode::kAlreadyExists);
+  REQUIRE_OK(m.Add(SubscriberId{2}, Sub("b = 2")));
+  m.Publish();
+  Event e;
+  e.SetInt64("a", 1);
+  e.SetInt64("b", 2);
+  REQUIRE(MatchIds(m, e) == std::vector<uint64_t>{1, 2});
+  REQUIRE_OK(m.Remove(SubscriberId{2}));
+  m.Publish();
+  REQUIRE(MatchIds(m, e) == std::vector<uint64_t>{1});
+}
+
 TEST_CASE("Match may be called again from inside its sink, and appends to a vector", "[matcher]") {
   Matcher m;
   REQUIRE_OK(m.Add(SubscriberId{1}, Sub("a = 1")));

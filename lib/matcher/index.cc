@@ -56,6 +56,24 @@ void SplitLevels(absl::string_view topic, std::vector<absl::string_view>* levels
 // ---------------------------------------------------------------------------------------------
 // Changes
 
+TrieNode::~TrieNode() {
+  auto free_group = [this](TrieGroup* g) {
+    if (g == nullptr) return;
+    g->~TrieGroup();
+    pool->Free(g, sizeof(TrieGroup));
+  };
+  free_group(here);
+  free_group(rest);
+  if (plus != nullptr) {
+    plus->~TrieNode();
+    pool->Free(plus, sizeof(TrieNode));
+  }
+}
+
+TrieGroup* Index::NewTrieGroup(TrieNode* node) {
+  return new (pool_->Allocate(sizeof(TrieGroup))) TrieGroup(node);
+}
+
 Group& Index::GroupFor(const Record* rec) {
   switch (rec->placement) {
     case Placement::kAnyTopic:
@@ -66,63 +84,53 @@ Group& Index::GroupFor(const Record* rec) {
       break;
   }
   TrieNode* node = &wildcards_;
-  node->subscriptions++;
   for (const std::string& level : rec->subscription.topic_filter()->levels()) {
     if (level == "#") {
-      if (node->rest == nullptr) node->rest = std::make_unique<Group>();
+      if (node->rest == nullptr) node->rest = NewTrieGroup(node);
       return *node->rest;
     }
+    TrieNode* next;
     if (level == "+") {
-      if (node->plus == nullptr) node->plus = std::make_unique<TrieNode>(pool_);
-      node = node->plus.get();
+      if (node->plus == nullptr) {
+        node->plus = new (pool_->Allocate(sizeof(TrieNode))) TrieNode(pool_);
+        node->plus->parent = node;
+        node->plus->is_plus = true;
+      }
+      next = node->plus;
     } else {
-      node = &node->children.FindOrCreate({level, NameHash(level)}, pool_);
+      next = &node->children.FindOrCreate({level, NameHash(level)}, pool_);
+      next->parent = node;  // (already so unless just created)
     }
-    node->subscriptions++;
+    node = next;
   }
-  if (node->here == nullptr) node->here = std::make_unique<Group>();
+  if (node->here == nullptr) node->here = NewTrieGroup(node);
   return *node->here;
 }
 
-// Removes a wildcard record: finds its group along the trie path, takes its entries out, then
-// decrements the subscription counts on the path and prunes the highest node left with none
-// (its whole subtree held only this record).
+// Removes a wildcard record from its group, found through the record, and prunes upwards from
+// the group's node through the parent pointers: the group once empty, then each node left with
+// neither group nor child. No lookup by level unless a literal node is pruned.
 void Index::RemoveWildcard(Record* rec) {
-  const auto levels = rec->subscription.topic_filter()->levels();
-  struct Step {
-    TrieNode* parent;
-    TrieNode* node;
-    const std::string* level;  // nullptr for '+'
-  };
-  absl::InlinedVector<Step, 8> path;
-  TrieNode* node = &wildcards_;
-  std::unique_ptr<Group>* group = nullptr;
-  for (const std::string& level : levels) {
-    if (level == "#") {
-      group = &node->rest;
-      break;
+  Group* g = rec->group[copy_];
+  for (uint32_t slot = 0; slot < rec->accesses.size(); ++slot) RemoveFromGroup(*g, rec, slot);
+  wildcard_records_--;
+  if (!g->empty()) return;
+  TrieGroup* tg = static_cast<TrieGroup*>(g);
+  TrieNode* node = tg->node;
+  (node->here == tg ? node->here : node->rest) = nullptr;
+  tg->~TrieGroup();
+  pool_->Free(tg, sizeof(TrieGroup));
+  while (node->parent != nullptr && node->empty()) {
+    TrieNode* parent = node->parent;
+    if (node->is_plus) {
+      node->~TrieNode();
+      pool_->Free(node, sizeof(TrieNode));
+      parent->plus = nullptr;
+    } else {
+      parent->children.Erase({node->name, NameHash(node->name)});
     }
-    TrieNode* next = level == "+" ? node->plus.get()
-                                  : node->children.Find({level, NameHash(level)});
-    path.push_back(Step{node, next, level == "+" ? nullptr : &level});
-    node = next;
+    node = parent;
   }
-  if (group == nullptr) group = &node->here;
-  for (uint32_t slot = 0; slot < rec->accesses.size(); ++slot) {
-    RemoveFromGroup(**group, rec, slot);
-  }
-  wildcards_.subscriptions--;
-  for (const Step& step : path) {
-    if (--step.node->subscriptions == 0) {
-      if (step.level == nullptr) {
-        step.parent->plus.reset();
-      } else {
-        step.parent->children.Erase({*step.level, NameHash(*step.level)});
-      }
-      return;  // the group went with the subtree
-    }
-  }
-  if ((*group)->empty()) group->reset();
 }
 
 void Index::AddToGroup(Group& g, Record* rec, uint32_t slot) {
@@ -239,6 +247,7 @@ void Index::Add(Record* rec) {
   }
   Group& g = GroupFor(rec);
   rec->group[copy_] = &g;
+  if (rec->placement == Placement::kWildcardTopic) wildcard_records_++;
   for (uint32_t slot = 0; slot < rec->accesses.size(); ++slot) AddToGroup(g, rec, slot);
 }
 
@@ -271,6 +280,27 @@ void Index::Prefetch(const Record* rec, bool add) const {
     const absl::string_view topic = rec->topic();
     exact_.Prefetch({topic, rec->topic_hash});
     __builtin_prefetch(topic.data());  // compared with (or copied into) the group's node
+  }
+}
+
+void Index::PrefetchDeeper(const Record* rec, bool add, int depth) const {
+  if (add) {
+    if (depth == 1 && rec->placement == Placement::kExactTopic) {
+      exact_.PrefetchNode({rec->topic(), rec->topic_hash});
+    }
+    return;
+  }
+  // A swap-remove from a shared group rewrites the position kept in the moved entry's record:
+  // first the group's last entry (its own line when the group has several), then its record.
+  // (No group yet when the batch also adds the record, further back.)
+  const Group* g = rec->group[copy_];
+  if (g == nullptr) return;
+  const auto& entries = g->unindexed.entries();
+  if (entries.size() <= 1) return;
+  if (depth == 1) {
+    __builtin_prefetch(&entries.back(), 1);
+  } else {
+    __builtin_prefetch(entries.back().rec, 1);
   }
 }
 
@@ -317,7 +347,7 @@ class Index::Matching {
         if (node->here != nullptr) MatchGroup(*node->here);
         continue;
       }
-      if (node->plus != nullptr) s_.stack.emplace_back(node->plus.get(), i + 1);
+      if (node->plus != nullptr) s_.stack.emplace_back(node->plus, i + 1);
       if (!node->children.empty()) {
         if (const TrieNode* child = node->children.Find({s_.levels[i], s_.level_hashes[i]})) {
           s_.stack.emplace_back(child, i + 1);
@@ -440,7 +470,7 @@ void Index::Match(const Event& event, Scratch& scratch,
   if (!exact_.empty()) {
     if (const Group* g = exact_.Find({event.topic(), NameHash(event.topic())})) m.MatchGroup(*g);
   }
-  if (wildcards_.subscriptions > 0) m.MatchWildcards(wildcards_);
+  if (wildcard_records_ > 0) m.MatchWildcards(wildcards_);
 }
 
 }  // namespace gryph::matcher_internal

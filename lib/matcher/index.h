@@ -256,6 +256,16 @@ class NameTable {
     Destroy(n);
   }
   void Prefetch(const Key& k) const { set_.prefetch(k); }
+  // Prefetches the node of `k`, if present (probes the table: best once Prefetch(k) is done).
+  // Compares hashes only, reading no node: a collision merely prefetches another node.
+  void PrefetchNode(const Key& k) const {
+    auto it = set_.find(HashOnly{k.hash});
+    if (it != set_.end()) {
+      // The value may straddle two lines (nodes are 16-byte aligned).
+      __builtin_prefetch(it->node);
+      __builtin_prefetch(reinterpret_cast<const char*>(it->node) + sizeof(Node) - 1);
+    }
+  }
   bool empty() const { return set_.empty(); }
   size_t size() const { return set_.size(); }
 
@@ -271,10 +281,14 @@ class NameTable {
     size_t hash;
     Node* node;
   };
+  struct HashOnly {
+    size_t hash;
+  };
   struct Hash {
     using is_transparent = void;
     size_t operator()(const Slot& s) const { return s.hash; }
     size_t operator()(const Key& k) const { return k.hash; }
+    size_t operator()(const HashOnly& k) const { return k.hash; }
   };
   struct Eq {
     using is_transparent = void;
@@ -283,6 +297,8 @@ class NameTable {
       return a.hash == k.hash && a.node->name() == k.name;
     }
     bool operator()(const Key& k, const Slot& a) const { return (*this)(a, k); }
+    bool operator()(const Slot& a, const HashOnly& k) const { return a.hash == k.hash; }
+    bool operator()(const HashOnly& k, const Slot& a) const { return (*this)(a, k); }
   };
 
   template <typename... Args>
@@ -290,6 +306,7 @@ class NameTable {
     void* mem = pool_->Allocate(sizeof(Node) + k.name.size());
     Node* n = new (mem) Node(k.name.size(), std::forward<Args>(args)...);
     if (!k.name.empty()) std::memcpy(reinterpret_cast<char*>(n + 1), k.name.data(), k.name.size());
+    if constexpr (requires(T& v) { v.SetName(absl::string_view()); }) n->value.SetName(n->name());
     return n;
   }
   void Destroy(Node* n) {
@@ -344,13 +361,42 @@ struct Group {
   bool empty() const { return unindexed.empty() && content == nullptr; }
 };
 
+struct TrieNode;
+
+// A group of the trie, which knows its node: removing a wildcard filter walks up from it (a
+// record's Group* of a wildcard filter points to a TrieGroup).
+struct TrieGroup : Group {
+  explicit TrieGroup(TrieNode* n) : node(n) {}
+  TrieNode* const node;
+};
+
+// A level of the wildcard trie. Its groups and '+' child come from the index's pool, like the
+// nodes of `children`.
+//
+// Invariants: every node but the root holds a group or has a child (a node left with neither is
+// pruned at once, and so on upwards); `parent` is null only at the root; a node that is its
+// parent's `plus` has `is_plus`, any other non-root node is in its parent's `children` under
+// `name` (which points to the name stored with it there).
 struct TrieNode {
-  explicit TrieNode(Pool* pool) : children(pool) {}
+  explicit TrieNode(Pool* p) : children(p), pool(p) {}
+  ~TrieNode();
+  TrieNode(const TrieNode&) = delete;
+  TrieNode& operator=(const TrieNode&) = delete;
+
+  // Called by NameTable with the name it stores for this node.
+  void SetName(absl::string_view n) { name = n; }
+  bool empty() const {
+    return here == nullptr && rest == nullptr && plus == nullptr && children.empty();
+  }
+
   NameTable<TrieNode> children;
-  std::unique_ptr<TrieNode> plus;
-  std::unique_ptr<Group> here;  // filters whose levels end at this node
-  std::unique_ptr<Group> rest;  // filters ending with '#' after this node's levels
-  size_t subscriptions = 0;     // in this subtree
+  TrieNode* plus = nullptr;
+  TrieGroup* here = nullptr;  // filters whose levels end at this node
+  TrieGroup* rest = nullptr;  // filters ending with '#' after this node's levels
+  TrieNode* parent = nullptr;
+  absl::string_view name;  // of a literal level
+  bool is_plus = false;
+  Pool* const pool;
 };
 
 // Per-thread state of one Match call (reused across calls to avoid allocation).
@@ -378,6 +424,11 @@ class Index {
   // Hints the caches about the structures Add (add) or Remove (!add) of `rec` will touch first.
   // REQUIRES: the record's first cache lines are cached or on their way.
   void Prefetch(const Record* rec, bool add) const;
+  // Hints the caches about what Add or Remove of `rec` reaches through the structures Prefetch
+  // fetched (depth 1: the node of an existing exact-topic group, the last entry of the group a
+  // removal swaps out of) or PrefetchDeeper(rec, add, 1) fetched (depth 2: that entry's record).
+  // REQUIRES: Prefetch(rec, add), and for depth 2 also depth 1, were called a while ago.
+  void PrefetchDeeper(const Record* rec, bool add, int depth) const;
 
   // Calls sink(id) for each matching subscription, each once.
   void Match(const Event& event, Scratch& scratch,
@@ -392,6 +443,7 @@ class Index {
 
   Group& GroupFor(const Record* rec);  // creates it
   void RemoveWildcard(Record* rec);
+  TrieGroup* NewTrieGroup(TrieNode* node);
   void AddToGroup(Group& g, Record* rec, uint32_t slot);
   void RemoveFromGroup(Group& g, Record* rec, uint32_t slot);
 
@@ -402,6 +454,7 @@ class Index {
   Group any_topic_;
   NameTable<Group> exact_;
   TrieNode wildcards_;
+  size_t wildcard_records_ = 0;  // in the trie
 };
 
 }  // namespace gryph::matcher_internal

@@ -94,7 +94,7 @@ class Matcher::Impl {
   }
 
   ~Impl() {
-    for (auto& [id, rec] : records_) mi::DestroyRecord(rec, pool_);
+    for (auto& [id, ref] : records_) mi::DestroyRecord(ref.rec(), pool_);
     for (const Op& op : pending_) {
       if (!op.add) mi::DestroyRecord(op.rec, pool_);
     }
@@ -104,17 +104,24 @@ class Matcher::Impl {
   }
 
   absl::Status Add(SubscriberId id, Subscription subscription) {
-    auto [it, inserted] = records_.try_emplace(id, nullptr);
-    if (!inserted) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("subscriber ", id.value, " already has a subscription in the matcher"));
-    }
+    // The id's slot is a cache miss in a table of millions, and so may be the parsed selector
+    // and the topic filter's text: ask for them first, so that they arrive together while the
+    // record is compiled (undone below in the rare case of a duplicate).
+    records_.prefetch(id);
+    __builtin_prefetch(subscription.selector().ast());
+    if (const TopicFilter* f = subscription.topic_filter()) __builtin_prefetch(f->text().data());
     mi::Record* rec = mi::Compile(
         id, std::move(subscription), [this](absl::string_view name) { return Intern(name); },
         stats_, pool_);
+    auto [it, inserted] = records_.try_emplace(id, RecordRef(rec));
+    if (!inserted) {
+      for (const auto& [name, name_id] : rec->attributes()) Release(name);
+      mi::DestroyRecord(rec, pool_);
+      return absl::AlreadyExistsError(
+          absl::StrCat("subscriber ", id.value, " already has a subscription in the matcher"));
+    }
     stats_.Count(*rec, +1);
-    it->second = rec;
-    pending_.push_back(Op{it->second, true});
+    pending_.push_back(Op{rec, true});
     if (pending_.size() >= options_.max_unpublished) Publish();
     return absl::OkStatus();
   }
@@ -125,10 +132,13 @@ class Matcher::Impl {
       return absl::NotFoundError(
           absl::StrCat("subscriber ", id.value, " has no subscription in the matcher"));
     }
-    mi::Record* rec = it->second;
+    const RecordRef ref = it->second;
     records_.erase(it);
-    stats_.Count(*rec, -1);
-    for (const auto& [name, name_id] : rec->attributes()) Release(name);
+    mi::Record* rec = ref.rec();
+    if (!ref.plain()) {  // else nothing to uncount: the record stays out of the cache until Apply
+      stats_.Count(*rec, -1);
+      for (const auto& [name, name_id] : rec->attributes()) Release(name);
+    }
     pending_.push_back(Op{rec, false});
     if (pending_.size() >= options_.max_unpublished) Publish();
     return absl::OkStatus();
@@ -169,6 +179,26 @@ class Matcher::Impl {
     mi::Record* rec;
     bool add;
   };
+  // A record, marked `plain` when it has no attributes and no access that AccessStats counts
+  // (topic-only subscriptions): removing it needs no look at the record until it is applied.
+  class RecordRef {
+   public:
+    explicit RecordRef(mi::Record* rec)
+        : bits_(reinterpret_cast<uintptr_t>(rec) | (IsPlain(*rec) ? 1 : 0)) {}
+    mi::Record* rec() const { return reinterpret_cast<mi::Record*>(bits_ & ~uintptr_t{1}); }
+    bool plain() const { return (bits_ & 1) != 0; }
+
+   private:
+    static bool IsPlain(const mi::Record& rec) {
+      if (!rec.attributes().empty()) return false;
+      for (const mi::Access& a : rec.accesses) {
+        if (a.kind != mi::Access::Kind::kUnindexed) return false;
+      }
+      return true;
+    }
+    static_assert(alignof(mi::Record) >= 2);  // and pool blocks are 16-byte aligned
+    uintptr_t bits_;
+  };
   struct Name {
     uint32_t id;
     uint32_t refs;
@@ -197,21 +227,34 @@ class Matcher::Impl {
   }
 
   // Applies `ops` in order to `copy`; the second application of a batch frees removed records.
-  // The batch is known in advance, so its cache misses overlap: the record kAhead * 2 changes
-  // ahead is fetched (its first lines), then, once cached, what its change will probe first.
+  // The batch is known in advance, so its cache misses overlap, in a pipeline: the record
+  // 4 * kStage changes ahead is fetched (its first lines); once cached, what its change probes
+  // first (the hash slot of its topic, or its group) 3 * kStage ahead; then what those point to
+  // (an existing group's node, the entry a removal moves), and that entry's record.
   void Apply(const std::vector<Op>& ops, mi::Index& copy, bool second) {
-    constexpr size_t kAhead = 8;
+    constexpr size_t kStage = 4;
+    const size_t n = ops.size();
     auto fetch_record = [&](size_t i) {
       const char* p = reinterpret_cast<const char*>(ops[i].rec);
       __builtin_prefetch(p);
       __builtin_prefetch(p + 64);
       __builtin_prefetch(p + 128);
     };
-    for (size_t i = 0; i < std::min(2 * kAhead, ops.size()); ++i) fetch_record(i);
-    for (size_t i = 0; i < std::min(kAhead, ops.size()); ++i) copy.Prefetch(ops[i].rec, ops[i].add);
-    for (size_t i = 0; i < ops.size(); ++i) {
-      if (i + 2 * kAhead < ops.size()) fetch_record(i + 2 * kAhead);
-      if (i + kAhead < ops.size()) copy.Prefetch(ops[i + kAhead].rec, ops[i + kAhead].add);
+    auto stage = [&](size_t i, size_t s) {
+      switch (s) {
+        case 4: fetch_record(i); break;
+        case 3: copy.Prefetch(ops[i].rec, ops[i].add); break;
+        case 2: copy.PrefetchDeeper(ops[i].rec, ops[i].add, 1); break;
+        case 1: copy.PrefetchDeeper(ops[i].rec, ops[i].add, 2); break;
+      }
+    };
+    for (size_t s = 4; s >= 1; --s) {
+      for (size_t i = 0; i < std::min(s * kStage, n); ++i) stage(i, s);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t s = 4; s >= 1; --s) {
+        if (i + s * kStage < n) stage(i + s * kStage, s);
+      }
       const Op& op = ops[i];
       if (op.add) {
         copy.Add(op.rec);
@@ -259,7 +302,7 @@ class Matcher::Impl {
   // The owner's state.
   mi::Pool pool_;  // records and index nodes; declared first, destroyed last
   // Owned; the latest state.
-  absl::flat_hash_map<SubscriberId, mi::Record*> records_;
+  absl::flat_hash_map<SubscriberId, RecordRef> records_;
   absl::flat_hash_map<std::string, Name> names_;             // interned attribute names
   std::vector<uint32_t> free_ids_;
   uint32_t next_id_ = 0;

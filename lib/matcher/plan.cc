@@ -804,6 +804,8 @@ Record* Compile(SubscriberId id, Subscription subscription, InternFn intern,
     rec->placement = filter->has_wildcards() ? Placement::kWildcardTopic : Placement::kExactTopic;
     rec->topic_hash = NameHash(rec->topic());
   }
+  // Only now the selector's tree, which is elsewhere in memory (the caller may have prefetched
+  // it: the work above overlaps the miss).
   const Selector& selector = rec->subscription.selector();
   if (selector.matches_everything()) {
     rec->accesses.push_back(Access{});
