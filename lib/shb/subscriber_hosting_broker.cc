@@ -488,23 +488,19 @@ void SubscriberHostingBroker::StepCatchups(PubendState& p) {
     if (s.session.empty()) continue;
     uint64_t events = 0;
     Tick last_event = 0;
-    bool refused = false;
+    std::vector<Channel::Outgoing> batch;
+    batch.reserve(out.size());
     for (DeliveryMessage& d : out) {
-      const DeliveryKind kind = d.kind;
-      const Tick tick = d.tick;
-      // As for the constream: a refused Event or Gap ends the session (the link must not skip).
-      if (!channel_->Send(s.session, std::move(d)).ok()) {
-        refused = true;
-        break;
-      }
-      if (kind == DeliveryKind::kEvent) {
+      if (d.kind == DeliveryKind::kEvent) {
         ++events;
-        last_event = tick;
+        last_event = d.tick;
       }
-      if (kind == DeliveryKind::kGap) ++stats_.gaps_delivered;
+      if (d.kind == DeliveryKind::kGap) ++stats_.gaps_delivered;
+      batch.push_back(Channel::Outgoing{s.session, std::move(d)});
     }
     stats_.events_delivered += events;
-    if (refused) {
+    // As for the constream: a refused message ends the session (the link must not skip).
+    if (channel_->SendMany(absl::MakeSpan(batch)) < batch.size()) {
       EndSession(s);
       continue;
     }
