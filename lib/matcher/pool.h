@@ -53,7 +53,7 @@ class Pool {
 
   Pool() = default;
   ~Pool() {
-    for (const Slab& s : slabs_) ::operator delete(s.bytes, s.size);
+    for (const Slab& s : slabs_) ::operator delete(s.bytes);
   }
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
