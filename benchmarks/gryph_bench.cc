@@ -40,7 +40,8 @@
 //   shb_churn          the same while subscribers disconnect and catch up in turn
 //   shb_all_catchup    the same with every subscriber disconnected, then catching up at once
 //   e2e_latency        publish -> deliver latency at 10,000 events/s through PHB and SHB, sync
-//                      at both (offered_per_s, deliveries, p50_us, p99_us)
+//                      at both (offered_per_s, deliveries, p50_us, p99_us; acked_p50_us: the
+//                      PHB's acknowledgement, the part before the SHB)
 //   match_one_topic    Matcher: 20,000 subscribers on one topic: add, match, remove
 //   match_flat         Matcher: 1,000,000 topics on one level, one subscriber each
 //   match_deep         Matcher: 500,000 subscriptions on 4-level topics, 10% with '+' or '#'
