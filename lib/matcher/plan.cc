@@ -365,6 +365,23 @@ bool ShortIn(const sa::InNode& in, Check* k) {
   return true;
 }
 
+// The branches of the OR `node` in order, nested ORs flattened.
+std::vector<const sa::Node*> OrBranches(const sa::Node& node) {
+  std::vector<const sa::Node*> branches;
+  std::vector<const sa::Node*> stack = {&node};
+  while (!stack.empty()) {
+    const sa::Node* n = stack.back();
+    stack.pop_back();
+    if (n->kind() == sa::NodeKind::kOr) {
+      const auto& ops = n->As<sa::LogicalNode>()->operands;
+      for (auto it = ops.rbegin(); it != ops.rend(); ++it) stack.push_back(it->get());
+    } else {
+      branches.push_back(n);
+    }
+  }
+  return branches;
+}
+
 bool SameKey(const Access& a, const Access& b) {
   if (a.kind != b.kind || a.attr != b.attr) return false;
   switch (a.kind) {
@@ -531,15 +548,7 @@ class Compiler {
       // Nested ORs flatten into one disjunction; each branch is compiled like a selector, its
       // checks followed by a kBranchEnd, all in one array.
       std::vector<Check> checks;
-      std::vector<const sa::Node*> stack = {&c};
-      while (!stack.empty()) {
-        const sa::Node* n = stack.back();
-        stack.pop_back();
-        if (n->kind() == sa::NodeKind::kOr) {
-          const auto& ops = n->As<sa::LogicalNode>()->operands;
-          for (auto it = ops.rbegin(); it != ops.rend(); ++it) stack.push_back(it->get());
-          continue;
-        }
+      for (const sa::Node* n : OrBranches(c)) {
         for (const sa::Node* conjunct : sa::Conjuncts(n)) checks.push_back(CompileCheck(*conjunct));
         Check end;
         end.kind = Check::Kind::kBranchEnd;
@@ -676,19 +685,8 @@ class Compiler {
   // none. Branches that are all equalities on one attribute need no dedupe (an event value hits
   // one key), and prove the OR when each branch is a lone equality.
   Choice OrAccess(const sa::Node& node, int index) {
-    std::vector<const sa::Node*> branches;
-    std::vector<const sa::Node*> stack = {&node};
-    while (!stack.empty()) {
-      const sa::Node* n = stack.back();
-      stack.pop_back();
-      if (n->kind() == sa::NodeKind::kOr) {
-        const auto& ops = n->As<sa::LogicalNode>()->operands;
-        for (auto it = ops.rbegin(); it != ops.rend(); ++it) stack.push_back(it->get());
-      } else {
-        branches.push_back(n);
-      }
-      if (branches.size() > kMaxBranches) return Choice();
-    }
+    const std::vector<const sa::Node*> branches = OrBranches(node);
+    if (branches.size() > kMaxBranches) return Choice();
     Choice out;
     out.cost = kCostOrOverhead;
     out.or_conjunct = index;
