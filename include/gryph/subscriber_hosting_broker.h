@@ -200,6 +200,9 @@ class SubscriberHostingBroker {
     Tick recovered_lease = 0;  // the lease at Open: CTs up to it are not ahead of this broker
     absl::Time last_renack = absl::InfinitePast();
     absl::Time q_seen_since = absl::InfiniteFuture();
+    // The subscriptions with a catchup stream here, by name (the order catchups step in): a
+    // Flush costs what the catchups need, not a pass over every subscription.
+    absl::btree_map<absl::string_view, SubscriptionState*> catchups;
   };
 
   SubscriberHostingBroker(SubscriberHostingBrokerOptions options, Storage* storage,
@@ -220,6 +223,11 @@ class SubscriberHostingBroker {
   void StepCatchups(PubendState& p);
   // Moves a constream member whose consumer fell behind to a catchup stream.
   void Demote(SubscriptionState& s, PubendState& p, Position& pos);
+  // Gives `s` a catchup stream at `p` from `from` (refiltering through `refilter_through`),
+  // reading the PFS with `reader`; EndCatchup drops it (the hand-over, or the session's end).
+  void StartCatchup(SubscriptionState& s, PubendState& p, Position& pos,
+                    std::unique_ptr<PFS::Reader> reader, Tick from, Tick refilter_through);
+  static void EndCatchup(SubscriptionState& s, PubendState& p, Position& pos);
   // Records `n` Events sent to `pos`, the last at `last`.
   static void NoteSent(Position& pos, Tick last, uint64_t n);
   void Nack(PubendState& p, const std::string& requester, const std::vector<TickRange>& ranges);

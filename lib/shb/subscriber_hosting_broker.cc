@@ -272,9 +272,7 @@ Tick SubscriberHostingBroker::latest_delivered(PubendId p) const {
 
 size_t SubscriberHostingBroker::catching_up() const {
   size_t n = 0;
-  for (const auto& [name, s] : subscriptions_) {
-    for (const auto& [p, pos] : s.positions) n += pos.catchup != nullptr ? 1 : 0;
-  }
+  for (const auto& [id, p] : pubends_) n += p.catchups.size();
   return n;
 }
 
@@ -332,11 +330,8 @@ void SubscriberHostingBroker::Forget(PubendState& p) {
   // subscriber that never disconnected must not get a Gap for being slow.
   const Tick ld = p.constream->latest_delivered();
   Tick forget = ld > options_.event_cache_ticks ? ld - options_.event_cache_ticks : 0;
-  for (const auto& [name, s] : subscriptions_) {
-    auto pos = s.positions.find(p.id);
-    if (pos != s.positions.end() && pos->second.catchup != nullptr) {
-      forget = std::min(forget, pos->second.catchup->position());
-    }
+  for (const auto& [name, s] : p.catchups) {
+    forget = std::min(forget, s->positions.at(p.id).catchup->position());
   }
   if (forget > p.forgotten) {
     p.istream.Forget(forget);
@@ -452,19 +447,37 @@ void SubscriberHostingBroker::Demote(SubscriptionState& s, PubendState& p, Posit
   }
   p.constream->Leave(s.name);
   pos.member = false;
-  pos.reader = *std::move(reader);
-  pos.catchup = std::make_unique<CatchupStream>(s.name, p.id, from, 0, s.subscription,
-                                                options_.catchup);
+  StartCatchup(s, p, pos, *std::move(reader), from, 0);
   ++stats_.demotions;
+}
+
+void SubscriberHostingBroker::StartCatchup(SubscriptionState& s, PubendState& p, Position& pos,
+                                           std::unique_ptr<PFS::Reader> reader, Tick from,
+                                           Tick refilter_through) {
+  pos.reader = std::move(reader);
+  pos.catchup = std::make_unique<CatchupStream>(s.name, p.id, from, refilter_through,
+                                                s.subscription, options_.catchup);
+  p.catchups[s.name] = &s;
   ++stats_.catchups_started;
+}
+
+void SubscriberHostingBroker::EndCatchup(SubscriptionState& s, PubendState& p, Position& pos) {
+  pos.catchup.reset();
+  pos.reader.reset();
+  p.catchups.erase(s.name);
 }
 
 void SubscriberHostingBroker::StepCatchups(PubendState& p) {
   const Tick ld = p.constream->latest_delivered();
-  for (auto& [name, s] : subscriptions_) {
-    auto it = s.positions.find(p.id);
-    if (it == s.positions.end() || it->second.catchup == nullptr) continue;
-    Position& pos = it->second;
+  // A step may end its own catchup (the hand-over, a session ended): walk a copy.
+  std::vector<SubscriptionState*> catchups;
+  catchups.reserve(p.catchups.size());
+  for (const auto& [name, s] : p.catchups) catchups.push_back(s);
+  for (SubscriptionState* sp : catchups) {
+    SubscriptionState& s = *sp;
+    const std::string& name = s.name;
+    Position& pos = s.positions.at(p.id);
+    if (pos.catchup == nullptr) continue;
     // Flow control: a consumer that has not acknowledged enough waits, and so does its hand-over.
     if (pos.unacked() >= options_.max_unacked_events) continue;
     std::vector<DeliveryMessage> out;
@@ -508,8 +521,7 @@ void SubscriberHostingBroker::StepCatchups(PubendState& p) {
     if (!nacks.empty()) Nack(p, name, nacks);
     if (pos.catchup->caught_up(ld)) {
       // The hand-over: the constream has delivered exactly through ld, and so has the catchup.
-      pos.catchup.reset();
-      pos.reader.reset();
+      EndCatchup(s, p, pos);
       p.constream->Join(name, Now());
       pos.member = true;
       ++stats_.catchups_completed;
@@ -662,10 +674,7 @@ void SubscriberHostingBroker::OnConnect(absl::string_view from, const ConnectMes
       EndSession(s);
       return;
     }
-    pos.reader = *std::move(reader);
-    pos.catchup = std::make_unique<CatchupStream>(s.name, id, from_tick, refilter_through,
-                                                  s.subscription, options_.catchup);
-    ++stats_.catchups_started;
+    StartCatchup(s, p, pos, *std::move(reader), from_tick, refilter_through);
   }
   Send(from, ConnectedMessage{s.name, start, s.epoch});
   for (auto& [id, p] : pubends_) StepCatchups(p);
@@ -673,9 +682,9 @@ void SubscriberHostingBroker::OnConnect(absl::string_view from, const ConnectMes
 
 void SubscriberHostingBroker::EndSession(SubscriptionState& s) {
   for (auto& [id, pos] : s.positions) {
-    pos.catchup.reset();
-    pos.reader.reset();
-    pubends_.at(id).constream->Leave(s.name);
+    PubendState& p = pubends_.at(id);
+    EndCatchup(s, p, pos);
+    p.constream->Leave(s.name);
     pos.member = false;
     pos.sent = pos.acked = 0;
     pos.sent_marks.clear();
@@ -798,11 +807,8 @@ void SubscriberHostingBroker::OnTimer(absl::Time now) {
       Send(p.upstream, ReleaseMessage{{{id, released, p.committed}}});
       // Catchups still reading below the released point keep their records.
       Tick chop = released;
-      for (const auto& [name, s] : subscriptions_) {
-        auto pos = s.positions.find(id);
-        if (pos != s.positions.end() && pos->second.catchup != nullptr) {
-          chop = std::min(chop, pos->second.catchup->position());
-        }
+      for (const auto& [name, s] : p.catchups) {
+        chop = std::min(chop, s->positions.at(id).catchup->position());
       }
       if (chop > p.pfs->chopped_through()) {
         if (absl::Status st = p.pfs->Chop(chop, &wb); !st.ok()) {
