@@ -81,8 +81,8 @@ class SubscriberTest {
   DurableSubscriber& ds() { return *ds_; }
   void FromBroker(const Message& m) { ds_->HandleMessage("shb", m); }
   void Connected(const CheckpointToken& start) { FromBroker(ConnectedMessage{"s", start, 3}); }
-  void Deliver(PubendId p, DeliveryKind kind, Tick t, EventRef e = nullptr) {
-    FromBroker(DeliveryMessage{"s", p, kind, t, std::move(e)});
+  void Deliver(PubendId p, DeliveryKind kind, Tick t, EventRef e = nullptr, Tick previous = 0) {
+    FromBroker(DeliveryMessage{"s", p, kind, t, std::move(e), previous});
   }
   // What the subscriber sent the broker since the last call.
   std::vector<Message> Sent() {
@@ -289,6 +289,66 @@ TEST_CASE("disconnect sends the final ack first; unsubscribe asks to delete", "[
   sent = t.Sent();
   REQUIRE(sent.size() == 1);
   REQUIRE(std::get<UnsubscribeMessage>(sent[0]) == UnsubscribeMessage{"s"});
+}
+
+TEST_CASE("a message after one lost in transit makes the subscriber resume from its CT",
+          "[subscriber]") {
+  SubscriberTest t(Ct({{kP, 10}}));
+  REQUIRE_OK(t.ds().Connect());
+  t.Sent();
+  t.Connected(Ct({{kP, 10}}));
+  t.Deliver(kP, DeliveryKind::kEvent, 12, Colored("red"), 10);
+  // Pubend 2's chain is its own: 0 claims nothing about what came before.
+  t.Deliver(kQ, DeliveryKind::kSilence, 7, nullptr, 0);
+  // The session's message covering (12, 15] never arrived.
+  t.Deliver(kP, DeliveryKind::kEvent, 20, Colored("red"), 15);
+  REQUIRE(t.rec.log == Strings{"E1:12", "S2:7"});
+  REQUIRE(t.ds().resyncs() == 1);
+  REQUIRE_FALSE(t.ds().connected());
+  std::vector<Message> sent = t.Sent();
+  REQUIRE(sent.size() == 1);
+  REQUIRE(std::get<ConnectMessage>(sent[0]).checkpoint == Ct({{kP, 12}, {kQ, 7}}));
+  // The rest of the old session is not taken; the new one resumes after the CT.
+  t.Deliver(kP, DeliveryKind::kSilence, 30, nullptr, 20);
+  REQUIRE(t.rec.log.size() == 2);
+  t.Connected(Ct({{kP, 12}, {kQ, 7}}));
+  t.Deliver(kP, DeliveryKind::kEvent, 15, Colored("red"), 12);
+  t.Deliver(kP, DeliveryKind::kEvent, 20, Colored("red"), 15);
+  // A message that covers more than the CT needs (a resend from an earlier session) is fine.
+  t.Deliver(kP, DeliveryKind::kSilence, 31, nullptr, 12);
+  REQUIRE(t.rec.log == Strings{"E1:12", "S2:7", "E1:15", "E1:20", "S1:31"});
+  REQUIRE(t.ds().resyncs() == 1);
+  REQUIRE(t.ds().checkpoint() == Ct({{kP, 31}, {kQ, 7}}));
+}
+
+TEST_CASE("an unanswered connection request is sent again", "[subscriber]") {
+  SubscriberTest t(Ct({{kP, 10}}));
+  REQUIRE_OK(t.ds().Connect());
+  REQUIRE(t.Sent().size() == 1);
+  t.ds().OnTimer(kT0);  // starts the wait
+  t.ds().OnTimer(kT0 + absl::Milliseconds(999));
+  REQUIRE(t.Sent().empty());
+  t.ds().OnTimer(kT0 + absl::Seconds(1));
+  std::vector<Message> sent = t.Sent();
+  REQUIRE(sent.size() == 1);
+  REQUIRE(std::get<ConnectMessage>(sent[0]).checkpoint == Ct({{kP, 10}}));
+  t.ds().OnTimer(kT0 + absl::Milliseconds(1999));
+  REQUIRE(t.Sent().empty());
+  t.ds().OnTimer(kT0 + absl::Seconds(2));
+  REQUIRE(t.Sent().size() == 1);
+  // Answered: only acks and keepalives from now on.
+  t.Connected(Ct({{kP, 10}}));
+  t.ds().OnTimer(kT0 + absl::Seconds(3));
+  sent = t.Sent();
+  REQUIRE(sent.size() == 1);
+  REQUIRE(std::holds_alternative<AckMessage>(sent[0]));
+  // A session error ends the attempts too: the application decides what comes next.
+  REQUIRE_OK(t.ds().Connect());
+  t.Sent();
+  t.FromBroker(SessionErrorMessage{"s", absl::StatusCode::kAborted, "fenced"});
+  t.ds().OnTimer(kT0 + absl::Seconds(10));
+  t.ds().OnTimer(kT0 + absl::Seconds(20));
+  REQUIRE(t.Sent().empty());
 }
 
 }  // namespace

@@ -33,9 +33,9 @@ std::vector<Message> Samples() {
       ConnectMessage{"audit", "symbol = 'IBM' AND quantity > 1000", "orders/#", Ct(1, 500), 3,
                      true},
       ConnectedMessage{"audit", Ct(1, 500), 3},
-      DeliveryMessage{"audit", PubendId{1}, DeliveryKind::kEvent, 501, Order(1500)},
-      DeliveryMessage{"audit", PubendId{1}, DeliveryKind::kSilence, 600, nullptr},
-      DeliveryMessage{"audit", PubendId{1}, DeliveryKind::kGap, 700, nullptr},
+      DeliveryMessage{"audit", PubendId{1}, DeliveryKind::kEvent, 501, Order(1500), 500},
+      DeliveryMessage{"audit", PubendId{1}, DeliveryKind::kSilence, 600, nullptr, 501},
+      DeliveryMessage{"audit", PubendId{1}, DeliveryKind::kGap, 700, nullptr, 0},
       AckMessage{"audit", Ct(1, 700)},
       DisconnectMessage{"audit"},
       UnsubscribeMessage{"audit"},
@@ -77,9 +77,12 @@ TEST_CASE("malformed messages are rejected with a reason", "[message]") {
   // Release with released above latest delivered.
   REQUIRE_THAT(reason(std::string("\x01\x03\x01\x01\x05\x04", 6)),
                Catch::Contains("above latest delivered"));
-  // A delivery of an unknown kind.
-  REQUIRE_THAT(reason(std::string("\x01\x06\x00\x01\x07\x05", 6)),
+  // A delivery of an unknown kind: subscription "", pubend 1, kind 7, tick 5, previous 4.
+  REQUIRE_THAT(reason(std::string("\x01\x06\x00\x01\x07\x05\x04", 7)),
                Catch::Contains("unknown delivery kind"));
+  // A delivery whose previous tick is not below its tick.
+  REQUIRE_THAT(reason(std::string("\x01\x06\x00\x01\x01\x05\x05", 7)),
+               Catch::Contains("previous tick 5 not below it"));
   // A range that runs past the last tick.
   std::string past_end = EncodeMessage(CuriosityMessage{PubendId{1}, {{kMaxTick, kMaxTick}}});
   past_end[3] = 2;  // claim two ranges; the second must fail

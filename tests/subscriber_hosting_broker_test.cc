@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "gryph/durable_subscriber.h"
 #include "gryph/fault_injecting_storage.h"
@@ -116,6 +117,11 @@ struct Client {
   std::unique_ptr<Channel> channel;
   Recorder rec;
   std::unique_ptr<DurableSubscriber> ds;
+  // Per pubend, the tick of the last message of the session (its start at Connected): every
+  // delivery must name it as its `previous`, across catchup, hand-over and constream (or be that
+  // last message, resent).
+  absl::flat_hash_map<PubendId, Tick> chain;
+  bool drop_next_delivery = false;  // the link loses the next delivery
 };
 
 // An endpoint that sends what the test says and records what it receives.
@@ -261,8 +267,22 @@ class ShbTest {
     REQUIRE_OK(ds);
     c->ds = *std::move(ds);
     Client* raw = c.get();
-    c->channel->SetReceiver(
-        [raw](absl::string_view from, Message m) { raw->ds->HandleMessage(from, m); });
+    c->channel->SetReceiver([raw](absl::string_view from, Message m) {
+      if (const auto* connected = std::get_if<ConnectedMessage>(&m)) {
+        raw->chain.clear();
+        for (const auto& [p, t] : connected->start.entries()) raw->chain[p] = t;
+      } else if (const auto* d = std::get_if<DeliveryMessage>(&m)) {
+        Tick& last = raw->chain[d->pubend];
+        CHECK((d->previous == last || d->tick == last));
+        CHECK(d->previous < d->tick);
+        last = std::max(last, d->tick);
+        if (raw->drop_next_delivery) {
+          raw->drop_next_delivery = false;
+          return;
+        }
+      }
+      raw->ds->HandleMessage(from, m);
+    });
     clients_.push_back(std::move(c));
     return *raw;
   }
@@ -582,6 +602,75 @@ TEST_CASE("a lower epoch is refused and a higher one fences the older session", 
   REQUIRE(OnlyError(a.Take(), "s") == absl::StatusCode::kFailedPrecondition);
   t.Publish(Knowledge(21, 30, {{22, "blue"}}));
   REQUIRE(Deliveries(c.Take()) == Strings{"E22"});
+}
+
+TEST_CASE("deliveries name the previous one; a lagging ack after a quiet spell gets the last again",
+          "[shb]") {
+  ShbTest t;
+  t.Open();
+  t.Publish(Knowledge(1, 10, {}));
+  RawClient& x = t.AddRaw("x");
+  x.Send(ConnectMessage{"s", "color = 'red'", "", Ct(10), 1, true});
+  t.Pump();
+  REQUIRE(OnlyConnected(x.Take()).start == Ct(10));
+  t.Publish(Knowledge(11, 20, {{12, "red"}, {15, "blue"}, {17, "red"}}));
+  std::vector<Message> got = x.Take();
+  REQUIRE(Deliveries(got) == Strings{"E12", "E17"});
+  REQUIRE(std::get<DeliveryMessage>(got[0]).previous == 10);
+  REQUIRE(std::get<DeliveryMessage>(got[1]).previous == 12);
+  // The first ack after a send only marks the session quiet: E17 may be on its way.
+  x.Send(AckMessage{"s", Ct(12)});
+  t.Pump();
+  REQUIRE(x.Take().empty());
+  // Nothing sent since, and still no E17: it was lost, and is sent again.
+  x.Send(AckMessage{"s", Ct(12)});
+  t.Pump();
+  got = x.Take();
+  REQUIRE(got.size() == 1);
+  const auto& again = std::get<DeliveryMessage>(got[0]);
+  REQUIRE(again.subscription == "s");
+  REQUIRE(again.kind == DeliveryKind::kEvent);
+  REQUIRE(again.tick == 17);
+  REQUIRE(again.previous == 12);
+  REQUIRE(again.event != nullptr);
+  REQUIRE(t.shb().stats().resent == 1);
+  // Acked: nothing more to resend.
+  x.Send(AckMessage{"s", Ct(17)});
+  x.Send(AckMessage{"s", Ct(17)});
+  t.Pump();
+  REQUIRE(x.Take().empty());
+  t.Publish(Knowledge(21, 30, {{22, "red"}}));
+  got = x.Take();
+  REQUIRE(Deliveries(got) == Strings{"E22"});
+  REQUIRE(std::get<DeliveryMessage>(got[0]).previous == 17);
+  REQUIRE(t.shb().stats().resent == 1);
+}
+
+TEST_CASE("a durable subscriber that lost a delivery resyncs and misses nothing", "[shb]") {
+  ShbTest t;
+  t.Open();
+  t.Publish(Knowledge(1, 10, {}));
+  Client& red = t.Subscribe("red", "color = 'red'");
+  // The link drops the delivery of 12: the subscriber learns it from 14's `previous`.
+  red.drop_next_delivery = true;
+  t.Publish(Knowledge(11, 20, {{12, "red"}, {14, "red"}, {16, "blue"}}));
+  REQUIRE(red.ds->resyncs() == 1);
+  REQUIRE(red.ds->connected());  // the broker answered the new connection
+  // The new session caught up from the PFS: nothing matched in (14, 20].
+  REQUIRE(red.rec.log == Strings{"E12", "E14", "S20"});
+  REQUIRE(red.rec.connected.size() == 2);
+  // The last delivery of a quiet session is lost: the acks bring it back.
+  red.drop_next_delivery = true;
+  t.Publish(Knowledge(21, 30, {{25, "red"}}));
+  REQUIRE(red.rec.log == Strings{"E12", "E14", "S20"});
+  for (int i = 1; i <= 3; ++i) {
+    red.ds->OnTimer(t.now + absl::Seconds(2 * i));
+    t.Pump();
+  }
+  REQUIRE(red.rec.log == Strings{"E12", "E14", "S20", "E25"});
+  REQUIRE(t.shb().stats().resent == 1);
+  REQUIRE(red.ds->resyncs() == 1);
+  REQUIRE(red.rec.errors.empty());
 }
 
 TEST_CASE("connecting to a subscription with another selector is InvalidArgument", "[shb]") {

@@ -5,7 +5,10 @@
 // message may be lost, duplicated, delayed or reordered with respect to other links, and the
 // protocol (nacks, knowledge merge, release) repairs it. What a Channel must provide is that
 // messages on one link (one sender, one receiver) that do arrive are not corrupted; a network
-// adapter checks this by decoding (DecodeMessage rejects malformed frames).
+// adapter checks this by decoding (DecodeMessage rejects malformed frames). The link from a
+// subscriber hosting broker to a subscriber must also keep order (a delivery names the tick of
+// the one before it, so a lost one costs the subscriber a reconnection; a reordered one would
+// cost one too).
 //
 // Applications wire gryph to their own transport by implementing this interface; gryph ships
 // InProcessNetwork (in_process_channel.h) and the deterministic simulator's channel.

@@ -4,6 +4,9 @@
 // it, and hands the application the Event / Silence / Gap messages that follow it, per pubend in
 // tick order:
 //   - a message at or below CT(p) is a duplicate (a resend after a reconnection) and is dropped;
+//   - a message whose `previous` is above CT(p) follows one that never arrived (lost in
+//     transit): it is dropped and the subscriber connects again from its CT (a resync), so a
+//     link that loses or duplicates messages costs a reconnection, never an event;
 //   - an Event must carry an event that matches the subscription (checked: a broker bug or a
 //     mismatched selector is reported, not delivered);
 //   - after the handler returns, CT(p) becomes the message's tick.
@@ -42,6 +45,8 @@ struct DurableSubscriberOptions {
   // With nothing to ack for this long, the current CT is sent anyway: a keepalive, to which a
   // broker that lost the session (it restarted) answers with an error, prompting a reconnect.
   absl::Duration keepalive_interval = absl::Seconds(1);
+  // A connection request unanswered for this long is sent again (by OnTimer).
+  absl::Duration connect_retry_interval = absl::Seconds(1);
 };
 
 class DurableSubscriber {
@@ -66,7 +71,8 @@ class DurableSubscriber {
                                                                    Channel* channel,
                                                                    Handler* handler);
 
-  // Sends the connection request with the current CT.
+  // Sends the connection request with the current CT; OnTimer repeats it every
+  // connect_retry_interval until the broker answers.
   absl::Status Connect();
   // Sends a final ack, then ends the session (the subscription stays, catching up later).
   absl::Status Disconnect();
@@ -75,13 +81,16 @@ class DurableSubscriber {
 
   // Handles a message from the broker. Messages from other peers are ignored.
   void HandleMessage(absl::string_view from, const Message& message);
-  // Sends an ack when the CT moved and ack_interval passed since the last one, or a keepalive.
+  // Sends an ack when the CT moved and ack_interval passed since the last one, or a keepalive;
+  // repeats an unanswered connection request.
   void OnTimer(absl::Time now);
 
   // The CT after every message handled so far.
   const CheckpointToken& checkpoint() const { return checkpoint_; }
   bool connected() const { return connected_; }
   uint64_t duplicates_dropped() const { return duplicates_; }
+  // Reconnections after a message of the session was found missing.
+  uint64_t resyncs() const { return resyncs_; }
   const DurableSubscriberOptions& options() const { return options_; }
 
  private:
@@ -97,7 +106,12 @@ class DurableSubscriber {
   CheckpointToken acked_;
   absl::Time last_ack_ = absl::InfinitePast();
   bool connected_ = false;
+  // A connection request is outstanding; it was last sent at connect_sent_ (InfinitePast until
+  // the first OnTimer after Connect()).
+  bool connecting_ = false;
+  absl::Time connect_sent_ = absl::InfinitePast();
   uint64_t duplicates_ = 0;
+  uint64_t resyncs_ = 0;
 };
 
 }  // namespace gryph

@@ -80,8 +80,9 @@ struct ConnectedMessage {
   friend bool operator==(const ConnectedMessage&, const ConnectedMessage&) = default;
 };
 
-// The three messages a subscriber receives, relative to t0, the tick of the previous message
-// from the same pubend (or CT(s, p) for the first). DO NOT CHANGE the values: sent on the wire.
+// The three messages a subscriber receives, relative to t0 = `previous`, the tick of the
+// previous message of the session from the same pubend (or the session's start CT(s, p) for the
+// first). DO NOT CHANGE the values: sent on the wire.
 enum class DeliveryKind : uint8_t {
   kEvent = 0,    // `event` matched at `tick`; nothing matched in (t0, tick)
   kSilence = 1,  // nothing matched in (t0, tick]
@@ -96,6 +97,10 @@ struct DeliveryMessage {
   DeliveryKind kind = DeliveryKind::kSilence;
   Tick tick = 0;
   EventRef event;  // set iff kind == kEvent
+  // t0: the message covers (previous, tick]. A subscriber whose CT(p) is below `previous` has
+  // missed a message of the session (lost in transit) and must resume from its CT. 0 claims
+  // nothing about what came before. previous < tick.
+  Tick previous = 0;
   friend bool operator==(const DeliveryMessage& a, const DeliveryMessage& b);
 };
 

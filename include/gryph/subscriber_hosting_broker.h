@@ -129,6 +129,7 @@ class SubscriberHostingBroker {
     // Sessions whose CT was above the constream's position: sent before a crash, not durable.
     uint64_t resumed_ahead = 0;
     uint64_t demotions = 0;  // slow constream members moved to catchup
+    uint64_t resent = 0;     // last messages resent to a subscriber whose ack lacked them
     uint64_t stale_knowledge = 0;        // knowledge for ticks already L here
     uint64_t conflicting_knowledge = 0;  // should stay 0
   };
@@ -166,6 +167,15 @@ class SubscriberHostingBroker {
     std::unique_ptr<PFS::Reader> reader;
     bool member = false;  // in the constream (connected, not catching up)
     Tick resume_after = 0;  // a member's CT when it was ahead of the constream (after a crash)
+    // The tick of the session's last message from this pubend (its start CT before any): the
+    // next message's `previous`.
+    Tick sent_through = 0;
+    // That message (without its subscription name; tick 0: none yet), and whether anything was
+    // sent since the last ack. An ack below sent_through with nothing sent since the previous
+    // ack resends it: a lost last message is otherwise found only by a later one, which a quiet
+    // or flow-controlled session may never get.
+    DeliveryMessage last_sent;
+    bool sent_since_ack = false;
     Tick noted_tick = 0;      // scratch: the last Event tick sent in this constream round
     uint64_t round_sent = 0;  // scratch: Events sent in this constream round
     // Flow control, per session: Events sent and acknowledged, and per send the tick of its last
@@ -230,6 +240,8 @@ class SubscriberHostingBroker {
   static void EndCatchup(SubscriptionState& s, PubendState& p, Position& pos);
   // Records `n` Events sent to `pos`, the last at `last`.
   static void NoteSent(Position& pos, Tick last, uint64_t n);
+  // Gives `d` (for `pos`'s session) its `previous` and makes it the session's last message.
+  static void Stamp(Position& pos, DeliveryMessage& d);
   void Nack(PubendState& p, const std::string& requester, const std::vector<TickRange>& ranges);
   void EndSession(SubscriptionState& s);
   void SendError(absl::string_view to, const std::string& subscription, const absl::Status& st);

@@ -124,6 +124,7 @@ struct Encoder {
     PutVarint64(out, m.pubend.value);
     out->push_back(static_cast<char>(m.kind));
     PutVarint64(out, m.tick);
+    PutVarint64(out, m.previous);
     if (m.kind == DeliveryKind::kEvent) {
       std::string event;
       m.event->EncodeTo(&event);
@@ -229,13 +230,18 @@ bool Decode(ByteReader& in, ConnectedMessage* m) {
 bool Decode(ByteReader& in, DeliveryMessage* m) {
   uint8_t kind = 0;
   if (!ReadString(in, &m->subscription, "subscription") || !ReadPubend(in, &m->pubend) ||
-      !in.ReadByte(&kind, "delivery kind") || !in.ReadVarint64(&m->tick, "tick")) {
+      !in.ReadByte(&kind, "delivery kind") || !in.ReadVarint64(&m->tick, "tick") ||
+      !in.ReadVarint64(&m->previous, "previous tick")) {
     return false;
   }
   if (kind > static_cast<uint8_t>(DeliveryKind::kGap)) {
     return in.Fail(absl::StrCat("unknown delivery kind ", kind));
   }
   if (m->tick == 0) return in.Fail("delivery at tick 0");
+  if (m->previous >= m->tick) {
+    return in.Fail(absl::StrCat("delivery at tick ", m->tick, " claims a previous tick ",
+                                m->previous, " not below it"));
+  }
   m->kind = static_cast<DeliveryKind>(kind);
   return m->kind != DeliveryKind::kEvent || ReadEvent(in, &m->event);
 }
@@ -281,7 +287,7 @@ bool DecodeKind(ByteReader& in, uint8_t kind, Message* out) {
 
 bool operator==(const DeliveryMessage& a, const DeliveryMessage& b) {
   if (a.subscription != b.subscription || a.pubend != b.pubend || a.kind != b.kind ||
-      a.tick != b.tick) {
+      a.tick != b.tick || a.previous != b.previous) {
     return false;
   }
   if (a.event == b.event) return true;

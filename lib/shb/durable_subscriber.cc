@@ -23,12 +23,15 @@ DurableSubscriber::DurableSubscriber(DurableSubscriberOptions options, Subscript
 
 absl::Status DurableSubscriber::Connect() {
   connected_ = false;
+  connecting_ = true;
+  connect_sent_ = absl::InfinitePast();
   return channel_->Send(options_.broker,
                         ConnectMessage{options_.subscription, options_.selector,
                                        options_.topic_filter, checkpoint_, options_.epoch, true});
 }
 
 absl::Status DurableSubscriber::Disconnect() {
+  connecting_ = false;
   if (!connected_) return absl::OkStatus();
   connected_ = false;
   if (!(acked_ == checkpoint_)) {
@@ -40,6 +43,7 @@ absl::Status DurableSubscriber::Disconnect() {
 
 absl::Status DurableSubscriber::Unsubscribe() {
   connected_ = false;
+  connecting_ = false;
   return channel_->Send(options_.broker, UnsubscribeMessage{options_.subscription});
 }
 
@@ -50,6 +54,7 @@ void DurableSubscriber::HandleMessage(absl::string_view from, const Message& mes
   } else if (const auto* c = std::get_if<ConnectedMessage>(&message)) {
     if (c->subscription != options_.subscription || c->epoch != options_.epoch) return;
     connected_ = true;
+    connecting_ = false;
     last_ack_ = absl::InfinitePast();
     // A new subscription starts where the broker is; an existing one where we asked.
     for (const auto& [p, t] : c->start.entries()) {
@@ -59,13 +64,21 @@ void DurableSubscriber::HandleMessage(absl::string_view from, const Message& mes
   } else if (const auto* e = std::get_if<SessionErrorMessage>(&message)) {
     if (e->subscription != options_.subscription) return;
     connected_ = false;
+    connecting_ = false;
     handler_->OnError(absl::Status(e->code, e->message));
   }
 }
 
 void DurableSubscriber::Deliver(const DeliveryMessage& d) {
-  if (d.tick <= checkpoint_.Get(d.pubend)) {
+  const Tick ct = checkpoint_.Get(d.pubend);
+  if (d.tick <= ct) {
     ++duplicates_;
+    return;
+  }
+  if (d.previous > ct) {
+    // The session sent something in (ct, previous] that never arrived: resume from the CT.
+    ++resyncs_;
+    (void)Connect();
     return;
   }
   switch (d.kind) {
@@ -89,6 +102,14 @@ void DurableSubscriber::Deliver(const DeliveryMessage& d) {
 }
 
 void DurableSubscriber::OnTimer(absl::Time now) {
+  if (connecting_ && !connected_) {
+    if (connect_sent_ == absl::InfinitePast()) {
+      connect_sent_ = now;
+    } else if (now - connect_sent_ >= options_.connect_retry_interval) {
+      (void)Connect();
+      connect_sent_ = now;
+    }
+  }
   if (!connected_) return;
   const bool moved = !(acked_ == checkpoint_) && now - last_ack_ >= options_.ack_interval;
   if (!moved && now - last_ack_ < options_.keepalive_interval) return;

@@ -373,6 +373,7 @@ absl::Status SubscriberHostingBroker::AdvanceConStreams() {
             deliveries.push_back(Channel::Outgoing{
                 s.session,
                 DeliveryMessage{s.name, p.id, DeliveryKind::kEvent, d.range.first, d.event}});
+            Stamp(pos->second, std::get<DeliveryMessage>(deliveries.back().message));
             delivered_to.emplace_back(&s, &pos->second);
           }
         }
@@ -427,6 +428,13 @@ absl::Status SubscriberHostingBroker::AdvanceConStreams() {
     }
     Submit(std::move(wb), std::move(advances));
   }
+}
+
+void SubscriberHostingBroker::Stamp(Position& pos, DeliveryMessage& d) {
+  d.previous = pos.sent_through;
+  pos.sent_through = d.tick;
+  pos.last_sent = DeliveryMessage{"", d.pubend, d.kind, d.tick, d.event, d.previous};
+  pos.sent_since_ack = true;
 }
 
 void SubscriberHostingBroker::NoteSent(Position& pos, Tick last, uint64_t n) {
@@ -504,6 +512,7 @@ void SubscriberHostingBroker::StepCatchups(PubendState& p) {
     std::vector<Channel::Outgoing> batch;
     batch.reserve(out.size());
     for (DeliveryMessage& d : out) {
+      Stamp(pos, d);
       if (d.kind == DeliveryKind::kEvent) {
         ++events;
         last_event = d.tick;
@@ -655,6 +664,9 @@ void SubscriberHostingBroker::OnConnect(absl::string_view from, const ConnectMes
     const Tick from_tick =
         m.checkpoint.entries().contains(id) ? m.checkpoint.Get(id) : pos.created;
     start.Set(id, from_tick);
+    pos.sent_through = from_tick;
+    pos.last_sent = DeliveryMessage();
+    pos.sent_since_ack = false;
     // Each session resumes after its own CT: an earlier session's (which may have been ahead of
     // this one's, after a crash) must not hide the ticks this one is owed.
     pos.resume_after = 0;
@@ -688,6 +700,7 @@ void SubscriberHostingBroker::EndSession(SubscriptionState& s) {
     pos.member = false;
     pos.sent = pos.acked = 0;
     pos.sent_marks.clear();
+    pos.last_sent = DeliveryMessage();
   }
   s.session.clear();
 }
@@ -713,6 +726,14 @@ void SubscriberHostingBroker::OnAck(absl::string_view from, const AckMessage& m)
       pos.acked = pos.sent_marks.front().second;
       pos.sent_marks.pop_front();
     }
+    if (t < pos.sent_through && !pos.sent_since_ack && pos.last_sent.tick == pos.sent_through) {
+      // Nothing was sent since the previous ack, and this one still lacks the last message.
+      DeliveryMessage again = pos.last_sent;
+      again.subscription = s.name;
+      Send(from, std::move(again));
+      ++stats_.resent;
+    }
+    pos.sent_since_ack = false;
     if (t > pos.released) {
       pos.released = t;
       dirty_released_[s.name].push_back(p);
@@ -793,8 +814,12 @@ void SubscriberHostingBroker::OnTimer(absl::Time now) {
     }
     // Silence for constream members that matched nothing for a while.
     for (DeliveryMessage& d : p.constream->Silences(now, options_.silence_interval)) {
-      const std::string& to = subscriptions_.at(d.subscription).session;
-      Send(to, std::move(d));
+      SubscriptionState& s = subscriptions_.at(d.subscription);
+      Position& pos = s.positions.at(id);
+      // A member that resumed after a CT ahead of the constream has nothing to learn below it.
+      if (d.tick <= pos.sent_through) continue;
+      Stamp(pos, d);
+      Send(s.session, std::move(d));
     }
     if (release_due) {
       // Upstream hears only the durable latestDelivered: ticks above it may be needed again

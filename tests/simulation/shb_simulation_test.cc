@@ -19,6 +19,7 @@ void RunSeeds(const char* topology, const WorldOptions& options, uint64_t base, 
   uint64_t consumed = 0;
   uint64_t resumed_ahead = 0;
   uint64_t demotions = 0;
+  uint64_t resyncs = 0;
   const std::vector<uint64_t> seeds = testing::Seeds(base, SeedCount(count));
   for (uint64_t seed : seeds) {
     World w(seed, options);
@@ -27,6 +28,7 @@ void RunSeeds(const char* topology, const WorldOptions& options, uint64_t base, 
     consumed += w.events_consumed();
     resumed_ahead += w.resumed_ahead();
     demotions += w.demotions();
+    resyncs += w.resyncs();
     if (!bad.empty()) {
       std::string all;
       for (const std::string& b : bad) all += "\n  " + b;
@@ -39,7 +41,10 @@ void RunSeeds(const char* topology, const WorldOptions& options, uint64_t base, 
   if (options.shb_crash > 0 && seeds.size() >= 100) REQUIRE(resumed_ahead > 0);
   // The SHBs' flow-control bound is small: slow members are demoted and come back.
   REQUIRE(demotions > 0);
-  UNSCOPED_INFO(topology << ": sessions resumed ahead of a restarted SHB: " << resumed_ahead);
+  // Lossy subscriber links: subscribers find missing messages and resync.
+  if (options.subscriber_link.loss > 0 && seeds.size() >= 100) REQUIRE(resyncs > 0);
+  UNSCOPED_INFO(topology << ": sessions resumed ahead of a restarted SHB: " << resumed_ahead
+                         << ", resyncs: " << resyncs);
 }
 
 TEST_CASE("a quiet run delivers every match exactly once", "[simulation]") {
@@ -73,6 +78,9 @@ TEST_CASE("PHB to SHB under faults: exactly once or an honest Gap", "[simulation
   o.broker_link.duplicate = 0.02;
   o.broker_link.max_delay = absl::Milliseconds(5);
   o.broker_link.fifo = false;
+  o.subscriber_link.loss = 0.01;
+  o.subscriber_link.duplicate = 0.01;
+  o.subscriber_link.max_delay = absl::Milliseconds(3);
   o.subscriber_disconnect = 0.03;
   o.subscriber_old_checkpoint = 0.3;
   o.subscriber_crash = 0.01;
@@ -89,6 +97,7 @@ TEST_CASE("four pubends with early release under faults", "[simulation]") {
   o.max_retain = absl::Milliseconds(300);
   o.broker_link.loss = 0.05;
   o.broker_link.max_delay = absl::Milliseconds(5);
+  o.subscriber_link.loss = 0.005;
   o.subscriber_disconnect = 0.04;
   o.subscriber_old_checkpoint = 0.3;
   o.shb_crash = 0.01;
@@ -107,6 +116,8 @@ TEST_CASE("PHB to intermediate to two SHBs under faults", "[simulation][intermed
   o.broker_link.duplicate = 0.02;
   o.broker_link.max_delay = absl::Milliseconds(5);
   o.broker_link.fifo = false;
+  o.subscriber_link.loss = 0.01;
+  o.subscriber_link.duplicate = 0.01;
   o.subscriber_disconnect = 0.03;
   o.subscriber_old_checkpoint = 0.3;
   o.subscriber_crash = 0.01;

@@ -243,7 +243,10 @@ class SubscriberNode : public SimNode, public DurableSubscriber::Handler {
     Tick();
   }
 
+  ~SubscriberNode() override { app_->resyncs += ds_->resyncs(); }
+
   void Disconnect() { (void)ds_->Disconnect(); }
+  uint64_t resyncs() const { return ds_->resyncs(); }
 
   void OnEvent(PubendId p, gryph::Tick t, const EventRef& event) override {
     Record(p, {DeliveryKind::kEvent, t, event});
@@ -284,6 +287,7 @@ class SubscriberNode : public SimNode, public DurableSubscriber::Handler {
 
   void Tick() {
     const absl::Time now = ctx_.Now();
+    if (ds_->resyncs() > 0) app_->well_behaved = false;  // it reconnected
     if (app_->want_connected && !ds_->connected() && now - last_attempt_ >= absl::Milliseconds(150)) {
       last_attempt_ = now;
       (void)ds_->Connect();
@@ -314,6 +318,8 @@ World::World(uint64_t seed, WorldOptions options) : options_(options), sim_(seed
     subs_[i].name = absl::StrCat("sub-", i);
     subs_[i].selector = kSelectors[i % std::size(kSelectors)];
     subs_[i].broker = options_.intermediate ? (i % 2 == 1 ? "shb-a" : "shb-b") : "shb";
+    sim_.SetLink(subs_[i].name, subs_[i].broker, options_.subscriber_link);
+    sim_.SetLink(subs_[i].broker, subs_[i].name, options_.subscriber_link);
   }
   for (const std::string& shb : ShbNames()) shb_states_[shb] = MemoryStorage::NewState();
   if (!sim_.AddNode("phb", [this](SimContext& c) { return std::make_unique<PhbNode>(c, this); }).ok()) {
@@ -440,6 +446,15 @@ void World::FaultTick() {
   sim_.Schedule(absl::Milliseconds(50), [this] { FaultTick(); });
 }
 
+uint64_t World::resyncs() const {
+  uint64_t n = 0;
+  for (const SubscriberApp& app : subs_) {
+    n += app.resyncs;
+    if (const auto* node = sim_.node_as<SubscriberNode>(app.name)) n += node->resyncs();
+  }
+  return n;
+}
+
 uint64_t World::demotions() const {
   uint64_t n = demotions_;
   for (const auto& [name, node] : shb_nodes_) n += node->shb()->stats().demotions;
@@ -472,6 +487,10 @@ void World::Run(absl::Duration faulty, absl::Duration settle) {
   for (const auto& [a, b] : BrokerLinks()) {
     sim_.SetLink(a, b, LinkProfile{});
     sim_.SetLink(b, a, LinkProfile{});
+  }
+  for (const SubscriberApp& app : subs_) {
+    sim_.SetLink(app.name, app.broker, LinkProfile{});
+    sim_.SetLink(app.broker, app.name, LinkProfile{});
   }
   for (auto& [name, node] : shb_nodes_) node->DisarmFaults();
   // Let pending restarts happen, then make sure everything is up and connected.

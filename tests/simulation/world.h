@@ -27,6 +27,10 @@ struct WorldOptions {
   absl::Duration publish_interval = absl::Milliseconds(2);  // per pubend, on average
   absl::Duration max_retain = absl::InfiniteDuration();
   LinkProfile broker_link;  // every link between brokers, both ways
+  // Every link between a subscriber and its SHB, both ways (FIFO, as the subscriber's transport
+  // must be): a lost Delivery is found by the next one's `previous`, and the subscriber resyncs
+  // from its CT — a reconnection, so it is no longer well-behaved (it may get a Gap).
+  LinkProfile subscriber_link;
   // Topology. false: PHB -> SHB "shb". true: PHB -> intermediate "ib" -> SHBs "shb-a" and
   // "shb-b"; odd-numbered subscribers connect to shb-a, even-numbered ones to shb-b.
   bool intermediate = false;
@@ -72,6 +76,7 @@ struct SubscriberApp {
   bool want_connected = true;
   bool well_behaved = true;
   std::vector<std::string> errors;
+  uint64_t resyncs = 0;  // DurableSubscriber::resyncs of its crashed processes
 };
 
 struct PublisherApp {
@@ -103,6 +108,8 @@ class World {
   uint64_t resumed_ahead() const;
   // Slow constream members the SHBs moved to catchup (flow control).
   uint64_t demotions() const;
+  // Reconnections of subscribers that found a message of their session missing.
+  uint64_t resyncs() const;
 
   bool publishing = true;
 
