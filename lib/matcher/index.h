@@ -127,7 +127,11 @@ class EntryList {
  public:
   void Add(const E& e, int copy) {
     e.rec->accesses[e.slot].pos[copy] = static_cast<uint32_t>(entries_.size());
-    entries_.push_back(e);
+    // Stored field by field: copying a whole entry built on the stack reads it back in wider
+    // loads than it was written with, which cannot be forwarded from the stores and so wait for
+    // every older store to reach the cache — among them the first writes to fresh nodes.
+    E& added = entries_.emplace_back();
+    added = e;
   }
   void Remove(const Record* rec, uint32_t slot, int copy) {
     const uint32_t i = rec->accesses[slot].pos[copy];
