@@ -369,6 +369,50 @@ TEST_CASE("removing wildcard filters prunes the trie upwards and leaves siblings
   }
 }
 
+TEST_CASE("one batch may prune a trie path and rebuild it with the adds that follow", "[matcher]") {
+  // Applying a batch fetches the trie path of each wildcard add some changes ahead of it; a
+  // removal in between may free nodes of that path (and the adds after it recreate them).
+  Matcher m(MatcherOptions{.max_unpublished = size_t{1} << 20});
+  const std::vector<std::string> filters = {"p/q/r/s/+", "p/q/r/+/t", "p/q/+/s/t", "p/q/r/#"};
+  uint64_t next_id = 0;
+  std::vector<std::pair<uint64_t, std::string>> present;
+  for (const std::string& f : filters) {
+    REQUIRE_OK(m.Add(SubscriberId{next_id}, Sub("", f)));
+    present.emplace_back(next_id++, f);
+  }
+  m.Publish();
+  for (int round = 0; round < 20; ++round) {
+    // Remove every subscription (pruning each path), each removal followed by adds under the
+    // same paths, all in one batch.
+    std::vector<std::pair<uint64_t, std::string>> added;
+    for (const auto& [id, f] : present) {
+      REQUIRE_OK(m.Remove(SubscriberId{id}));
+      for (const std::string& g : filters) {
+        REQUIRE_OK(m.Add(SubscriberId{next_id}, Sub("", g)));
+        added.emplace_back(next_id++, g);
+      }
+    }
+    present = added;
+    if (present.size() > 64) present.resize(64);  // the rest stay; removed next round anyway
+    m.Publish();
+    std::vector<uint64_t> want;
+    for (const auto& [id, f] : added) {
+      if (Sub("", f).Matches(Topic("p/q/r/s/t"))) want.push_back(id);
+    }
+    std::sort(want.begin(), want.end());
+    REQUIRE(MatchIds(m, Topic("p/q/r/s/t")) == want);
+    // Those not kept in `present` go now, in one batch of their own.
+    for (size_t i = present.size(); i < added.size(); ++i) {
+      REQUIRE_OK(m.Remove(SubscriberId{added[i].first}));
+    }
+    m.Publish();
+  }
+  for (const auto& [id, f] : present) REQUIRE_OK(m.Remove(SubscriberId{id}));
+  m.Publish();
+  REQUIRE(m.size() == 0);
+  REQUIRE(MatchIds(m, Topic("p/q/r/s/t")).empty());
+}
+
 TEST_CASE("a subscription added and removed within one batch leaves nothing behind", "[matcher]") {
   Matcher m(MatcherOptions{.max_unpublished = size_t{1} << 20});
   // Added and removed before any publication: both copies apply the add, then the removal, of a

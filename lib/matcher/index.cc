@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/types/span.h"
+
 namespace gryph::matcher_internal {
 
 namespace {
@@ -302,6 +304,46 @@ void Index::PrefetchDeeper(const Record* rec, bool add, int depth) const {
   } else {
     __builtin_prefetch(entries.back().rec, 1);
   }
+}
+
+bool Index::StepWalk(TrieWalk& w) const {
+  const absl::Span<const std::string> levels = w.rec->subscription.topic_filter()->levels();
+  if (w.node == nullptr) {
+    // The levels' array is a block of its own; the short levels' bytes are inside it.
+    __builtin_prefetch(levels.data());
+    __builtin_prefetch(reinterpret_cast<const char*>(levels.data() + levels.size()) - 1);
+    w.node = &wildcards_;
+    return true;
+  }
+  const TrieNode* node = w.node;
+  if (w.level == levels.size()) {
+    if (node->here != nullptr) __builtin_prefetch(node->here);
+    return false;
+  }
+  const std::string& level = levels[w.level];
+  const TrieNode* next;
+  if (level == "#") {
+    if (node->rest != nullptr) __builtin_prefetch(node->rest);
+    return false;
+  } else if (level == "+") {
+    next = node->plus;
+  } else {
+    const NameTable<TrieNode>::Key key{level, NameHash(level)};
+    if (!w.probed) {
+      node->children.Prefetch(key);
+      w.probed = true;
+      return true;
+    }
+    next = node->children.FindByHashForPrefetch(key);
+  }
+  if (next == nullptr) return false;  // Add creates the rest of the path: nothing to fetch
+  // A node spans two lines (pool blocks are 16-byte aligned).
+  __builtin_prefetch(next);
+  __builtin_prefetch(reinterpret_cast<const char*>(next) + sizeof(TrieNode) - 1);
+  w.node = next;
+  w.level++;
+  w.probed = false;
+  return true;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -127,7 +127,11 @@ class EntryList {
  public:
   void Add(const E& e, int copy) {
     e.rec->accesses[e.slot].pos[copy] = static_cast<uint32_t>(entries_.size());
-    entries_.push_back(e);
+    // Stored field by field: copying a whole entry built on the stack reads it back in wider
+    // loads than it was written with, which cannot be forwarded from the stores and so wait for
+    // every older store to reach the cache — among them the first writes to fresh nodes.
+    E& added = entries_.emplace_back();
+    added = e;
   }
   void Remove(const Record* rec, uint32_t slot, int copy) {
     const uint32_t i = rec->accesses[slot].pos[copy];
@@ -266,6 +270,12 @@ class NameTable {
       __builtin_prefetch(reinterpret_cast<const char*>(it->node) + sizeof(Node) - 1);
     }
   }
+  // The node whose name has the hash of `k`, or null; for prefetching only: compares hashes, not
+  // names (reads no node), so a collision may yield another node.
+  const T* FindByHashForPrefetch(const Key& k) const {
+    auto it = set_.find(HashOnly{k.hash});
+    return it == set_.end() ? nullptr : &it->node->value;
+  }
   bool empty() const { return set_.empty(); }
   size_t size() const { return set_.size(); }
 
@@ -399,6 +409,16 @@ struct TrieNode {
   Pool* const pool;
 };
 
+// A wildcard filter's path down the trie, fetched ahead of Index::Add one dependent step at a
+// time (Index::StepWalk): each step reads only what the previous one asked the caches for.
+struct TrieWalk {
+  const Record* rec = nullptr;
+  size_t op = 0;                   // the caller's: which change of its batch this walk serves
+  const TrieNode* node = nullptr;  // reached so far (null: the filter's levels not yet fetched)
+  uint32_t level = 0;              // the next level to look up under `node`
+  bool probed = false;             // the lookup of `level` in node->children is on its way
+};
+
 // Per-thread state of one Match call (reused across calls to avoid allocation).
 struct Scratch {
   std::vector<const AttributeValue*> values;  // by attribute id; nullptr between calls
@@ -429,6 +449,14 @@ class Index {
   // removal swaps out of) or PrefetchDeeper(rec, add, 1) fetched (depth 2: that entry's record).
   // REQUIRES: Prefetch(rec, add), and for depth 2 also depth 1, were called a while ago.
   void PrefetchDeeper(const Record* rec, bool add, int depth) const;
+  // Whether Add of `rec` walks the trie (the record is a wildcard filter's): if so, StepWalk can
+  // fetch that path ahead of the Add. REQUIRES: the record's first cache lines are cached.
+  static bool Walks(const Record* rec) { return rec->placement == Placement::kWildcardTopic; }
+  // Advances `walk` (started as TrieWalk{rec}) by one step: fetches the filter's levels, then per
+  // level the child's table slot and the child; last the group. Returns false once nothing is
+  // left to fetch. Reads only what earlier steps fetched, so consecutive steps of one walk should
+  // be apart by about a cache miss's latency of other work.
+  bool StepWalk(TrieWalk& walk) const;
 
   // Calls sink(id) for each matching subscription, each once.
   void Match(const Event& event, Scratch& scratch,

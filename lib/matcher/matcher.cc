@@ -230,9 +230,13 @@ class Matcher::Impl {
   // The batch is known in advance, so its cache misses overlap, in a pipeline: the record
   // 4 * kStage changes ahead is fetched (its first lines); once cached, what its change probes
   // first (the hash slot of its topic, or its group) 3 * kStage ahead; then what those point to
-  // (an existing group's node, the entry a removal moves), and that entry's record.
+  // (an existing group's node, the entry a removal moves), and that entry's record. A wildcard
+  // filter's add walks the trie, one dependent lookup per level: that path is fetched by a walk
+  // that starts 3 * kStage changes ahead and takes one step per change applied meanwhile (walks
+  // hold trie nodes, so the removal of a wildcard filter, which may free some, ends them all).
   void Apply(const std::vector<Op>& ops, mi::Index& copy, bool second) {
     constexpr size_t kStage = 4;
+    constexpr size_t kWalkAhead = 3 * kStage;
     const size_t n = ops.size();
     auto fetch_record = [&](size_t i) {
       const char* p = reinterpret_cast<const char*>(ops[i].rec);
@@ -248,17 +252,33 @@ class Matcher::Impl {
         case 1: copy.PrefetchDeeper(ops[i].rec, ops[i].add, 2); break;
       }
     };
+    auto start_walk = [&](size_t i) {
+      if (ops[i].add && mi::Index::Walks(ops[i].rec)) walks_.push_back(mi::TrieWalk{ops[i].rec, i});
+    };
+    walks_.clear();
     for (size_t s = 4; s >= 1; --s) {
       for (size_t i = 0; i < std::min(s * kStage, n); ++i) stage(i, s);
     }
+    for (size_t i = 0; i < std::min(kWalkAhead, n); ++i) start_walk(i);
     for (size_t i = 0; i < n; ++i) {
       for (size_t s = 4; s >= 1; --s) {
         if (i + s * kStage < n) stage(i + s * kStage, s);
+      }
+      if (i + kWalkAhead < n) start_walk(i + kWalkAhead);
+      for (size_t k = 0; k < walks_.size();) {
+        if (walks_[k].op > i && copy.StepWalk(walks_[k])) {
+          ++k;
+        } else {  // done, or its change is being applied now
+          walks_[k] = walks_.back();
+          walks_.pop_back();
+        }
       }
       const Op& op = ops[i];
       if (op.add) {
         copy.Add(op.rec);
       } else {
+        // Removing a wildcard filter may prune trie nodes that walks have reached: drop them.
+        if (mi::Index::Walks(op.rec)) walks_.clear();
         copy.Remove(op.rec);
         if (second) mi::DestroyRecord(op.rec, pool_);
       }
@@ -309,6 +329,7 @@ class Matcher::Impl {
   mi::AccessStats stats_;
   std::vector<Op> pending_;  // in neither copy yet
   std::vector<Op> lagging_;  // in copies_[current_] only
+  std::vector<mi::TrieWalk> walks_;  // Apply's, kept to reuse its memory
 
   // Shared with readers: copies_[current_] is read-only while current.
   mi::Index copies_[2] = {mi::Index(0, &pool_), mi::Index(1, &pool_)};

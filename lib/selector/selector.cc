@@ -10,6 +10,13 @@ namespace gryph {
 Selector::Selector() = default;
 
 absl::StatusOr<Selector> Selector::Parse(absl::string_view text) {
+  if (text.empty()) {
+    // The commonest selector (topic-only subscriptions) shares one tree: no allocation per
+    // subscription, and whoever asks whether it matches everything reads memory that is hot.
+    static const std::shared_ptr<const selector_ast::Ast>* const kEmpty =
+        new std::shared_ptr<const selector_ast::Ast>(*selector_ast::ParseSelector(""));
+    return Selector(*kEmpty);
+  }
   GRYPH_ASSIGN_OR_RETURN(std::shared_ptr<const selector_ast::Ast> ast,
                          selector_ast::ParseSelector(text));
   return Selector(std::move(ast));
