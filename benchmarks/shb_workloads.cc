@@ -274,8 +274,10 @@ GRYPH_WORKLOAD(e2e_latency) {
   });
   std::atomic<bool> clients_done{false};
   std::thread clients([&] {
+    prctl(PR_SET_NAME, "clients");
     while (!clients_done.load()) s.PumpClients(absl::Now());
   });
+  prctl(PR_SET_NAME, "brokers");
   const auto end = Clock::now() + std::chrono::duration<double>(ctx.seconds);
   while (Clock::now() < end) s.PumpBrokers(absl::Now());
   clients_done = true;

@@ -646,6 +646,36 @@ TEST_CASE("deliveries name the previous one; a lagging ack after a quiet spell g
   REQUIRE(t.shb().stats().resent == 1);
 }
 
+TEST_CASE("a lost last Event the broker no longer caches ends the session instead", "[shb]") {
+  ShbTest t;
+  t.options.event_cache_ticks = 5;
+  t.Open();
+  t.Publish(Knowledge(1, 10, {}));
+  RawClient& x = t.AddRaw("x");
+  x.Send(ConnectMessage{"s", "color = 'red'", "", Ct(10), 1, true});
+  t.Pump();
+  x.Take();
+  t.Publish(Knowledge(11, 20, {{12, "red"}, {17, "red"}}));
+  REQUIRE(Deliveries(x.Take()) == Strings{"E12", "E17"});
+  t.Publish(Knowledge(21, 100, {}));  // 17 leaves the cache
+  x.Send(AckMessage{"s", Ct(12)});
+  x.Send(AckMessage{"s", Ct(12)});
+  t.Pump();
+  REQUIRE(OnlyError(x.Take(), "s") == absl::StatusCode::kUnavailable);
+  REQUIRE(t.shb().stats().resent == 0);
+  // The subscriber comes back from its CT and gets 17 from the PFS and upstream.
+  x.Send(ConnectMessage{"s", "color = 'red'", "", Ct(12), 1, true});
+  t.Pump();
+  std::vector<Message> got = x.Take();
+  REQUIRE(std::get<ConnectedMessage>(got[0]).start == Ct(12));
+  REQUIRE_FALSE(t.TakeCuriosity().empty());  // the catchup nacks 17
+  t.Publish(KnowledgeMessage{kP, {KnowledgeSpan::Data(17, Ev(17, "red"))}});
+  got = x.Take();
+  REQUIRE_FALSE(Deliveries(got).empty());
+  REQUIRE(Deliveries(got)[0] == "E17");
+  REQUIRE(std::get<DeliveryMessage>(got[0]).previous == 12);
+}
+
 TEST_CASE("a durable subscriber that lost a delivery resyncs and misses nothing", "[shb]") {
   ShbTest t;
   t.Open();

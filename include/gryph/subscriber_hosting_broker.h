@@ -170,11 +170,12 @@ class SubscriberHostingBroker {
     // The tick of the session's last message from this pubend (its start CT before any): the
     // next message's `previous`.
     Tick sent_through = 0;
-    // That message (without its subscription name; tick 0: none yet), and whether anything was
-    // sent since the last ack. An ack below sent_through with nothing sent since the previous
-    // ack resends it: a lost last message is otherwise found only by a later one, which a quiet
-    // or flow-controlled session may never get.
-    DeliveryMessage last_sent;
+    // That message's kind and `previous`, and whether anything was sent since the last ack. An
+    // ack below sent_through with nothing sent since the previous ack resends it (an Event from
+    // the istream): a lost last message is otherwise found only by a later one, which a quiet or
+    // flow-controlled session may never get.
+    DeliveryKind last_kind = DeliveryKind::kSilence;
+    Tick last_previous = 0;
     bool sent_since_ack = false;
     Tick noted_tick = 0;      // scratch: the last Event tick sent in this constream round
     uint64_t round_sent = 0;  // scratch: Events sent in this constream round
@@ -242,6 +243,8 @@ class SubscriberHostingBroker {
   static void NoteSent(Position& pos, Tick last, uint64_t n);
   // Gives `d` (for `pos`'s session) its `previous` and makes it the session's last message.
   static void Stamp(Position& pos, DeliveryMessage& d);
+  // Sends the session's last message from `p` again.
+  void Resend(SubscriptionState& s, PubendState& p, Position& pos);
   void Nack(PubendState& p, const std::string& requester, const std::vector<TickRange>& ranges);
   void EndSession(SubscriptionState& s);
   void SendError(absl::string_view to, const std::string& subscription, const absl::Status& st);

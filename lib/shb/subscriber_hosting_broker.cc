@@ -433,8 +433,27 @@ absl::Status SubscriberHostingBroker::AdvanceConStreams() {
 void SubscriberHostingBroker::Stamp(Position& pos, DeliveryMessage& d) {
   d.previous = pos.sent_through;
   pos.sent_through = d.tick;
-  pos.last_sent = DeliveryMessage{"", d.pubend, d.kind, d.tick, d.event, d.previous};
+  pos.last_kind = d.kind;
+  pos.last_previous = d.previous;
   pos.sent_since_ack = true;
+}
+
+void SubscriberHostingBroker::Resend(SubscriptionState& s, PubendState& p, Position& pos) {
+  DeliveryMessage again{s.name, p.id, pos.last_kind, pos.sent_through, nullptr,
+                        pos.last_previous};
+  if (again.kind == DeliveryKind::kEvent) {
+    const KnowledgeSpan span = p.istream.SpanAt(again.tick);
+    if (span.value != TickValue::kD) {
+      // Forgotten since (beyond the event cache): the subscriber resumes from its CT instead.
+      SendError(s.session, s.name,
+                absl::UnavailableError("a delivery was lost and is no longer cached; reconnect"));
+      EndSession(s);
+      return;
+    }
+    again.event = span.event;
+  }
+  Send(s.session, std::move(again));
+  ++stats_.resent;
 }
 
 void SubscriberHostingBroker::NoteSent(Position& pos, Tick last, uint64_t n) {
@@ -665,7 +684,6 @@ void SubscriberHostingBroker::OnConnect(absl::string_view from, const ConnectMes
         m.checkpoint.entries().contains(id) ? m.checkpoint.Get(id) : pos.created;
     start.Set(id, from_tick);
     pos.sent_through = from_tick;
-    pos.last_sent = DeliveryMessage();
     pos.sent_since_ack = false;
     // Each session resumes after its own CT: an earlier session's (which may have been ahead of
     // this one's, after a crash) must not hide the ticks this one is owed.
@@ -700,7 +718,6 @@ void SubscriberHostingBroker::EndSession(SubscriptionState& s) {
     pos.member = false;
     pos.sent = pos.acked = 0;
     pos.sent_marks.clear();
-    pos.last_sent = DeliveryMessage();
   }
   s.session.clear();
 }
@@ -726,12 +743,10 @@ void SubscriberHostingBroker::OnAck(absl::string_view from, const AckMessage& m)
       pos.acked = pos.sent_marks.front().second;
       pos.sent_marks.pop_front();
     }
-    if (t < pos.sent_through && !pos.sent_since_ack && pos.last_sent.tick == pos.sent_through) {
+    if (t < pos.sent_through && !pos.sent_since_ack) {
       // Nothing was sent since the previous ack, and this one still lacks the last message.
-      DeliveryMessage again = pos.last_sent;
-      again.subscription = s.name;
-      Send(from, std::move(again));
-      ++stats_.resent;
+      Resend(s, pit->second, pos);
+      if (s.session.empty()) return;
     }
     pos.sent_since_ack = false;
     if (t > pos.released) {

@@ -270,6 +270,8 @@ class SubscriberNode : public SimNode, public DurableSubscriber::Handler {
                    status.ToString().c_str());
     }
     if (absl::IsDataLoss(status)) app_->errors.push_back(std::string(status.message()));
+    // The broker ended the session over a lost delivery it no longer caches: a reconnection.
+    if (absl::IsUnavailable(status)) app_->well_behaved = false;
   }
 
  private:
