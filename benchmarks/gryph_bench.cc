@@ -41,7 +41,8 @@
 //   shb_all_catchup    the same with every subscriber disconnected, then catching up at once
 //   e2e_latency        publish -> deliver latency at 10,000 events/s through PHB and SHB, sync
 //                      at both (offered_per_s, deliveries, p50_us, p99_us; acked_p50_us: the
-//                      PHB's acknowledgement, the part before the SHB)
+//                      PHB's acknowledgement, the part before the SHB; subscribers)
+//   e2e_latency_fanout10  the same with 40 subscribers, each event matching 10 of them
 //   match_one_topic    Matcher: 20,000 subscribers on one topic: add, match, remove
 //   match_flat         Matcher: 1,000,000 topics on one level, one subscriber each
 //   match_deep         Matcher: 500,000 subscriptions on 4-level topics, 10% with '+' or '#'
