@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/btree_map.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
 #include "gryph/knowledge_stream.h"
 #include "gryph/message.h"
@@ -77,7 +77,9 @@ class ConStream {
   };
   const PubendId pubend_;
   Tick latest_delivered_;
-  absl::btree_map<std::string, Member> members_;
+  // Hashed: NoteDelivered runs for every member a round delivers to. Silences walks them in name
+  // order, so that runs are reproducible.
+  absl::flat_hash_map<std::string, Member> members_;
 };
 
 }  // namespace gryph

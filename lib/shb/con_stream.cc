@@ -37,12 +37,18 @@ void ConStream::NoteDelivered(const std::string& subscription, Tick tick, absl::
 }
 
 std::vector<DeliveryMessage> ConStream::Silences(absl::Time now, absl::Duration interval) {
-  std::vector<DeliveryMessage> out;
+  std::vector<std::pair<const std::string*, Member*>> due;
   for (auto& [name, m] : members_) {
     if (m.last_tick >= latest_delivered_ || now - m.last_message < interval) continue;
-    out.push_back(DeliveryMessage{name, pubend_, DeliveryKind::kSilence, latest_delivered_, nullptr});
-    m.last_message = now;
-    m.last_tick = latest_delivered_;
+    due.emplace_back(&name, &m);
+  }
+  std::sort(due.begin(), due.end(), [](const auto& a, const auto& b) { return *a.first < *b.first; });
+  std::vector<DeliveryMessage> out;
+  out.reserve(due.size());
+  for (auto& [name, m] : due) {
+    out.push_back(DeliveryMessage{*name, pubend_, DeliveryKind::kSilence, latest_delivered_, nullptr});
+    m->last_message = now;
+    m->last_tick = latest_delivered_;
   }
   return out;
 }
