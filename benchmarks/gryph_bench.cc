@@ -64,16 +64,23 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "benchmarks/workload.h"
 
 ABSL_FLAG(std::string, workloads, "", "comma-separated workloads to run; empty runs all");
 ABSL_FLAG(double, seconds, 2.0, "target measuring time per figure, in seconds");
 ABSL_FLAG(std::string, scratch_dir, "", "directory for on-disk workloads; default: a temp dir");
 ABSL_FLAG(bool, list, false, "print the workload names and exit");
+ABSL_FLAG(bool, mutex_deadlock_detection, false,
+          "keep absl::Mutex's deadlock detection on (a debugging aid that records every lock "
+          "order; Abseil builds without NDEBUG, such as Debian's, enable it by default)");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("gryph's scenario benchmarks; prints JSON lines");
   absl::ParseCommandLine(argc, argv);
+  if (!absl::GetFlag(FLAGS_mutex_deadlock_detection)) {
+    absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  }
   auto& registry = gryph::bench::Registry();
   if (absl::GetFlag(FLAGS_list)) {
     for (const auto& [name, fn] : registry) std::printf("%s\n", name.c_str());

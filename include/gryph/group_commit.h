@@ -47,6 +47,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -93,6 +94,11 @@ class GroupCommitter {
   // group; `done` runs after the group's commit. Never blocks on storage and never runs `done`
   // itself. An empty batch is allowed (its callback reports the group's status).
   void Submit(WriteBatch batch, size_t records, Done done) ABSL_LOCKS_EXCLUDED(mu_, commit_mu_);
+  // As Submit, but `fill` writes the submission's operations straight into the pending group's
+  // batch (no batch of its own to build and copy). It runs under the committer's lock, so it
+  // should only append; it must not call the committer.
+  void SubmitInto(size_t records, absl::FunctionRef<void(WriteBatch&)> fill, Done done)
+      ABSL_LOCKS_EXCLUDED(mu_, commit_mu_);
 
   // Commits everything pending now as one group and runs its callbacks; returns the commit's
   // status (OK when nothing was pending and the committer has not failed).
@@ -123,6 +129,9 @@ class GroupCommitter {
   };
 
   absl::Time Now() const;
+  // Adds a submission whose operations are in pending_.batch already.
+  void AddedLocked(absl::Time now, bool was_empty, size_t records, Done done)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool DueLocked(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Group TakePendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Commits `group` (unless the committer has failed) and runs its callbacks.

@@ -175,10 +175,11 @@ void Pubend::Publish(absl::string_view publisher, uint64_t sequence, EventRef ev
         const Tick t = std::max(assigned_ + 1, NowTick(now));
         assigned_ = t;
         last_activity_ = now;
-        WriteBatch batch;
-        std::string value;
-        event->EncodeTo(&value);
-        batch.Put(internal::kEventsTable, EventKey(options_.id, t), value);
+        // The event is encoded into a buffer kept across publishes and written straight into
+        // the pending group (SubmitInto): no batch of its own, no copy of one.
+        encoded_.clear();
+        event->EncodeTo(&encoded_);
+        std::string row;
         if (pub != nullptr) {
           pub->last_sequence = sequence;
           pub->pending[sequence].tick = t;
@@ -187,21 +188,27 @@ void Pubend::Publish(absl::string_view publisher, uint64_t sequence, EventRef ev
           std::vector<SequenceEntry> window(pub->committed.begin(), pub->committed.end());
           for (const auto& [seq, entry] : pub->pending) window.push_back({seq, entry.tick});
           const size_t skip = window.size() > kSequenceWindow ? window.size() - kSequenceWindow : 0;
-          std::string row(1, static_cast<char>(kPublisherRowVersion));
+          row.push_back(static_cast<char>(kPublisherRowVersion));
           internal::PutVarint64(&row, window.size() - skip);
           for (size_t i = skip; i < window.size(); ++i) {
             internal::PutVarint64(&row, window[i].sequence);
             internal::PutVarint64(&row, window[i].tick);
           }
-          batch.Put(internal::kPublishersTable, NamedKey(options_.id, publisher), row);
         }
         ++in_flight_;
-        committer_->Submit(std::move(batch), 1,
-                           [this, t, event, pub_name = std::string(publisher), sequence,
-                            done = std::move(done)](absl::Status s) mutable {
-                             OnCommitted(t, std::move(event), std::move(pub_name), sequence,
-                                         std::move(s), std::move(done));
-                           });
+        committer_->SubmitInto(
+            1,
+            [&](WriteBatch& batch) {
+              batch.Put(internal::kEventsTable, EventKey(options_.id, t), encoded_);
+              if (pub != nullptr) {
+                batch.Put(internal::kPublishersTable, NamedKey(options_.id, publisher), row);
+              }
+            },
+            [this, t, event, pub_name = std::string(publisher), sequence,
+             done = std::move(done)](absl::Status s) mutable {
+              OnCommitted(t, std::move(event), std::move(pub_name), sequence, std::move(s),
+                          std::move(done));
+            });
         return;
       }
     }

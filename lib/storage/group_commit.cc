@@ -19,19 +19,31 @@ absl::Time GroupCommitter::Now() const {
 void GroupCommitter::Submit(WriteBatch batch, size_t records, Done done) {
   const absl::Time now = Now();
   absl::MutexLock lock(&mu_);
-  if (pending_.callbacks.empty()) {
-    first_pending_ = now;
+  const bool was_empty = pending_.callbacks.empty();
+  if (was_empty) {
     pending_.batch = std::move(batch);
   } else {
     pending_.batch.Append(batch);
   }
+  AddedLocked(now, was_empty, records, std::move(done));
+}
+
+void GroupCommitter::SubmitInto(size_t records, absl::FunctionRef<void(WriteBatch&)> fill,
+                                Done done) {
+  const absl::Time now = Now();
+  absl::MutexLock lock(&mu_);
+  const bool was_empty = pending_.callbacks.empty();
+  fill(pending_.batch);
+  AddedLocked(now, was_empty, records, std::move(done));
+}
+
+void GroupCommitter::AddedLocked(absl::Time now, bool was_empty, size_t records, Done done) {
+  if (was_empty) first_pending_ = now;
   const bool was_full = pending_.records >= options_.max_records;
   pending_.records += records;
   pending_.callbacks.push_back(std::move(done));
   // Wake the committer thread when there is a new group to time, or the group just filled up.
-  if (pending_.callbacks.size() == 1 || (!was_full && pending_.records >= options_.max_records)) {
-    work_.Signal();
-  }
+  if (was_empty || (!was_full && pending_.records >= options_.max_records)) work_.Signal();
 }
 
 bool GroupCommitter::DueLocked(absl::Time now) const {

@@ -132,10 +132,11 @@ class World {
   std::map<std::string, class ShbNode*> shb_nodes_;
   uint64_t resumed_ahead_ = 0;  // SubscriberHostingBroker::Stats::resumed_ahead of dead nodes
   uint64_t demotions_ = 0;      // ... and Stats::demotions
+  // Declared before sim_ too: subscriber nodes update their app when they are destroyed.
+  std::vector<SubscriberApp> subs_;
   Simulator sim_;
   Log log_;
   PublisherApp publisher_;
-  std::vector<SubscriberApp> subs_;
   std::shared_ptr<MemoryStorage::State> phb_state_ = MemoryStorage::NewState();
   std::map<std::string, std::shared_ptr<MemoryStorage::State>> shb_states_;
   bool faults_on_ = true;
