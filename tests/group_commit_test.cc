@@ -121,6 +121,34 @@ TEST_CASE("a group closes when it holds max_records records", "[group_commit]") 
   REQUIRE(committer.NextDeadline() == std::nullopt);
 }
 
+TEST_CASE("SubmitInto writes into the pending group, in order with Submit", "[group_commit]") {
+  MemoryStorage storage;
+  FakeClock clock;
+  GroupCommitter committer(&storage, Options(4, absl::Seconds(1), clock.fn()));
+  Results results;
+  auto into = [&](uint64_t n) {
+    committer.SubmitInto(
+        1, [n](WriteBatch& b) { b.Put("log", Key(n), absl::StrCat("event ", n)); },
+        results.Callback(n));
+  };
+  into(0);  // the first of a group starts its timer
+  REQUIRE(committer.NextDeadline() == clock.now + absl::Seconds(1));
+  committer.Submit(OneRecord(1), 1, results.Callback(1));
+  into(2);
+  REQUIRE(committer.pending_records() == 3);
+  into(3);  // 4 records: the group closes
+  REQUIRE(committer.NextDeadline() == absl::InfinitePast());
+  REQUIRE_OK(committer.FlushIfDue(clock.now));
+  REQUIRE(results.order() == std::vector<size_t>{0, 1, 2, 3});
+  for (uint64_t i = 0; i < 4; ++i) REQUIRE(Get(storage, i) == absl::StrCat("event ", i));
+  // The next group starts empty.
+  into(4);
+  REQUIRE_OK(committer.Flush());
+  REQUIRE(Get(storage, 4) == "event 4");
+  REQUIRE(committer.stats().groups == 2);
+  REQUIRE(committer.stats().records == 5);
+}
+
 TEST_CASE("a group closes max_delay after its first submission", "[group_commit]") {
   MemoryStorage storage;
   FakeClock clock;
