@@ -194,7 +194,6 @@ class Pubend {
   size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0; // publishes and heartbeats not yet committed
   absl::Time last_activity_ ABSL_GUARDED_BY(mu_);
   std::vector<KnowledgeSpan> unsent_ ABSL_GUARDED_BY(mu_);  // committed, in tick order
-  std::string encoded_ ABSL_GUARDED_BY(mu_);  // Publish's encoding buffer, kept for its capacity
   absl::btree_map<std::string, Downstream> downstream_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Publisher> publishers_ ABSL_GUARDED_BY(mu_);
 };

@@ -145,6 +145,11 @@ void Pubend::Fail(const absl::Status& status) {
 void Pubend::Publish(absl::string_view publisher, uint64_t sequence, EventRef event,
                      absl::Time now, PublishDone done) {
   absl::StatusOr<Tick> immediate;  // the outcome when known without a commit
+  // Encoded before the lock, which the commit thread takes for every committed event: the
+  // buffer is the calling thread's and keeps its capacity.
+  thread_local std::string encoded;
+  encoded.clear();
+  if (event != nullptr) event->EncodeTo(&encoded);
   {
     absl::MutexLock lock(&mu_);
     if (!status_.ok()) {
@@ -175,10 +180,8 @@ void Pubend::Publish(absl::string_view publisher, uint64_t sequence, EventRef ev
         const Tick t = std::max(assigned_ + 1, NowTick(now));
         assigned_ = t;
         last_activity_ = now;
-        // The event is encoded into a buffer kept across publishes and written straight into
-        // the pending group (SubmitInto): no batch of its own, no copy of one.
-        encoded_.clear();
-        event->EncodeTo(&encoded_);
+        // Written straight into the pending group (SubmitInto): no batch of its own, no copy of
+        // one.
         std::string row;
         if (pub != nullptr) {
           pub->last_sequence = sequence;
@@ -199,7 +202,7 @@ void Pubend::Publish(absl::string_view publisher, uint64_t sequence, EventRef ev
         committer_->SubmitInto(
             1,
             [&](WriteBatch& batch) {
-              batch.Put(internal::kEventsTable, EventKey(options_.id, t), encoded_);
+              batch.Put(internal::kEventsTable, EventKey(options_.id, t), encoded);
               if (pub != nullptr) {
                 batch.Put(internal::kPublishersTable, NamedKey(options_.id, publisher), row);
               }
