@@ -149,6 +149,37 @@ TEST_CASE("SubmitInto writes into the pending group, in order with Submit", "[gr
   REQUIRE(committer.stats().records == 5);
 }
 
+TEST_CASE("JoinPending adds to a pending submission until its group is taken", "[group_commit]") {
+  MemoryStorage storage;
+  FakeClock clock;
+  GroupCommitter committer(&storage, Options(3, absl::Seconds(1), clock.fn()));
+  Results results;
+  auto put = [](uint64_t n) {
+    return [n](WriteBatch& b) { b.Put("log", Key(n), absl::StrCat("event ", n)); };
+  };
+  const uint64_t group = committer.SubmitInto(1, put(0), results.Callback(0));
+  REQUIRE(committer.JoinPending(group, 1, put(1)));
+  REQUIRE(committer.pending_records() == 2);
+  REQUIRE(committer.NextDeadline() == clock.now + absl::Seconds(1));
+  REQUIRE(committer.JoinPending(group, 1, put(2)));  // 3 records: the group is due
+  REQUIRE(committer.NextDeadline() == absl::InfinitePast());
+  REQUIRE_OK(committer.Flush());
+  // One callback for the three records, all of them committed.
+  REQUIRE(results.count() == 1);
+  REQUIRE_OK(results.status(0));
+  for (uint64_t i = 0; i < 3; ++i) REQUIRE(Get(storage, i) == absl::StrCat("event ", i));
+  REQUIRE(committer.stats().records == 3);
+  // Taken: joining fails and writes nothing, also once a new group is pending.
+  bool called = false;
+  REQUIRE_FALSE(committer.JoinPending(group, 1, [&](WriteBatch&) { called = true; }));
+  const uint64_t next = committer.SubmitInto(1, put(3), results.Callback(1));
+  REQUIRE(next != group);
+  REQUIRE_FALSE(committer.JoinPending(group, 1, [&](WriteBatch&) { called = true; }));
+  REQUIRE_FALSE(called);
+  REQUIRE_OK(committer.Flush());
+  REQUIRE(Get(storage, 3) == "event 3");
+}
+
 TEST_CASE("a group closes max_delay after its first submission", "[group_commit]") {
   MemoryStorage storage;
   FakeClock clock;

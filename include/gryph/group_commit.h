@@ -96,8 +96,15 @@ class GroupCommitter {
   void Submit(WriteBatch batch, size_t records, Done done) ABSL_LOCKS_EXCLUDED(mu_, commit_mu_);
   // As Submit, but `fill` writes the submission's operations straight into the pending group's
   // batch (no batch of its own to build and copy). It runs under the committer's lock, so it
-  // should only append; it must not call the committer.
-  void SubmitInto(size_t records, absl::FunctionRef<void(WriteBatch&)> fill, Done done)
+  // should only append; it must not call the committer. Returns the number of the group the
+  // submission joined, for JoinPending.
+  uint64_t SubmitInto(size_t records, absl::FunctionRef<void(WriteBatch&)> fill, Done done)
+      ABSL_LOCKS_EXCLUDED(mu_, commit_mu_);
+  // Adds `records` more records, written by `fill`, to the submission that returned `group`,
+  // if that group is still pending: they commit with it and its callback reports them. Returns
+  // false (and calls nothing) once the committer has taken the group. A submitter that joins
+  // must make sure nothing it submitted after that submission commits before what it joins.
+  bool JoinPending(uint64_t group, size_t records, absl::FunctionRef<void(WriteBatch&)> fill)
       ABSL_LOCKS_EXCLUDED(mu_, commit_mu_);
 
   // Commits everything pending now as one group and runs its callbacks; returns the commit's
@@ -132,6 +139,8 @@ class GroupCommitter {
   // Adds a submission whose operations are in pending_.batch already.
   void AddedLocked(absl::Time now, bool was_empty, size_t records, Done done)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts `records` more records into the pending group; wakes the thread when it fills up.
+  void CountLocked(size_t records) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool DueLocked(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Group TakePendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Commits `group` (unless the committer has failed) and runs its callbacks.
@@ -155,6 +164,7 @@ class GroupCommitter {
   // tests/tsan_absl_mutex.cc.)
   absl::CondVar work_;
   Group pending_ ABSL_GUARDED_BY(mu_);
+  uint64_t pending_number_ ABSL_GUARDED_BY(mu_) = 1;  // pending_'s number (SubmitInto)
   absl::Time first_pending_ ABSL_GUARDED_BY(mu_);  // when pending_ got its first submission
   absl::Status status_ ABSL_GUARDED_BY(mu_);       // sticky failure
   Stats stats_ ABSL_GUARDED_BY(mu_);

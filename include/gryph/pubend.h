@@ -162,8 +162,19 @@ class Pubend {
          Channel* channel);
   absl::Status Recover();
   Tick NowTick(absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  void OnCommitted(Tick tick, EventRef event, std::string publisher, uint64_t sequence,
-                   absl::Status status, PublishDone done);
+  // Publishes that commit together: the first opened a submission to the committer, the others
+  // joined it (GroupCommitter::JoinPending), so the commit thread takes the lock once for all.
+  struct Published {
+    Tick tick;
+    EventRef event;
+    std::string publisher;
+    uint64_t sequence;
+    PublishDone done;
+  };
+  struct CommitBatch {
+    std::vector<Published> events;
+  };
+  void OnCommitted(CommitBatch& batch, absl::Status status);
   void Fail(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the release condition at `now`; submits the reclaiming commit when L advances.
   void MaybeRelease(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -194,6 +205,10 @@ class Pubend {
   size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0; // publishes and heartbeats not yet committed
   absl::Time last_activity_ ABSL_GUARDED_BY(mu_);
   std::vector<KnowledgeSpan> unsent_ ABSL_GUARDED_BY(mu_);  // committed, in tick order
+  // The batch later publishes may join (null: none; any other submission of this pubend closes
+  // it, so that nothing commits out of tick order), and its committer group.
+  std::shared_ptr<CommitBatch> open_batch_ ABSL_GUARDED_BY(mu_);
+  uint64_t open_group_ ABSL_GUARDED_BY(mu_) = 0;
   absl::btree_map<std::string, Downstream> downstream_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Publisher> publishers_ ABSL_GUARDED_BY(mu_);
 };

@@ -199,19 +199,20 @@ void Pubend::Publish(absl::string_view publisher, uint64_t sequence, EventRef ev
           }
         }
         ++in_flight_;
-        committer_->SubmitInto(
-            1,
-            [&](WriteBatch& batch) {
-              batch.Put(internal::kEventsTable, EventKey(options_.id, t), encoded);
-              if (pub != nullptr) {
-                batch.Put(internal::kPublishersTable, NamedKey(options_.id, publisher), row);
-              }
-            },
-            [this, t, event, pub_name = std::string(publisher), sequence,
-             done = std::move(done)](absl::Status s) mutable {
-              OnCommitted(t, std::move(event), std::move(pub_name), sequence, std::move(s),
-                          std::move(done));
-            });
+        auto fill = [&](WriteBatch& batch) {
+          batch.Put(internal::kEventsTable, EventKey(options_.id, t), encoded);
+          if (pub != nullptr) {
+            batch.Put(internal::kPublishersTable, NamedKey(options_.id, publisher), row);
+          }
+        };
+        // The commit thread cannot run the batch's callback meanwhile: it needs mu_.
+        if (open_batch_ == nullptr || !committer_->JoinPending(open_group_, 1, fill)) {
+          open_batch_ = std::make_shared<CommitBatch>();
+          open_group_ = committer_->SubmitInto(
+              1, fill, [this, batch = open_batch_](absl::Status s) { OnCommitted(*batch, s); });
+        }
+        open_batch_->events.push_back(
+            Published{t, std::move(event), std::string(publisher), sequence, std::move(done)});
         return;
       }
     }
@@ -219,39 +220,47 @@ void Pubend::Publish(absl::string_view publisher, uint64_t sequence, EventRef ev
   std::move(done)(std::move(immediate));
 }
 
-void Pubend::OnCommitted(Tick tick, EventRef event, std::string publisher, uint64_t sequence,
-                         absl::Status status, PublishDone done) {
-  std::vector<PublishDone> waiters;
-  absl::StatusOr<Tick> result = tick;
+void Pubend::OnCommitted(CommitBatch& batch, absl::Status status) {
+  // Each publish's answer, then those of its retries that waited for it.
+  std::vector<std::pair<PublishDone, absl::StatusOr<Tick>>> answers;
+  answers.reserve(batch.events.size());
   {
     absl::MutexLock lock(&mu_);
-    --in_flight_;
-    if (sequence > 0) {
-      Publisher& pub = publishers_[publisher];
-      auto it = pub.pending.find(sequence);
-      if (it != pub.pending.end()) {
-        waiters = std::move(it->second.waiters);
-        pub.pending.erase(it);
+    if (open_batch_.get() == &batch) open_batch_ = nullptr;  // its group is taken
+    for (Published& e : batch.events) {
+      --in_flight_;
+      absl::StatusOr<Tick> result = e.tick;
+      std::vector<PublishDone> waiters;
+      if (e.sequence > 0) {
+        Publisher& pub = publishers_[e.publisher];
+        auto it = pub.pending.find(e.sequence);
+        if (it != pub.pending.end()) {
+          waiters = std::move(it->second.waiters);
+          pub.pending.erase(it);
+        }
+        if (status.ok()) {
+          pub.committed.push_back({e.sequence, e.tick});
+          if (pub.committed.size() > kSequenceWindow) pub.committed.pop_front();
+        }
       }
-      if (status.ok()) {
-        pub.committed.push_back({sequence, tick});
-        if (pub.committed.size() > kSequenceWindow) pub.committed.pop_front();
+      if (!status.ok()) {
+        Fail(status);
+        result = status;
+      } else {
+        if (e.tick > committed_ + 1) {
+          unsent_.push_back(KnowledgeSpan::Silence({committed_ + 1, e.tick - 1}));
+        }
+        unsent_.push_back(KnowledgeSpan::Data(e.tick, std::move(e.event)));
+        committed_ = e.tick;
+        if (in_flight_ == 0 || unsent_.size() >= options_.max_spans_per_message) {
+          FlushKnowledgeLocked();
+        }
       }
-    }
-    if (!status.ok()) {
-      Fail(status);
-      result = status;
-    } else {
-      if (tick > committed_ + 1) unsent_.push_back(KnowledgeSpan::Silence({committed_ + 1, tick - 1}));
-      unsent_.push_back(KnowledgeSpan::Data(tick, std::move(event)));
-      committed_ = tick;
-      if (in_flight_ == 0 || unsent_.size() >= options_.max_spans_per_message) {
-        FlushKnowledgeLocked();
-      }
+      answers.emplace_back(std::move(e.done), result);
+      for (PublishDone& w : waiters) answers.emplace_back(std::move(w), result);
     }
   }
-  std::move(done)(result);
-  for (PublishDone& w : waiters) std::move(w)(result);
+  for (auto& [done, result] : answers) std::move(done)(std::move(result));
 }
 
 void Pubend::FlushKnowledge() {
@@ -307,6 +316,7 @@ void Pubend::OnTimer(absl::Time now) {
   WriteBatch batch;
   batch.Put(internal::kPubendMetaTable, MetaKey(options_.id, internal::kMetaAnnouncedTick),
             EncodeFixed64(t));
+  open_batch_ = nullptr;  // nothing may join a batch submitted before this
   committer_->Submit(std::move(batch), 0, [this, t](absl::Status s) {
     absl::MutexLock l(&mu_);
     --in_flight_;
@@ -352,6 +362,7 @@ void Pubend::ReclaimSome() {
   batch.DeleteRange(internal::kEventsTable, EventKey(options_.id, reclaimed_ + 1),
                     EventKey(options_.id, last + 1));
   reclaiming_ = true;
+  open_batch_ = nullptr;  // nothing may join a batch submitted before this
   committer_->Submit(std::move(batch), 0, [this, last](absl::Status s) {
     absl::MutexLock l(&mu_);
     reclaiming_ = false;
@@ -388,6 +399,7 @@ void Pubend::MaybeRelease(absl::Time now) {
   batch.Put(internal::kPubendMetaTable, MetaKey(options_.id, internal::kMetaLPrefix),
             EncodeFixed64(target));
   releasing_ = target;  // nack answers treat ticks up to here as L from now on
+  open_batch_ = nullptr;  // nothing may join a batch submitted before this
   committer_->Submit(std::move(batch), 0, [this, target](absl::Status s) {
     absl::MutexLock l(&mu_);
     if (!s.ok()) {
@@ -404,6 +416,7 @@ void Pubend::PersistDownstream(const std::string& node) {
   std::string value = EncodeFixed64(d.released) + EncodeFixed64(d.latest_delivered);
   WriteBatch batch;
   batch.Put(internal::kDownstreamTable, NamedKey(options_.id, node), value);
+  open_batch_ = nullptr;  // nothing may join a batch submitted before this
   committer_->Submit(std::move(batch), 0, [this](absl::Status s) {
     if (s.ok()) return;
     absl::MutexLock l(&mu_);
@@ -433,6 +446,7 @@ absl::Status Pubend::RemoveDownstream(absl::string_view node) {
   downstream_.erase(it);
   WriteBatch batch;
   batch.Delete(internal::kDownstreamTable, NamedKey(options_.id, node));
+  open_batch_ = nullptr;  // nothing may join a batch submitted before this
   committer_->Submit(std::move(batch), 0, [this](absl::Status s) {
     if (s.ok()) return;
     absl::MutexLock l(&mu_);

@@ -1,6 +1,9 @@
 #include "gryph/group_commit.h"
 
 #include <utility>
+#if defined(__linux__)
+#include <pthread.h>
+#endif
 
 namespace gryph {
 
@@ -28,22 +31,36 @@ void GroupCommitter::Submit(WriteBatch batch, size_t records, Done done) {
   AddedLocked(now, was_empty, records, std::move(done));
 }
 
-void GroupCommitter::SubmitInto(size_t records, absl::FunctionRef<void(WriteBatch&)> fill,
-                                Done done) {
+uint64_t GroupCommitter::SubmitInto(size_t records, absl::FunctionRef<void(WriteBatch&)> fill,
+                                    Done done) {
   const absl::Time now = Now();
   absl::MutexLock lock(&mu_);
   const bool was_empty = pending_.callbacks.empty();
   fill(pending_.batch);
   AddedLocked(now, was_empty, records, std::move(done));
+  return pending_number_;
+}
+
+bool GroupCommitter::JoinPending(uint64_t group, size_t records,
+                                 absl::FunctionRef<void(WriteBatch&)> fill) {
+  absl::MutexLock lock(&mu_);
+  if (group != pending_number_ || pending_.callbacks.empty()) return false;
+  fill(pending_.batch);
+  CountLocked(records);
+  return true;
 }
 
 void GroupCommitter::AddedLocked(absl::Time now, bool was_empty, size_t records, Done done) {
   if (was_empty) first_pending_ = now;
+  pending_.callbacks.push_back(std::move(done));
+  if (was_empty) work_.Signal();  // a new group to time
+  CountLocked(records);
+}
+
+void GroupCommitter::CountLocked(size_t records) {
   const bool was_full = pending_.records >= options_.max_records;
   pending_.records += records;
-  pending_.callbacks.push_back(std::move(done));
-  // Wake the committer thread when there is a new group to time, or the group just filled up.
-  if (was_empty || (!was_full && pending_.records >= options_.max_records)) work_.Signal();
+  if (!was_full && pending_.records >= options_.max_records) work_.Signal();  // it filled up
 }
 
 bool GroupCommitter::DueLocked(absl::Time now) const {
@@ -54,6 +71,7 @@ bool GroupCommitter::DueLocked(absl::Time now) const {
 GroupCommitter::Group GroupCommitter::TakePendingLocked() {
   Group group = std::move(pending_);
   pending_ = Group();
+  ++pending_number_;
   return group;
 }
 
@@ -110,7 +128,12 @@ void GroupCommitter::Start() {
   if (started_) return;
   started_ = true;
   stop_requested_ = false;
-  thread_ = std::thread([this] { ThreadMain(); });
+  thread_ = std::thread([this] {
+#if defined(__linux__)
+    pthread_setname_np(pthread_self(), "gryph-commit");  // as top -H and perf show it
+#endif
+    ThreadMain();
+  });
 }
 
 void GroupCommitter::Stop() { StopThread(/*flush=*/true); }
