@@ -212,12 +212,16 @@ double Run(const Context& ctx, Mode mode) {
   if (std::getenv("GRYPH_BENCH_VERBOSE") != nullptr) {
     const auto& st = s.shb->stats();
     uint64_t dups = 0;
+    uint64_t resyncs = 0;
     size_t connected = 0;
     for (auto& sub : s.subscribers) {
       dups += sub->duplicates_dropped();
+      resyncs += sub->resyncs();
       connected += sub->connected() ? 1 : 0;
     }
-    std::fprintf(stderr, "%.2f s, connected %zu, duplicates %llu, ", secs, connected, (unsigned long long)dups);
+    std::fprintf(stderr, "%.2f s, connected %zu, duplicates %llu, resyncs %llu, resent %llu, ", secs,
+                 connected, (unsigned long long)dups, (unsigned long long)resyncs,
+                 (unsigned long long)st.resent);
     std::fprintf(stderr, "iterations %llu, published %llu, shb delivered %llu, handled %llu, pending %zu, ld %llu\n",
                  (unsigned long long)iterations, (unsigned long long)acked.load(), (unsigned long long)st.events_delivered,
                  (unsigned long long)delivered, s.net.pending(),

@@ -326,19 +326,19 @@ TEST_CASE("an unanswered connection request is sent again", "[subscriber]") {
   REQUIRE_OK(t.ds().Connect());
   REQUIRE(t.Sent().size() == 1);
   t.ds().OnTimer(kT0);  // starts the wait
-  t.ds().OnTimer(kT0 + absl::Milliseconds(999));
+  t.ds().OnTimer(kT0 + absl::Milliseconds(9999));
   REQUIRE(t.Sent().empty());
-  t.ds().OnTimer(kT0 + absl::Seconds(1));
+  t.ds().OnTimer(kT0 + absl::Seconds(10));
   std::vector<Message> sent = t.Sent();
   REQUIRE(sent.size() == 1);
   REQUIRE(std::get<ConnectMessage>(sent[0]).checkpoint == Ct({{kP, 10}}));
-  t.ds().OnTimer(kT0 + absl::Milliseconds(1999));
+  t.ds().OnTimer(kT0 + absl::Milliseconds(19999));
   REQUIRE(t.Sent().empty());
-  t.ds().OnTimer(kT0 + absl::Seconds(2));
+  t.ds().OnTimer(kT0 + absl::Seconds(20));
   REQUIRE(t.Sent().size() == 1);
   // Answered: only acks and keepalives from now on.
   t.Connected(Ct({{kP, 10}}));
-  t.ds().OnTimer(kT0 + absl::Seconds(3));
+  t.ds().OnTimer(kT0 + absl::Seconds(21));
   sent = t.Sent();
   REQUIRE(sent.size() == 1);
   REQUIRE(std::holds_alternative<AckMessage>(sent[0]));
@@ -346,8 +346,8 @@ TEST_CASE("an unanswered connection request is sent again", "[subscriber]") {
   REQUIRE_OK(t.ds().Connect());
   t.Sent();
   t.FromBroker(SessionErrorMessage{"s", absl::StatusCode::kAborted, "fenced"});
-  t.ds().OnTimer(kT0 + absl::Seconds(10));
-  t.ds().OnTimer(kT0 + absl::Seconds(20));
+  t.ds().OnTimer(kT0 + absl::Seconds(40));
+  t.ds().OnTimer(kT0 + absl::Seconds(60));
   REQUIRE(t.Sent().empty());
 }
 

@@ -45,8 +45,11 @@ struct DurableSubscriberOptions {
   // With nothing to ack for this long, the current CT is sent anyway: a keepalive, to which a
   // broker that lost the session (it restarted) answers with an error, prompting a reconnect.
   absl::Duration keepalive_interval = absl::Seconds(1);
-  // A connection request unanswered for this long is sent again (by OnTimer).
-  absl::Duration connect_retry_interval = absl::Seconds(1);
+  // A connection request unanswered for this long is sent again (by OnTimer). A retry starts a
+  // new session from the CT of the moment, so if the first answer was only late, the broker
+  // sends again what that session delivered (dropped here as duplicates): keep it well above
+  // the time a busy broker takes to answer.
+  absl::Duration connect_retry_interval = absl::Seconds(10);
 };
 
 class DurableSubscriber {
