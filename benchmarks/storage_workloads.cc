@@ -10,6 +10,8 @@
 //                         same run)
 //   storage_commit        as lmdb_commit through Storage::Commit, alternating with raw commits
 //                         (p50_us, p99_us, lmdb_p50_us, lmdb_p99_us)
+//   lmdb_group_commit_latency  raw LMDB group commit fed one record at a time at 10,000/s: the
+//                         floor under a publish's latency (offered_per_s, p50_us, p99_us)
 //   storage_group_commit  one record per Submit through a background GroupCommitter
 //                         (max_records = kPubendBatchRecords, max_delay 2 ms) from two submitter
 //                         threads (records_per_s, records_per_group, ack_p50_us, ack_p99_us)
@@ -21,6 +23,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -29,6 +32,9 @@
 #include <string>
 #include <thread>
 #include <vector>
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -218,6 +224,66 @@ GRYPH_WORKLOAD(lmdb_commit) {
   RawEnv env(dir.path());
   const std::string value(kValueBytes, 'v');
   OneRecordCommits(ctx, "lmdb_commit", [&](uint64_t n) { env.Append(n, 1, value); });
+}
+
+// The floor under a publish's latency at a fixed rate: raw LMDB, one committer thread that takes
+// whatever one submitter thread queued while it was committing and commits it in one sync
+// transaction (no gryph code). Each record's latency runs from its submission to the end of
+// its commit.
+GRYPH_WORKLOAD(lmdb_group_commit_latency) {
+  constexpr double kRate = 10'000;
+  RunDir dir(ctx, "lmdb_group_commit_latency", 0);
+  RawEnv env(dir.path());
+  const std::string value(kValueBytes, 'v');
+  using Clock = std::chrono::steady_clock;
+  absl::Mutex mu;
+  absl::CondVar submitted;
+  std::vector<Clock::time_point> queue;  // guarded by mu
+  bool done = false;                     // guarded by mu
+  Histogram latency;                     // the committer's
+  std::thread committer([&] {
+    uint64_t next = 0;
+    std::vector<Clock::time_point> group;
+    for (;;) {
+      {
+        absl::MutexLock lock(&mu);
+        while (queue.empty() && !done) submitted.Wait(&mu);
+        if (queue.empty()) return;
+        group.swap(queue);
+      }
+      env.Append(next, static_cast<int>(group.size()), value);
+      next += group.size();
+      const Clock::time_point now = Clock::now();
+      for (const Clock::time_point t : group) {
+        latency.Add(std::chrono::duration<double, std::micro>(now - t).count());
+      }
+      group.clear();
+    }
+  });
+#if defined(__linux__)
+  prctl(PR_SET_TIMERSLACK, 1UL);  // wake when due
+#endif
+  const Clock::time_point start = Clock::now();
+  for (uint64_t i = 0;; ++i) {
+    const auto due = start + std::chrono::duration_cast<Clock::duration>(
+                                 std::chrono::duration<double>(static_cast<double>(i) / kRate));
+    if (due - start > std::chrono::duration<double>(ctx.seconds)) break;
+    std::this_thread::sleep_until(due);
+    absl::MutexLock lock(&mu);
+    if (queue.empty()) submitted.Signal();
+    queue.push_back(Clock::now());
+  }
+  {
+    absl::MutexLock lock(&mu);
+    done = true;
+    submitted.Signal();
+  }
+  committer.join();
+  Report("lmdb_group_commit_latency")
+      .Add("offered_per_s", kRate)
+      .Add("p50_us", latency.Percentile(50))
+      .Add("p99_us", latency.Percentile(99))
+      .Print();
 }
 
 GRYPH_WORKLOAD(storage_append) {
