@@ -172,7 +172,7 @@ class Pubend {
     PublishDone done;
   };
   struct CommitBatch {
-    std::vector<Published> events;
+    std::vector<Published> events;  // guarded by the pubend's mu_
   };
   void OnCommitted(CommitBatch& batch, absl::Status status);
   void Fail(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

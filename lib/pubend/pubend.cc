@@ -223,9 +223,10 @@ void Pubend::Publish(absl::string_view publisher, uint64_t sequence, EventRef ev
 void Pubend::OnCommitted(CommitBatch& batch, absl::Status status) {
   // Each publish's answer, then those of its retries that waited for it.
   std::vector<std::pair<PublishDone, absl::StatusOr<Tick>>> answers;
-  answers.reserve(batch.events.size());
   {
+    // Publishes join the batch under mu_ until its group is taken: read it only under mu_.
     absl::MutexLock lock(&mu_);
+    answers.reserve(batch.events.size());
     if (open_batch_.get() == &batch) open_batch_ = nullptr;  // its group is taken
     for (Published& e : batch.events) {
       --in_flight_;
