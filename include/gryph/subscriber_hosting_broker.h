@@ -14,6 +14,12 @@
 // no longer knows (paper §2). A subscriber presenting a subscription this broker never hosted,
 // with a CT, is served by refiltering the events it missed (reconnect anywhere).
 //
+// Each delivery names the tick of the session's previous one from the same pubend (the session's
+// start CT for the first), so a subscriber finds a lost one and reconnects from its CT. An ack
+// below the session's last delivery, with nothing sent since the previous ack, gets that last
+// delivery again (it may have been the one lost); if it was an Event no longer cached, the
+// session ends with Unavailable instead, and the subscriber resumes from its CT.
+//
 // Slow consumers: a session may have at most max_unacked_events Event messages of a pubend sent
 // and not acknowledged. A constream member that passes the bound is demoted to catchup — its
 // session goes on, fed from the PFS — and the catchup stream only sends while the session is
