@@ -251,11 +251,14 @@ void LatencyWorkload(const Context& ctx, const char* name, int subscribers) {
   Scenario s(ctx.scratch_dir + "/db", subscribers);
   Histogram latency;
   Histogram acked_latency;  // publish -> the PHB's acknowledgement: the part before the SHB
+  constexpr double kRate = 10'000;
+  const double events = kRate * (ctx.seconds + 1);
+  latency.Reserve(static_cast<size_t>(events * subscribers / kPubends));
+  acked_latency.Reserve(static_cast<size_t>(events));
   for (auto& h : s.handlers) {
     h.record_latency = true;
     h.latency = &latency;
   }
-  constexpr double kRate = 10'000;
   std::atomic<bool> stop{false};
   std::thread publisher([&] {
 #if defined(__linux__)

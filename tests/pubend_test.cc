@@ -7,11 +7,13 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 
 #include "gryph/fault_injecting_storage.h"
 #include "gryph/in_process_channel.h"
 #include "gryph/memory_storage.h"
 #include "gryph/publisher_hosting_broker.h"
+#include "tests/gate_storage.h"
 #include "tests/test_util.h"
 
 namespace gryph {
@@ -176,6 +178,52 @@ TEST_CASE("one group commit sends one knowledge message per node", "[pubend]") {
   h.net.DeliverAll();
   REQUIRE(h.shb1->messages == 1);
   REQUIRE(h.shb1->knowledge.DoubtHorizon(0) == h.pubend().committed_tick());
+}
+
+TEST_CASE("a committed group goes downstream at once, while later publishes still wait for "
+          "their commit",
+          "[pubend][threads]") {
+  // Downstream latency: a group's events must not wait for the publishes that arrived during its
+  // commit (under steady load some always have).
+  InProcessNetwork net;
+  Downstream shb(*net.Connect("shb1"));
+  MemoryStorage base;
+  testing::GateStorage gate(&base);
+  auto channel = *net.Connect("phb");
+  PublisherHostingBrokerOptions o;
+  o.pubends = {PubendOptions{kP}};
+  o.downstream = {"shb1"};
+  o.group_commit.max_delay = absl::ZeroDuration();
+  o.commit_thread = true;
+  auto phb = PublisherHostingBroker::Open(o, &gate, channel.get());
+  REQUIRE_OK(phb);
+  absl::Notification first_acked;
+  absl::Notification second_acked;
+  std::atomic<Tick> first{0};
+  gate.Close();
+  (*phb)->Publish(kP, "", 0, Order(1), [&](absl::StatusOr<Tick> t) {
+    first = t.ok() ? *t : 0;
+    first_acked.Notify();
+  });
+  REQUIRE(gate.AwaitBlockedCommit(absl::Seconds(30)));  // the first group is being committed
+  (*phb)->Publish(kP, "", 0, Order(2), [&](absl::StatusOr<Tick>) { second_acked.Notify(); });
+  gate.PassOne();
+  REQUIRE(first_acked.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  REQUIRE(first.load() > 0);
+  REQUIRE(gate.AwaitBlockedCommit(absl::Seconds(30)));  // the second one waits at the gate
+  REQUIRE_FALSE(second_acked.HasBeenNotified());
+  net.DeliverAll();
+  REQUIRE(shb.errors.empty());
+  REQUIRE(shb.knowledge.DoubtHorizon(0) == first.load());
+  std::vector<int64_t> ids;
+  shb.knowledge.ForEachData({1, first.load()}, [&](Tick, const EventRef& e) {
+    ids.push_back(std::get<int64_t>(*e->Find("id")));
+    return true;
+  });
+  REQUIRE(ids == std::vector<int64_t>{1});
+  gate.Open();
+  REQUIRE(second_acked.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  phb->reset();
 }
 
 TEST_CASE("an idle pubend announces silence, and a restart is repaired by nacks", "[pubend]") {

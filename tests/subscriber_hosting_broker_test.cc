@@ -18,6 +18,7 @@
 #include "gryph/fault_injecting_storage.h"
 #include "gryph/in_process_channel.h"
 #include "gryph/memory_storage.h"
+#include "tests/gate_storage.h"
 #include "tests/test_util.h"
 
 // Readable failures for the upstream messages the tests compare.
@@ -51,6 +52,7 @@ constexpr PubendId kP2{2};
 const absl::Time kT0 = absl::FromUnixSeconds(3'000'000);
 
 using Strings = std::vector<std::string>;
+using testing::GateStorage;
 
 CheckpointToken Ct(Tick t) {
   CheckpointToken ct;
@@ -167,49 +169,6 @@ Strings Deliveries(const std::vector<Message>& got) {
   }
   return s;
 }
-
-// A storage whose commits wait while the gate is closed. (CondVars, not absl::Condition: only
-// the waiting thread reads the guarded state, which the TSan build can follow; see
-// tests/tsan_absl_mutex.cc.)
-class GateStorage : public StorageWrapper {
- public:
-  explicit GateStorage(Storage* target) : StorageWrapper(target) {}
-
-  absl::Status Commit(const WriteBatch& batch) override {
-    {
-      absl::MutexLock lock(&mu_);
-      ++waiting_;
-      changed_.SignalAll();
-      while (!open_) changed_.Wait(&mu_);
-      --waiting_;
-    }
-    return StorageWrapper::Commit(batch);
-  }
-  void Close() {
-    absl::MutexLock lock(&mu_);
-    open_ = false;
-  }
-  void Open() {
-    absl::MutexLock lock(&mu_);
-    open_ = true;
-    changed_.SignalAll();
-  }
-  // Whether a commit is waiting at the closed gate within `timeout`.
-  bool AwaitBlockedCommit(absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
-    absl::MutexLock lock(&mu_);
-    while (waiting_ == 0) {
-      if (changed_.WaitWithDeadline(&mu_, deadline)) return waiting_ > 0;
-    }
-    return true;
-  }
-
- private:
-  absl::Mutex mu_;
-  absl::CondVar changed_;
-  bool open_ ABSL_GUARDED_BY(mu_) = true;
-  int waiting_ ABSL_GUARDED_BY(mu_) = 0;
-};
 
 // One broker serving pubend kP from upstream "phb", on a MemoryStorage (wrapped in a
 // FaultInjectingStorage) whose State survives Restart(), and a fixed clock `now`.

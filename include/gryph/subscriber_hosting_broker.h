@@ -295,6 +295,9 @@ class SubscriberHostingBroker {
   absl::btree_map<std::string, std::vector<PubendId>> dirty_released_;
   absl::Time last_release_ = absl::InfinitePast();
   bool dirty_ = false;  // knowledge arrived (or a commit finished) since the last Flush
+  // A constream round's deliveries and, parallel to them, whom they go to (AdvanceConStreams).
+  std::vector<Channel::Outgoing> round_deliveries_;
+  std::vector<std::pair<SubscriptionState*, Position*>> round_delivered_to_;
 
   // Commits submitted and not yet applied, in submission order.
   struct InFlight {

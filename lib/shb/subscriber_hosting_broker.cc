@@ -339,6 +339,9 @@ void SubscriberHostingBroker::Forget(PubendState& p) {
   }
 }
 
+// The most deliveries a round's buffers keep room for between rounds.
+constexpr size_t kKeptRoundDeliveries = 1 << 16;
+
 absl::Status SubscriberHostingBroker::AdvanceConStreams() {
   // Every round takes what each pubend's doubt horizon and durable lease allow, sends it to the
   // members, and submits one transaction for all pubends: the PFS records with the new positions
@@ -349,8 +352,12 @@ absl::Status SubscriberHostingBroker::AdvanceConStreams() {
     WriteBatch wb;
     std::vector<Advance> advances;
     // Deliveries name their session and member record directly: no lookups by name per event.
-    std::vector<Channel::Outgoing> deliveries;
-    std::vector<std::pair<SubscriptionState*, Position*>> delivered_to;  // parallel to deliveries
+    // The buffers are the broker's, kept from round to round: a round of a few thousand
+    // deliveries in fresh memory costs more in page faults than in building them.
+    std::vector<Channel::Outgoing>& deliveries = round_deliveries_;
+    std::vector<std::pair<SubscriptionState*, Position*>>& delivered_to = round_delivered_to_;
+    deliveries.clear();
+    delivered_to.clear();
     for (auto& [id, p] : pubends_) {
       const Tick from = p.constream->latest_delivered();
       const ConStream::Batch batch =
@@ -425,6 +432,11 @@ absl::Status SubscriberHostingBroker::AdvanceConStreams() {
     for (auto [s, p] : slow) {
       Position& pos = s->positions.at(p->id);
       if (pos.member) Demote(*s, *p, pos);
+    }
+    if (deliveries.capacity() > kKeptRoundDeliveries) {
+      // A burst (a restart's backlog) does not pin its buffers.
+      deliveries = {};
+      delivered_to = {};
     }
     Submit(std::move(wb), std::move(advances));
   }
