@@ -235,6 +235,10 @@ class SubscriberHostingBroker {
 
   // Advances every constream as far as knowledge allows, one commit per round for all pubends.
   absl::Status AdvanceConStreams();
+  // Sends the round's deliveries of `p` (round_deliveries_) with their bookkeeping at `now`, and
+  // adds the members they left over the flow-control bound to `slow`.
+  void SendRound(PubendState& p, absl::Time now,
+                 std::vector<std::pair<SubscriptionState*, PubendState*>>& slow);
   // Drops cached events of `p` that no catchup needs, beyond the cache window.
   void Forget(PubendState& p);
   void StepCatchups(PubendState& p);
@@ -295,7 +299,8 @@ class SubscriberHostingBroker {
   absl::btree_map<std::string, std::vector<PubendId>> dirty_released_;
   absl::Time last_release_ = absl::InfinitePast();
   bool dirty_ = false;  // knowledge arrived (or a commit finished) since the last Flush
-  // A constream round's deliveries and, parallel to them, whom they go to (AdvanceConStreams).
+  // A constream round's deliveries of one pubend and, parallel to them, whom they go to
+  // (AdvanceConStreams, SendRound). Empty between rounds.
   std::vector<Channel::Outgoing> round_deliveries_;
   std::vector<std::pair<SubscriptionState*, Position*>> round_delivered_to_;
 

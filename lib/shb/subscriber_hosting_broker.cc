@@ -347,17 +347,15 @@ absl::Status SubscriberHostingBroker::AdvanceConStreams() {
   // members, and submits one transaction for all pubends: the PFS records with the new positions
   // (latestDelivered once committed) and leases.
   std::vector<SubscriberId> matched;
+  std::vector<std::pair<SubscriptionState*, PubendState*>> slow;
   for (;;) {
     if (!status_.ok()) return status_;
     WriteBatch wb;
     std::vector<Advance> advances;
-    // Deliveries name their session and member record directly: no lookups by name per event.
-    // The buffers are the broker's, kept from round to round: a round of a few thousand
-    // deliveries in fresh memory costs more in page faults than in building them.
-    std::vector<Channel::Outgoing>& deliveries = round_deliveries_;
-    std::vector<std::pair<SubscriptionState*, Position*>>& delivered_to = round_delivered_to_;
-    deliveries.clear();
-    delivered_to.clear();
+    const absl::Time now = Now();
+    slow.clear();
+    round_deliveries_.clear();  // after a failed round (the broker has stopped since)
+    round_delivered_to_.clear();
     for (auto& [id, p] : pubends_) {
       const Tick from = p.constream->latest_delivered();
       const ConStream::Batch batch =
@@ -377,11 +375,11 @@ absl::Status SubscriberHostingBroker::AdvanceConStreams() {
           auto pos = s.positions.find(p.id);
           if (pos != s.positions.end() && pos->second.member &&
               d.range.first > pos->second.resume_after) {
-            deliveries.push_back(Channel::Outgoing{
+            round_deliveries_.push_back(Channel::Outgoing{
                 s.session,
                 DeliveryMessage{s.name, p.id, DeliveryKind::kEvent, d.range.first, d.event}});
-            Stamp(pos->second, std::get<DeliveryMessage>(deliveries.back().message));
-            delivered_to.emplace_back(&s, &pos->second);
+            Stamp(pos->second, std::get<DeliveryMessage>(round_deliveries_.back().message));
+            round_delivered_to_.emplace_back(&s, &pos->second);
           }
         }
         if (!matched.empty()) {
@@ -396,49 +394,58 @@ absl::Status SubscriberHostingBroker::AdvanceConStreams() {
       p.lease_submitted = lease;
       p.constream->Advanced(batch.through);
       advances.push_back(Advance{&p, batch.through, lease, p.pfs->last_timestamp()});
+      // Each pubend's deliveries go out as soon as they are built: the subscribers' side starts
+      // on them while the next pubend's are built.
+      SendRound(p, now, slow);
     }
     if (advances.empty()) return absl::OkStatus();
-    // The constream's silence and flow-control bookkeeping, once per subscriber and pubend per
-    // round.
-    const absl::Time now = Now();
-    for (size_t i = 0; i < deliveries.size(); ++i) {
-      Position& pos = *delivered_to[i].second;
-      pos.noted_tick = std::get<DeliveryMessage>(deliveries[i].message).tick;
-      ++pos.round_sent;
-    }
-    std::vector<std::pair<SubscriptionState*, PubendState*>> slow;
-    for (size_t i = 0; i < deliveries.size(); ++i) {
-      auto [s, pos] = delivered_to[i];
-      if (pos->round_sent == 0) continue;
-      const auto& m = std::get<DeliveryMessage>(deliveries[i].message);
-      PubendState& p = pubends_.at(m.pubend);
-      p.constream->NoteDelivered(m.subscription, pos->noted_tick, now);
-      NoteSent(*pos, pos->noted_tick, pos->round_sent);
-      pos->noted_tick = 0;
-      pos->round_sent = 0;
-      if (pos->unacked() > options_.max_unacked_events) slow.emplace_back(s, &p);
-    }
-    // Sent before the commit: everything sent is within a durable lease (see the header).
-    stats_.events_delivered += deliveries.size();
-    if (channel_->SendMany(absl::MakeSpan(deliveries)) < deliveries.size()) {
-      // The link to a subscriber is FIFO and must not skip an Event (the next one would claim
-      // there was none): a session whose message the channel refused ends, and the subscriber
-      // resumes from its CT when it reconnects.
-      for (size_t i = 0; i < deliveries.size(); ++i) {
-        SubscriptionState& s = *delivered_to[i].first;
-        if (!deliveries[i].accepted && !s.session.empty()) EndSession(s);
-      }
-    }
     for (auto [s, p] : slow) {
       Position& pos = s->positions.at(p->id);
       if (pos.member) Demote(*s, *p, pos);
     }
-    if (deliveries.capacity() > kKeptRoundDeliveries) {
-      // A burst (a restart's backlog) does not pin its buffers.
-      deliveries = {};
-      delivered_to = {};
-    }
     Submit(std::move(wb), std::move(advances));
+  }
+}
+
+void SubscriberHostingBroker::SendRound(
+    PubendState& p, absl::Time now, std::vector<std::pair<SubscriptionState*, PubendState*>>& slow) {
+  std::vector<Channel::Outgoing>& deliveries = round_deliveries_;
+  std::vector<std::pair<SubscriptionState*, Position*>>& delivered_to = round_delivered_to_;
+  // The constream's silence and flow-control bookkeeping, once per member per round.
+  for (size_t i = 0; i < deliveries.size(); ++i) {
+    Position& pos = *delivered_to[i].second;
+    pos.noted_tick = std::get<DeliveryMessage>(deliveries[i].message).tick;
+    ++pos.round_sent;
+  }
+  for (size_t i = 0; i < deliveries.size(); ++i) {
+    auto [s, pos] = delivered_to[i];
+    if (pos->round_sent == 0) continue;
+    p.constream->NoteDelivered(s->name, pos->noted_tick, now);
+    NoteSent(*pos, pos->noted_tick, pos->round_sent);
+    pos->noted_tick = 0;
+    pos->round_sent = 0;
+    if (pos->unacked() > options_.max_unacked_events) slow.emplace_back(s, &p);
+  }
+  // Sent before the commit: everything sent is within a durable lease (see the header).
+  stats_.events_delivered += deliveries.size();
+  if (channel_->SendMany(absl::MakeSpan(deliveries)) < deliveries.size()) {
+    // The link to a subscriber is FIFO and must not skip an Event (the next one would claim
+    // there was none): a session whose message the channel refused ends, and the subscriber
+    // resumes from its CT when it reconnects.
+    for (size_t i = 0; i < deliveries.size(); ++i) {
+      SubscriptionState& s = *delivered_to[i].first;
+      if (!deliveries[i].accepted && !s.session.empty()) EndSession(s);
+    }
+  }
+  // The buffers are kept from round to round: a round of a few thousand deliveries in fresh
+  // memory costs more in page faults than in building them. A burst (a restart's backlog) does
+  // not pin them.
+  if (deliveries.capacity() > kKeptRoundDeliveries) {
+    deliveries = {};
+    delivered_to = {};
+  } else {
+    deliveries.clear();
+    delivered_to.clear();
   }
 }
 
