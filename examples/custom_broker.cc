@@ -14,7 +14,8 @@
 //     from the exchange, doubling as a small cache of recent events), a ConStream and a PFS; per
 //     subscriber catching up, a CatchupStream fed by a PFS::Reader. Each constream step writes
 //     the PFS records of its ticks AND the new latestDelivered in ONE storage commit, and only
-//     then sends the Events.
+//     then sends the Events. Every delivery of a session names the session's previous one from
+//     its pubend (DeliveryMessage::previous), so that a subscriber sees a lost one.
 //   - four subscriber applications: DurableSubscribers with their own selectors, each on its own
 //     connection to the broker.
 // While orders flow, one subscriber's connection drops; the broker learns it from the transport
@@ -387,8 +388,8 @@ class MiniBroker {
       if (p.highest_seen > ld) Nack(p, p.istream.QRanges({ld + 1, p.highest_seen}, 64));
       // Members that matched nothing for a while get a Silence, so that their CT moves.
       for (DeliveryMessage& d : p.constream->Silences(now, absl::Milliseconds(200))) {
-        const std::string session = subscriptions_.at(d.subscription).session;
-        Send(session, std::move(d));
+        SubscriptionState& s = subscriptions_.at(d.subscription);
+        Deliver(s, std::move(d));
       }
       if (release_due) Release(p);
     }
@@ -430,6 +431,9 @@ class MiniBroker {
     Tick released = 0;  // released(s,p): what the subscriber acknowledged
     std::unique_ptr<PFS::Reader> reader;      // while catching up
     std::unique_ptr<CatchupStream> catchup;  // while catching up
+    // The tick of the session's last message from this pubend (its CT before any): the next
+    // message's `previous`, by which the subscriber sees that one went missing.
+    Tick sent_through = 0;
   };
   struct SubscriptionState {
     std::string name;
@@ -508,7 +512,7 @@ class MiniBroker {
       WriteBatch batch;
       struct Delivery {
         ConStream* constream;
-        std::string session;
+        SubscriptionState* subscription;
         DeliveryMessage message;
       };
       std::vector<Delivery> deliveries;
@@ -523,7 +527,7 @@ class MiniBroker {
             if (!s.subscription.Matches(*d.event)) continue;
             matched.push_back(s.id);
             if (p.constream->IsMember(name)) {
-              deliveries.push_back(Delivery{p.constream.get(), s.session,
+              deliveries.push_back(Delivery{p.constream.get(), &s,
                                             {name, id, DeliveryKind::kEvent, t, d.event}});
             }
           }
@@ -543,7 +547,7 @@ class MiniBroker {
       for (Delivery& d : deliveries) {
         d.constream->NoteDelivered(d.message.subscription, d.message.tick, now);
         ++stats_.events_delivered;
-        Send(d.session, std::move(d.message));
+        Deliver(*d.subscription, std::move(d.message));
       }
     }
   }
@@ -571,7 +575,7 @@ class MiniBroker {
       pos.catchup->Step(p.istream, ld, &out, &nacks);
       for (DeliveryMessage& d : out) {
         stats_.catchup_events += d.kind == DeliveryKind::kEvent ? 1 : 0;
-        Send(s.session, std::move(d));
+        Deliver(s, std::move(d));
       }
       Nack(p, nacks);
       if (pos.catchup->caught_up(ld)) {
@@ -688,6 +692,7 @@ class MiniBroker {
       // A CT without this pubend has consumed nothing of it: start where the subscription did.
       const Tick ct = m.checkpoint.entries().contains(id) ? m.checkpoint.Get(id) : pos.created;
       start.Set(id, ct);
+      pos.sent_through = ct;
       if (ct >= ld) {
         p.constream->Join(s.name, now);
         continue;
@@ -734,6 +739,13 @@ class MiniBroker {
     s.session.clear();
   }
 
+  // Sends `d` on `s`'s session, naming the session's previous message from its pubend.
+  void Deliver(SubscriptionState& s, DeliveryMessage d) {
+    Position& pos = s.positions.at(d.pubend);
+    d.previous = pos.sent_through;
+    pos.sent_through = d.tick;
+    Send(s.session, std::move(d));
+  }
   void Send(const std::string& to, Message m) {
     // A frame that cannot go out is a lost message; nacks and reconnections repair it.
     if (!to.empty()) (void)channel_->Send(to, std::move(m));
@@ -969,6 +981,11 @@ int Run(const std::string& dir) {
   std::vector<std::string> bad = checker.Check();
   if (all_gaps > 0) bad.push_back("a Gap, though nothing was released early");
   if (s.catchups_completed == 0) bad.push_back("no catchup stream handed over to the constream");
+  for (const auto& app : apps) {
+    // The sockets lose nothing, so a delivery naming a previous one that never came means the
+    // broker's chain of `previous` is wrong.
+    if (app->ds->resyncs() > 0) bad.push_back(app->name + " saw a break in its delivery chain");
+  }
   if (!bad.empty()) {
     std::printf("\n  exactly-once check: VIOLATED\n");
     for (const std::string& b : bad) std::printf("    %s\n", b.c_str());
