@@ -45,6 +45,9 @@
 //                      at both (offered_per_s, deliveries, p50_us, p99_us; acked_p50_us: the
 //                      PHB's acknowledgement, the part before the SHB; subscribers)
 //   e2e_latency_fanout10  the same with 40 subscribers, each event matching 10 of them
+//   thread_wake_latency  one thread waking another that sleeps, on the other CPU and on its own:
+//                      what each hop of the e2e path costs on this machine (cross_cpu_p50_us,
+//                      cross_cpu_p99_us, same_cpu_p50_us)
 //   match_one_topic    Matcher: 20,000 subscribers on one topic: add, match, remove
 //   match_flat         Matcher: 1,000,000 topics on one level, one subscriber each
 //   match_deep         Matcher: 500,000 subscriptions on 4-level topics, 10% with '+' or '#'

@@ -7,6 +7,7 @@
 // window in flight; the main thread runs the brokers (lane 0 of the network) and a client thread
 // runs the subscribers (lane 1), as separate processes would.
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -15,10 +16,13 @@
 #include <thread>
 #include <vector>
 #if defined(__linux__)
+#include <pthread.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #endif
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "benchmarks/workload.h"
 #include "gryph/durable_subscriber.h"
 #include "gryph/in_process_channel.h"
@@ -302,6 +306,74 @@ void LatencyWorkload(const Context& ctx, const char* name, int subscribers) {
 }  // namespace
 
 GRYPH_WORKLOAD(e2e_latency) { LatencyWorkload(ctx, "e2e_latency", kSubscribers); }
+
+namespace {
+
+#if defined(__linux__)
+// One wake-up every 200 us: the sender signals, the sleeping receiver notes how long it took to
+// run. Threads pinned to `sender_cpu` and `receiver_cpu`. Returns the latencies in us.
+Histogram WakeLatencies(int sender_cpu, int receiver_cpu, int wakes) {
+  auto pin = [](int cpu) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+  };
+  absl::Mutex mu;
+  absl::CondVar signalled;
+  uint64_t sent = 0;          // guarded by mu
+  Clock::time_point sent_at;  // guarded by mu
+  bool stop = false;          // guarded by mu
+  Histogram latency;
+  latency.Reserve(static_cast<size_t>(wakes));
+  std::thread receiver([&] {
+    pin(receiver_cpu);
+    uint64_t seen = 0;
+    absl::MutexLock lock(&mu);
+    for (;;) {
+      while (sent == seen && !stop) signalled.Wait(&mu);
+      if (stop) return;
+      seen = sent;
+      latency.Add(std::chrono::duration<double, std::micro>(Clock::now() - sent_at).count());
+    }
+  });
+  pin(sender_cpu);
+  for (int i = 0; i < wakes; ++i) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    absl::MutexLock lock(&mu);
+    ++sent;
+    sent_at = Clock::now();
+    signalled.Signal();
+  }
+  {
+    absl::MutexLock lock(&mu);
+    stop = true;
+    signalled.Signal();
+  }
+  receiver.join();
+  return latency;
+}
+#endif
+
+}  // namespace
+
+// What one hop between threads costs on this machine: a thread waking one that sleeps on the
+// other CPU, and on its own. Every step of the e2e path after the PHB's fsync is such a hop (the
+// commit thread, the brokers' thread, the subscribers' thread). On a VM whose idle CPUs halt
+// (no guest halt polling), a sleeping CPU takes tens of microseconds to wake.
+GRYPH_WORKLOAD(thread_wake_latency) {
+#if defined(__linux__)
+  const int wakes = std::max(1000, static_cast<int>(ctx.seconds * 4000));
+  // On one CPU there is no other: the "cross" figure is then the same-CPU one.
+  Histogram cross = WakeLatencies(0, std::thread::hardware_concurrency() > 1 ? 1 : 0, wakes);
+  Histogram same = WakeLatencies(0, 0, wakes);
+  Report("thread_wake_latency").Add("cross_cpu_p50_us", cross.Percentile(50))
+      .Add("cross_cpu_p99_us", cross.Percentile(99)).Add("same_cpu_p50_us", same.Percentile(50))
+      .Print();
+#else
+  (void)ctx;
+#endif
+}
 // The same with 40 subscribers (each event matches 10): 100,000 deliveries per second instead
 // of 1,000,000, so that the CPU the deliveries take on this machine leaves the path alone.
 GRYPH_WORKLOAD(e2e_latency_fanout10) { LatencyWorkload(ctx, "e2e_latency_fanout10", 40); }
