@@ -29,6 +29,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -68,8 +69,9 @@ class InProcessNetwork {
  private:
   class Endpoint;
   struct Envelope {
+    Envelope(absl::string_view from_name, uint64_t to, Message&& m)
+        : from(from_name), to_id(to), message(std::move(m)) {}
     std::string from;
-    std::string to;
     uint64_t to_id;  // the connection it was sent to; a later one of the same name drops it
     Message message;
   };
@@ -99,7 +101,10 @@ class InProcessNetwork {
   void ResolveLocked(Outbox& outbox, bool take) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, outbox.mu);
 
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, Peer> receivers_ ABSL_GUARDED_BY(mu_);  // connected endpoints
+  // Connected endpoints by name, and by connection id (queued messages name their connection).
+  // Node-based: by_id_ points into it.
+  absl::node_hash_map<std::string, Peer> receivers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Peer*> by_id_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   size_t live_ ABSL_GUARDED_BY(mu_) = 0;  // queued messages whose endpoint is still connected
   std::vector<std::vector<Envelope>> queues_ ABSL_GUARDED_BY(mu_);  // per lane

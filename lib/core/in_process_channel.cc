@@ -51,7 +51,10 @@ absl::StatusOr<std::unique_ptr<Channel>> InProcessNetwork::Connect(absl::string_
   if (receivers_.contains(name)) {
     return absl::AlreadyExistsError(absl::StrCat("an endpoint named '", name, "' is connected"));
   }
-  receivers_[name] = Peer{next_id_++, lane, nullptr};
+  const uint64_t id = next_id_++;
+  Peer& peer = receivers_[name];
+  peer = Peer{id, lane, nullptr};
+  by_id_[id] = &peer;
   return std::unique_ptr<Channel>(std::make_unique<Endpoint>(this, std::string(name)));
 }
 
@@ -71,6 +74,7 @@ void InProcessNetwork::Disconnect(const std::string& name) {
   // Its queued messages stay in the queue and are dropped when their turn comes (a scan here
   // would make closing n endpoints cost n times the queue).
   live_ -= it->second.queued;
+  by_id_.erase(it->second.id);
   receivers_.erase(it);
   generation_.fetch_add(1, std::memory_order_release);
 }
@@ -81,11 +85,12 @@ absl::Status InProcessNetwork::EnqueueLocked(absl::string_view from, absl::strin
   if (it == receivers_.end()) {
     return absl::UnavailableError(absl::StrCat("no endpoint named '", to, "'"));
   }
-  ++it->second.queued;
+  Peer& peer = it->second;
+  ++peer.queued;
   ++live_;
-  std::vector<Envelope>& queue = queues_[it->second.lane];
-  if (queue.empty()) arrived_[it->second.lane]->Signal();
-  queue.push_back(Envelope{std::string(from), it->first, it->second.id, std::move(message)});
+  std::vector<Envelope>& queue = queues_[peer.lane];
+  if (queue.empty()) arrived_[peer.lane]->Signal();
+  queue.emplace_back(from, peer.id, std::move(message));
   return absl::OkStatus();
 }
 
@@ -118,16 +123,16 @@ void InProcessNetwork::ResolveLocked(Outbox& outbox, bool take) {
   for (size_t i = outbox.next; i < outbox.batch.size(); ++i) {
     const Envelope& e = outbox.batch[i];
     SharedReceiver& r = outbox.receivers[i];
-    auto it = receivers_.find(e.to);
-    const bool alive = it != receivers_.end() && it->second.id == e.to_id;
-    if (take && alive) {
-      --it->second.queued;
+    // By connection id: a later endpoint of the same name is another connection.
+    auto it = by_id_.find(e.to_id);
+    Peer* peer = it != by_id_.end() ? it->second : nullptr;
+    if (take && peer != nullptr) {
+      --peer->queued;
       --live_;
     }
     if (!take && r == nullptr) continue;  // dropped already
-    SharedReceiver now = alive && it->second.receiver != nullptr && *it->second.receiver
-                             ? it->second.receiver
-                             : nullptr;
+    SharedReceiver now =
+        peer != nullptr && peer->receiver != nullptr && *peer->receiver ? peer->receiver : nullptr;
     if (r == nullptr && now != nullptr) in_hand_.fetch_add(1, std::memory_order_relaxed);
     if (r != nullptr && now == nullptr) in_hand_.fetch_sub(1, std::memory_order_relaxed);
     r = std::move(now);
