@@ -175,6 +175,10 @@ class Pubend {
     std::vector<Published> events;  // guarded by the pubend's mu_
   };
   void OnCommitted(CommitBatch& batch, absl::Status status);
+  // Submits a commit that is not a publish (no records). It closes the open batch first, so
+  // that no later publish joins a group ahead of it: the pubend's commits stay in tick order.
+  void SubmitOtherLocked(WriteBatch batch, GroupCommitter::Done done)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Fail(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the release condition at `now`; submits the reclaiming commit when L advances.
   void MaybeRelease(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -264,6 +264,11 @@ void Pubend::OnCommitted(CommitBatch& batch, absl::Status status) {
   for (auto& [done, result] : answers) std::move(done)(std::move(result));
 }
 
+void Pubend::SubmitOtherLocked(WriteBatch batch, GroupCommitter::Done done) {
+  open_batch_ = nullptr;  // nothing may join a batch submitted before this
+  committer_->Submit(std::move(batch), 0, std::move(done));
+}
+
 void Pubend::FlushKnowledge() {
   absl::MutexLock lock(&mu_);
   FlushKnowledgeLocked();
@@ -317,8 +322,7 @@ void Pubend::OnTimer(absl::Time now) {
   WriteBatch batch;
   batch.Put(internal::kPubendMetaTable, MetaKey(options_.id, internal::kMetaAnnouncedTick),
             EncodeFixed64(t));
-  open_batch_ = nullptr;  // nothing may join a batch submitted before this
-  committer_->Submit(std::move(batch), 0, [this, t](absl::Status s) {
+  SubmitOtherLocked(std::move(batch), [this, t](absl::Status s) {
     absl::MutexLock l(&mu_);
     --in_flight_;
     if (!s.ok()) {
@@ -363,8 +367,7 @@ void Pubend::ReclaimSome() {
   batch.DeleteRange(internal::kEventsTable, EventKey(options_.id, reclaimed_ + 1),
                     EventKey(options_.id, last + 1));
   reclaiming_ = true;
-  open_batch_ = nullptr;  // nothing may join a batch submitted before this
-  committer_->Submit(std::move(batch), 0, [this, last](absl::Status s) {
+  SubmitOtherLocked(std::move(batch), [this, last](absl::Status s) {
     absl::MutexLock l(&mu_);
     reclaiming_ = false;
     if (!s.ok()) {
@@ -400,8 +403,7 @@ void Pubend::MaybeRelease(absl::Time now) {
   batch.Put(internal::kPubendMetaTable, MetaKey(options_.id, internal::kMetaLPrefix),
             EncodeFixed64(target));
   releasing_ = target;  // nack answers treat ticks up to here as L from now on
-  open_batch_ = nullptr;  // nothing may join a batch submitted before this
-  committer_->Submit(std::move(batch), 0, [this, target](absl::Status s) {
+  SubmitOtherLocked(std::move(batch), [this, target](absl::Status s) {
     absl::MutexLock l(&mu_);
     if (!s.ok()) {
       Fail(s);
@@ -417,8 +419,7 @@ void Pubend::PersistDownstream(const std::string& node) {
   std::string value = EncodeFixed64(d.released) + EncodeFixed64(d.latest_delivered);
   WriteBatch batch;
   batch.Put(internal::kDownstreamTable, NamedKey(options_.id, node), value);
-  open_batch_ = nullptr;  // nothing may join a batch submitted before this
-  committer_->Submit(std::move(batch), 0, [this](absl::Status s) {
+  SubmitOtherLocked(std::move(batch), [this](absl::Status s) {
     if (s.ok()) return;
     absl::MutexLock l(&mu_);
     Fail(s);
@@ -447,8 +448,7 @@ absl::Status Pubend::RemoveDownstream(absl::string_view node) {
   downstream_.erase(it);
   WriteBatch batch;
   batch.Delete(internal::kDownstreamTable, NamedKey(options_.id, node));
-  open_batch_ = nullptr;  // nothing may join a batch submitted before this
-  committer_->Submit(std::move(batch), 0, [this](absl::Status s) {
+  SubmitOtherLocked(std::move(batch), [this](absl::Status s) {
     if (s.ok()) return;
     absl::MutexLock l(&mu_);
     Fail(s);
