@@ -300,7 +300,8 @@ class SubscriberHostingBroker {
   absl::Time last_release_ = absl::InfinitePast();
   bool dirty_ = false;  // knowledge arrived (or a commit finished) since the last Flush
   // A constream round's deliveries of one pubend and, parallel to them, whom they go to
-  // (AdvanceConStreams, SendRound). Empty between rounds.
+  // (AdvanceConStreams, SendRound). Empty between rounds, except after a failed one (the broker
+  // has stopped then).
   std::vector<Channel::Outgoing> round_deliveries_;
   std::vector<std::pair<SubscriptionState*, Position*>> round_delivered_to_;
 

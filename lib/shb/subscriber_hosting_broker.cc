@@ -354,8 +354,6 @@ absl::Status SubscriberHostingBroker::AdvanceConStreams() {
     std::vector<Advance> advances;
     const absl::Time now = Now();
     slow.clear();
-    round_deliveries_.clear();  // after a failed round (the broker has stopped since)
-    round_delivered_to_.clear();
     for (auto& [id, p] : pubends_) {
       const Tick from = p.constream->latest_delivered();
       const ConStream::Batch batch =
