@@ -126,6 +126,28 @@ TEST_CASE("a lane delivers only its endpoints' messages", "[channel]") {
   REQUIRE(net.pending() == 0);
 }
 
+TEST_CASE("messages queued for a closed endpoint never reach a new one of the same name",
+          "[channel]") {
+  // A queued message names the connection it was sent to, not just the name.
+  InProcessNetwork net;
+  auto a = net.Connect("a");
+  auto b = net.Connect("b");
+  REQUIRE_OK((*a)->Send("b", DisconnectMessage{"to the first b"}));
+  b->reset();
+  auto again = net.Connect("b");
+  REQUIRE_OK(again);
+  std::vector<std::string> got;
+  (*again)->SetReceiver([&](absl::string_view, Message m) {
+    got.push_back(std::get<DisconnectMessage>(m).subscription);
+  });
+  REQUIRE(net.pending() == 0);
+  REQUIRE_OK((*a)->Send("b", DisconnectMessage{"to the second b"}));
+  REQUIRE(net.pending() == 1);
+  REQUIRE(net.DeliverAll() == 1);
+  REQUIRE(got == std::vector<std::string>{"to the second b"});
+  REQUIRE(net.pending() == 0);
+}
+
 TEST_CASE("a batch in delivery drops the messages of an endpoint closed meanwhile", "[channel]") {
   InProcessNetwork net;
   auto a = net.Connect("a");
