@@ -803,8 +803,10 @@ class PropertyRun {
         Commit();
       } else if (op < 76) {
         NewReader();
-      } else if (op < 98) {
+      } else if (op < 90) {
         AdvanceReader();
+      } else if (op < 98) {
+        ReadTogether();
       } else {
         Crash();  // with a batch still open
       }
@@ -1016,6 +1018,71 @@ class PropertyRun {
     }
     REQUIRE(reader.position() == r.through);
     return true;
+  }
+
+  // One ReadTogether over a random subset of the readers, each result checked against the
+  // model as a Read of the part of its window the pass covered.
+  void ReadTogether() {
+    if (readers_.empty()) return NewReader();
+    std::vector<size_t> chosen;
+    for (size_t i = 0; i < readers_.size(); ++i) {
+      if (rng_.OneIn(2) || readers_.size() == 1) chosen.push_back(i);
+    }
+    if (chosen.empty()) chosen.push_back(rng_.Uniform(readers_.size()));
+    std::vector<PFS::Reader*> readers;
+    std::vector<Tick> positions;
+    bool stale = false;
+    for (size_t i : chosen) {
+      readers.push_back(readers_[i].reader.get());
+      positions.push_back(readers_[i].reader->position());
+      auto reg = pending_.subs.find(readers_[i].id);
+      stale |= reg == pending_.subs.end() || reg->second.incarnation != readers_[i].incarnation;
+    }
+    const size_t max_records = rng_.Range(1, 6);
+    std::vector<PFS::ReadResult> results;
+    const absl::Status s = h_.pfs->ReadTogether(absl::MakeSpan(readers), max_records, &results);
+    if (stale) {
+      REQUIRE_CODE(s, absl::StatusCode::kNotFound);
+      for (size_t k = 0; k < chosen.size(); ++k) REQUIRE(readers[k]->position() == positions[k]);
+      // Drop the stale readers, as a caller would.
+      for (size_t k = chosen.size(); k-- > 0;) {
+        auto reg = pending_.subs.find(readers_[chosen[k]].id);
+        if (reg == pending_.subs.end() || reg->second.incarnation != readers_[chosen[k]].incarnation) {
+          readers_.erase(readers_.begin() + static_cast<ptrdiff_t>(chosen[k]));
+        }
+      }
+      return;
+    }
+    REQUIRE_OK(s);
+    REQUIRE(results.size() == chosen.size());
+    bool any_open = false;
+    bool any_moved = false;
+    for (size_t k = 0; k < chosen.size(); ++k) {
+      const LiveReader& live = readers_[chosen[k]];
+      const PFS::ReadResult& r = results[k];
+      const Tick position = positions[k];
+      const Tick end = live.reader->end();
+      INFO("subscriber " << live.id << " window (" << position << ", " << end << "] max records "
+                         << max_records);
+      any_open |= position < end;
+      REQUIRE(live.reader->position() == r.through);
+      if (r.through == position) {  // the pass stopped below this reader (or it was done)
+        REQUIRE(r.ticks.empty());
+        REQUIRE(r.lost_through == 0);
+        continue;
+      }
+      any_moved = true;
+      const Tick lost =
+          pending_.chopped > position && position < end ? std::min(pending_.chopped, end) : 0;
+      REQUIRE(r.lost_through == lost);
+      const Tick lo = std::max(position, lost);
+      REQUIRE(r.through >= lo);
+      REQUIRE(r.through <= end);
+      REQUIRE(r.ticks.size() <= max_records);
+      REQUIRE(r.ticks == pending_.Q(live.id, lo, r.through));
+    }
+    // The reader lowest in the log always moves.
+    REQUIRE(any_moved == any_open);
   }
 
   testing::Rng rng_;

@@ -63,6 +63,12 @@
 //   later window (new records since the reader was created): its walk starts from lastIndex(s)
 //   and stops at the old end, so it costs only the new ticks.
 //
+// * Many readers at once (every subscriber back after an outage) would each walk its own chain
+//   through the same records: a record holding 100 subscribers is then looked up 100 times, at
+//   random places of the store. ReadTogether serves them with one forward pass over the records
+//   instead, reading each record once and finding each reader's subscriber in it; the readers
+//   move on as if they had read, so a later Read continues where the pass stopped.
+//
 // Writes inside the caller's transaction: Write, AddSubscriber, RemoveSubscriber, Checkpoint and
 // Chop append operations to a caller-provided WriteBatch and update the in-memory state AS IF
 // THAT BATCH WILL COMMIT. The caller (the SHB's constream) commits the batch itself, together
@@ -190,6 +196,11 @@ class PFS {
     Reader(PFS* pfs, SubscriberId s, uint64_t incarnation, Tick from, Tick to);
     // Walks the front segment into ticks_.
     absl::Status WalkNext();
+    // Moves the position to `through` (> position_), dropping what was walked or is still to
+    // walk at or below it (ReadTogether has reported it).
+    void SkipTo(Tick through);
+    // kNotFound if the subscriber was removed (or re-added) since the reader was created.
+    absl::Status CheckRegistered() const;
 
     PFS* const pfs_;
     const SubscriberId subscriber_;
@@ -253,6 +264,24 @@ class PFS {
   // A reader of subscriber s's Q ticks in (from, to]. Fails with kNotFound if s is not
   // registered, kInvalidArgument if from > to. Nothing is read until Reader::Read.
   absl::StatusOr<std::unique_ptr<Reader>> NewReader(SubscriberId s, Tick from, Tick to);
+
+  // Reads for several readers at once, in ONE forward pass over the records from the lowest
+  // reader position on, at most max_records records: each record is read once for all of them
+  // instead of once per reader that walks through it. This pays when the readers' windows overlap
+  // and their subscribers match densely (many subscribers catching up after an outage); a single
+  // reader of a sparse subscriber is cheaper with Reader::Read, which touches only its own
+  // records.
+  //
+  // (*results)[i] (resized to readers.size()) is what readers[i]->Read would have reported for
+  // the part of its window the pass covered, and the reader moves past it as if it had read it:
+  // through is where the pass stopped (after its last record when max_records ran out, else the
+  // reader's end), or the reader's position unchanged when the pass stopped below it (then ticks
+  // is empty and lost_through 0). A reader already done reports through = end().
+  // Fails with kNotFound if a reader's subscriber was removed since it was created, kDataLoss
+  // for a damaged record, or a storage error; no reader moves then. REQUIRES: the readers are
+  // distinct readers of this PFS; max_records >= 1.
+  absl::Status ReadTogether(absl::Span<Reader* const> readers, size_t max_records,
+                            std::vector<ReadResult>* results);
 
   // ---- State ----------------------------------------------------------------------------------
 

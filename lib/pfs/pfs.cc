@@ -443,6 +443,116 @@ std::vector<SubscriberId> PFS::subscribers() const {
   return out;
 }
 
+absl::Status PFS::ReadTogether(absl::Span<Reader* const> readers, size_t max_records,
+                              std::vector<ReadResult>* results) {
+  GRYPH_RETURN_IF_ERROR(CheckUsable());
+  if (max_records == 0) return absl::InvalidArgumentError("PFS read of no records");
+  results->resize(readers.size());
+  // Per reader, the window the pass serves, (from, end], and the ticks at or below `floor` that
+  // are not its subscriber's (an earlier registration's records).
+  struct Want {
+    Tick from;
+    Tick end;
+    Tick floor;
+    SubscriberId subscriber;
+    std::vector<Tick>* ticks;
+  };
+  std::vector<Want> wants;
+  wants.reserve(readers.size());
+  Tick lo = kMaxTick;
+  Tick hi = 0;
+  for (size_t i = 0; i < readers.size(); ++i) {
+    const Reader& r = *readers[i];
+    GRYPH_RETURN_IF_ERROR(r.CheckRegistered());
+    ReadResult& result = (*results)[i];
+    result.ticks.clear();
+    result.lost_through = 0;
+    result.through = r.position_;
+    if (r.done()) continue;
+    // What the PFS chopped is unknown, as for Read.
+    const Tick from = std::max(r.position_, std::min(chopped_, r.end_));
+    const Sub& sub = *FindSub(r.subscriber_);
+    // No record of the subscriber after `from` (its last is below): nothing to read for it, and
+    // the pass need not start down there.
+    if (sub.last_index <= from) continue;
+    wants.push_back(Want{from, r.end_, sub.added_at, r.subscriber_, &result.ticks});
+    lo = std::min(lo, from);
+    hi = std::max(hi, r.end_);
+  }
+  // The pass: records in (lo, hi], committed ones from storage and the rest from memory, in tick
+  // order; `through` ends at the last record read when max_records ran out.
+  Tick through = hi;
+  size_t records = 0;
+  absl::Status parse;
+  auto visit = [&](Tick t, absl::string_view value) {
+    if (records == max_records) {
+      through = std::min(through, t - 1);
+      return false;
+    }
+    ++records;
+    internal::PfsRecordView record;
+    if (!record.Parse(value)) {
+      parse = absl::DataLossError(absl::StrCat("PFS: the record of tick ", t, " (",
+                                               value.size(), " bytes) does not parse"));
+      return false;
+    }
+    for (const Want& w : wants) {
+      if (t <= w.from || t > w.end || t <= w.floor) continue;
+      if (record.Find(w.subscriber.value) != record.count()) w.ticks->push_back(t);
+    }
+    return true;
+  };
+  if (!wants.empty() && lo < committed_) {
+    GRYPH_RETURN_IF_ERROR(storage_->Scan(
+        kPfsRecordsTable, internal::PfsRecordKey(options_.pubend, lo + 1),
+        internal::PfsRecordKey(options_.pubend, std::min(hi, committed_) + 1),
+        [&](absl::string_view key, absl::string_view value) {
+          if (key.size() != kPfsRecordKeyBytes) {
+            parse = Corrupt(options_.pubend,
+                            absl::StrCat("a record key is ", key.size(), " bytes, not 12"));
+            return false;
+          }
+          return visit(LoadBE64(key.data() + 4), value);
+        }));
+  }
+  if (parse.ok() && !wants.empty() && hi > committed_ && through == hi) {
+    auto begin = unsettled_ticks_.begin() + static_cast<ptrdiff_t>(unsettled_begin_);
+    for (auto it = std::upper_bound(begin, unsettled_ticks_.end(), std::max(lo, committed_));
+         it != unsettled_ticks_.end() && *it <= hi; ++it) {
+      const size_t i = static_cast<size_t>(it - unsettled_ticks_.begin());
+      const size_t end =
+          i + 1 < unsettled_ticks_.size() ? unsettled_offsets_[i + 1] : unsettled_bytes_.size();
+      if (!visit(*it, absl::string_view(unsettled_bytes_)
+                          .substr(unsettled_offsets_[i], end - unsettled_offsets_[i]))) {
+        break;
+      }
+    }
+  }
+  if (!parse.ok()) {
+    for (ReadResult& result : *results) result.ticks.clear();
+    return parse;
+  }
+  for (size_t i = 0; i < readers.size(); ++i) {
+    Reader& r = *readers[i];
+    ReadResult& result = (*results)[i];
+    if (r.done()) continue;
+    const Tick from = std::max(r.position_, std::min(chopped_, r.end_));
+    // The pass covered (from, through], unless it stopped below `from`; a reader with no record
+    // after `from` needed no pass.
+    if (FindSub(r.subscriber_)->last_index <= from) {
+      result.through = r.end_;
+    } else if (through >= from) {
+      result.through = std::min(through, r.end_);
+    } else {
+      continue;
+    }
+    if (result.through == r.position_) continue;
+    if (from > r.position_) result.lost_through = from;
+    r.SkipTo(result.through);
+  }
+  return absl::OkStatus();
+}
+
 // ---- Reader -------------------------------------------------------------------------------------
 
 PFS::Reader::Reader(PFS* pfs, SubscriberId s, uint64_t incarnation, Tick from, Tick to)
@@ -492,14 +602,26 @@ absl::Status PFS::Reader::WalkNext() {
   return absl::OkStatus();
 }
 
-absl::Status PFS::Reader::Read(size_t max_ticks, ReadResult* result) {
-  GRYPH_RETURN_IF_ERROR(pfs_->CheckUsable());
+absl::Status PFS::Reader::CheckRegistered() const {
   const Sub* sub = pfs_->FindSub(subscriber_);
   if (sub == nullptr || sub->incarnation != incarnation_) {
     return absl::NotFoundError(absl::StrCat("PFS of pubend ", pfs_->options_.pubend.value,
                                             ": subscriber ", subscriber_.value,
                                             " was removed since the reader was created"));
   }
+  return absl::OkStatus();
+}
+
+void PFS::Reader::SkipTo(Tick through) {
+  position_ = through;
+  while (!ticks_.empty() && ticks_.back() <= through) ticks_.pop_back();
+  while (!pending_.empty() && pending_.front().hi <= through) pending_.pop_front();
+  for (Segment& seg : pending_) seg.lo = std::max(seg.lo, through);
+}
+
+absl::Status PFS::Reader::Read(size_t max_ticks, ReadResult* result) {
+  GRYPH_RETURN_IF_ERROR(pfs_->CheckUsable());
+  GRYPH_RETURN_IF_ERROR(CheckRegistered());
   if (max_ticks == 0) return absl::InvalidArgumentError("PFS read into an empty buffer");
   result->ticks.clear();
   result->lost_through = 0;
@@ -509,9 +631,7 @@ absl::Status PFS::Reader::Read(size_t max_ticks, ReadResult* result) {
   if (pfs_->chopped_ > from && from < end_) {
     from = std::min(pfs_->chopped_, end_);
     result->lost_through = from;
-    while (!ticks_.empty() && ticks_.back() <= from) ticks_.pop_back();
-    while (!pending_.empty() && pending_.front().hi <= from) pending_.pop_front();
-    for (Segment& seg : pending_) seg.lo = std::max(seg.lo, from);
+    SkipTo(from);
   }
 
   while (result->ticks.size() < max_ticks) {
