@@ -101,8 +101,10 @@ struct Scenario {
 
   // One round of the brokers' event loop: a bounded number of messages, then timers every 5 ms.
   void PumpBrokers(absl::Time now) {
-    if (net.Deliver(20'000, kBrokerLane) == 0) net.Wait(kBrokerLane, absl::Milliseconds(1));
-    shb->Flush();
+    if (net.Deliver(20'000, kBrokerLane) == 0 && !more_) {
+      net.Wait(kBrokerLane, absl::Milliseconds(1));
+    }
+    more_ = shb->Flush();
     if (now - last_broker_timer < absl::Milliseconds(5)) return;
     last_broker_timer = now;
     shb->OnTimer(now);
@@ -124,6 +126,7 @@ struct Scenario {
   }
 
   InProcessNetwork net{2};
+  bool more_ = false;  // the SHB's last Flush left catchup messages to send
   absl::Time last_broker_timer = absl::InfinitePast();
   absl::Time last_client_timer = absl::InfinitePast();
   std::unique_ptr<Storage> phb_storage;

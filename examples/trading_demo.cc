@@ -252,12 +252,13 @@ int main(int argc, char** argv) {
     }
     return shb->catching_up() == 0 && net.pending() == 0;
   };
+  bool more = false;  // the SHB's catchups have more to send at once
   for (;;) {
     const double t = elapsed();
     if (t >= duration && publishing) publishing = false;
     if (!publishing && (settled() || t > duration + 30)) break;
-    if (net.Deliver(10'000) == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
-    shb->Flush();  // one commit for whatever knowledge the batch brought
+    if (net.Deliver(10'000) == 0 && !more) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    more = shb->Flush();  // one commit for whatever knowledge the batch brought
     const auto now = Clock::now();
     if (now - last_timer >= std::chrono::milliseconds(5)) {
       last_timer = now;

@@ -279,6 +279,8 @@ class ShbTest {
     }
     FAIL("the network does not settle");
   }
+  // Delivers the messages queued now, without flushing the broker.
+  size_t DeliverOnly() { return net_.DeliverAll(); }
   // Advances the clock by `d` and runs the broker's timer.
   void Timer(absl::Duration d = absl::ZeroDuration()) {
     now += d;
@@ -436,6 +438,58 @@ TEST_CASE("a reconnecting subscriber catches up from the PFS once, in order, the
   REQUIRE(all.rec.log == Strings{"E2", "E4", "E6", "E12", "E14", "E16", "E22", "E24"});
   REQUIRE(red.ds->duplicates_dropped() == 0);
   REQUIRE(all.ds->duplicates_dropped() == 0);
+}
+
+TEST_CASE("subscribers back from an outage catch up together, a bounded amount per Flush",
+          "[shb][catchup]") {
+  ShbTest t;
+  t.options.catchup.max_deliveries_per_step = 2;
+  t.options.catchup.max_buffered_matches = 4;  // PFS reads of two matches at a time
+  t.options.max_catchup_messages_per_flush = 3;
+  t.Open();
+  Client& a = t.Subscribe("a", "");
+  Client& b = t.Subscribe("b", "");
+  Client& red = t.Subscribe("red", "color = 'red'");
+  t.Publish(Knowledge(1, 10, {{2, "red"}, {4, "blue"}}));
+  REQUIRE_OK(a.ds->Disconnect());
+  t.Pump();
+  t.Publish(Knowledge(11, 20, {{12, "red"}, {14, "blue"}}));
+  REQUIRE_OK(b.ds->Disconnect());
+  REQUIRE_OK(red.ds->Disconnect());
+  t.Pump();
+  t.Publish(Knowledge(21, 40, {{22, "red"}, {24, "blue"}, {26, "red"}, {28, "blue"}, {30, "red"}}));
+
+  // All back at once: each is answered, and the catchups start at the next Flush.
+  for (Client* c : {&a, &b, &red}) REQUIRE_OK(c->ds->Connect());
+  t.DeliverOnly();
+  t.DeliverOnly();
+  for (Client* c : {&a, &b, &red}) REQUIRE(c->ds->connected());
+  REQUIRE(t.shb().catching_up() == 3);
+  REQUIRE(a.rec.log == Strings{"E2", "E4"});
+  // Each Flush sends a bounded part and says whether there is more; nothing else is needed for
+  // the rest (no message, no timer).
+  int flushes = 0;
+  while (t.shb().Flush()) {
+    t.DeliverOnly();
+    ++flushes;
+    REQUIRE(flushes < 100);
+  }
+  t.DeliverOnly();
+  REQUIRE(flushes > 1);
+  REQUIRE(t.shb().catching_up() == 0);
+  REQUIRE(a.rec.log ==
+          Strings{"E2", "E4", "E12", "E14", "E22", "E24", "E26", "E28", "E30", "S40"});
+  REQUIRE(b.rec.log ==
+          Strings{"E2", "E4", "E12", "E14", "E22", "E24", "E26", "E28", "E30", "S40"});
+  REQUIRE(red.rec.log == Strings{"E2", "E12", "E22", "E26", "E30", "S40"});
+  for (Client* c : {&a, &b, &red}) {
+    REQUIRE(c->ds->duplicates_dropped() == 0);
+    REQUIRE(c->rec.errors.empty());
+  }
+  // Live again, through the constream.
+  t.Publish(Knowledge(41, 50, {{42, "red"}}));
+  REQUIRE(red.rec.log.back() == "E42");
+  REQUIRE(a.rec.log.back() == "E42");
 }
 
 TEST_CASE("events arriving during a catchup are handed over without loss or duplicate",

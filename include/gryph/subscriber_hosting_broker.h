@@ -114,6 +114,12 @@ struct SubscriberHostingBrokerOptions {
   // microseconds of pubend time). Older events are nacked again when a catchup needs them.
   Tick event_cache_ticks = 10'000'000;
   CatchupStreamOptions catchup;
+  // Catchup messages one Flush sends per pubend, at most (it stops between rounds over the
+  // catchup streams, each of which sends up to catchup.max_deliveries_per_step per round); the
+  // next Flush goes on. A burst of reconnections (every subscriber back after an outage) then
+  // costs each Flush a bounded time, so that acks, knowledge and the constream are not held
+  // back behind it.
+  size_t max_catchup_messages_per_flush = size_t{1} << 18;
   // Event messages of one pubend a session may have outstanding (sent, not acknowledged); see
   // the file comment. It must exceed what a healthy subscriber receives between two acks.
   uint64_t max_unacked_events = 50'000;
@@ -151,9 +157,11 @@ class SubscriberHostingBroker {
   // Flush() delivers it.
   void HandleMessage(absl::string_view from, const Message& message);
   // Picks up finished commits, then delivers what the knowledge received allows: constreams (one
-  // storage transaction per round for all pubends), then catchup streams. Call it after handing
-  // the broker a batch of messages, and after on_commit; OnTimer calls it too.
-  void Flush();
+  // storage transaction per round for all pubends), then catchup streams, at most
+  // max_catchup_messages_per_flush catchup messages per pubend. Call it after handing the broker
+  // a batch of messages, and after on_commit; OnTimer calls it too. Returns true when catchups
+  // have more to send already: call it again before waiting for messages.
+  bool Flush();
   // Nacks, releases, Silence and persistence of acks. Call every few milliseconds.
   void OnTimer(absl::Time now);
 
@@ -241,7 +249,9 @@ class SubscriberHostingBroker {
                  std::vector<std::pair<SubscriptionState*, PubendState*>>& slow);
   // Drops cached events of `p` that no catchup needs, beyond the cache window.
   void Forget(PubendState& p);
-  void StepCatchups(PubendState& p);
+  // Steps the catchup streams of `p` in turn (see max_catchup_messages_per_flush); returns
+  // whether they may have more to send now.
+  bool StepCatchups(PubendState& p);
   // Moves a constream member whose consumer fell behind to a catchup stream.
   void Demote(SubscriptionState& s, PubendState& p, Position& pos);
   // Gives `s` a catchup stream at `p` from `from` (refiltering through `refilter_through`),

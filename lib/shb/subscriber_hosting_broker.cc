@@ -308,20 +308,24 @@ void SubscriberHostingBroker::OnKnowledge(absl::string_view from, const Knowledg
   dirty_ = true;
 }
 
-void SubscriberHostingBroker::Flush() {
+bool SubscriberHostingBroker::Flush() {
   ProcessCommits();
-  if (!dirty_ || !status_.ok()) return;
+  if (!dirty_ || !status_.ok()) return false;
   dirty_ = false;
   // A failed round has moved constream positions past what is neither sent nor committed: the
   // broker stops (reopen it).
   if (absl::Status st = AdvanceConStreams(); !st.ok()) {
     Fail(st);
-    return;
+    return false;
   }
+  bool more = false;
   for (auto& [id, p] : pubends_) {
-    StepCatchups(p);
+    more |= StepCatchups(p);
     Forget(p);
   }
+  // The next Flush goes on where this one stopped, without waiting for a message.
+  if (more && status_.ok()) dirty_ = true;
+  return dirty_;
 }
 
 void SubscriberHostingBroker::Forget(PubendState& p) {
@@ -511,67 +515,109 @@ void SubscriberHostingBroker::EndCatchup(SubscriptionState& s, PubendState& p, P
   p.catchups.erase(s.name);
 }
 
-void SubscriberHostingBroker::StepCatchups(PubendState& p) {
+bool SubscriberHostingBroker::StepCatchups(PubendState& p) {
   const Tick ld = p.constream->latest_delivered();
   // A step may end its own catchup (the hand-over, a session ended): walk a copy.
-  std::vector<SubscriptionState*> catchups;
-  catchups.reserve(p.catchups.size());
-  for (const auto& [name, s] : p.catchups) catchups.push_back(s);
-  for (SubscriptionState* sp : catchups) {
-    SubscriptionState& s = *sp;
-    const std::string& name = s.name;
-    Position& pos = s.positions.at(p.id);
-    if (pos.catchup == nullptr) continue;
+  std::vector<SubscriptionState*> active;
+  active.reserve(p.catchups.size());
+  for (const auto& [name, s] : p.catchups) active.push_back(s);
+  std::vector<SubscriptionState*> next;
+  std::vector<SubscriptionState*> wanting;
+  std::vector<PFS::Reader*> readers;
+  std::vector<PFS::ReadResult> results;
+  std::vector<DeliveryMessage> out;
+  std::vector<TickRange> nacks;
+  std::vector<Channel::Outgoing> batch;
+  size_t sent = 0;
+  // Rounds over the catchups that still have something to send, until the Flush's budget is
+  // spent (the next Flush goes on).
+  for (int round = 0; round < 4 && !active.empty(); ++round) {
+    if (sent >= options_.max_catchup_messages_per_flush) return true;
     // Flow control: a consumer that has not acknowledged enough waits, and so does its hand-over.
-    if (pos.unacked() >= options_.max_unacked_events) continue;
-    std::vector<DeliveryMessage> out;
-    std::vector<TickRange> nacks;
-    for (int round = 0; round < 4; ++round) {
-      if (std::optional<TickRange> want = pos.catchup->WantedMatches(ld)) {
+    next.clear();
+    for (SubscriptionState* sp : active) {
+      Position& pos = sp->positions.at(p.id);
+      if (pos.catchup != nullptr && pos.unacked() < options_.max_unacked_events) {
+        next.push_back(sp);
+      }
+    }
+    active.swap(next);
+    // The catchups that need PFS matches read them in one pass when there are several: after an
+    // outage they read the same records.
+    wanting.clear();
+    readers.clear();
+    for (SubscriptionState* sp : active) {
+      Position& pos = sp->positions.at(p.id);
+      if (pos.catchup->WantedMatches(ld)) {
         pos.reader->ExtendTo(ld);
+        wanting.push_back(sp);
+        readers.push_back(pos.reader.get());
+      }
+    }
+    if (readers.size() >= 2 &&
+        p.pfs->ReadTogether(absl::MakeSpan(readers), options_.catchup.max_buffered_matches / 2,
+                            &results)
+            .ok()) {
+      // (On an error each catchup reads alone below, and reports it to its own session.)
+      for (size_t i = 0; i < wanting.size(); ++i) {
+        const PFS::ReadResult& r = results[i];
+        wanting[i]->positions.at(p.id).catchup->AddMatches(r.ticks, r.through, r.lost_through);
+      }
+    }
+    next.clear();
+    for (SubscriptionState* sp : active) {
+      SubscriptionState& s = *sp;
+      const std::string& name = s.name;
+      Position& pos = s.positions.at(p.id);
+      if (pos.catchup == nullptr) continue;
+      if (pos.catchup->WantedMatches(ld)) {
         PFS::ReadResult r;
         if (absl::Status st = pos.reader->Read(options_.catchup.max_buffered_matches / 2, &r);
             !st.ok()) {
           SendError(s.session, name, st);
           EndSession(s);
-          break;
+          continue;
         }
         pos.catchup->AddMatches(r.ticks, r.through, r.lost_through);
       }
-      const size_t before = out.size();
+      out.clear();
+      nacks.clear();
       pos.catchup->Step(p.istream, ld, &out, &nacks);
-      if (pos.catchup->caught_up(ld) || !nacks.empty() || out.size() == before) break;
-    }
-    if (s.session.empty()) continue;
-    uint64_t events = 0;
-    Tick last_event = 0;
-    std::vector<Channel::Outgoing> batch;
-    batch.reserve(out.size());
-    for (DeliveryMessage& d : out) {
-      Stamp(pos, d);
-      if (d.kind == DeliveryKind::kEvent) {
-        ++events;
-        last_event = d.tick;
+      uint64_t events = 0;
+      Tick last_event = 0;
+      batch.clear();
+      for (DeliveryMessage& d : out) {
+        Stamp(pos, d);
+        if (d.kind == DeliveryKind::kEvent) {
+          ++events;
+          last_event = d.tick;
+        }
+        if (d.kind == DeliveryKind::kGap) ++stats_.gaps_delivered;
+        batch.push_back(Channel::Outgoing{s.session, std::move(d)});
       }
-      if (d.kind == DeliveryKind::kGap) ++stats_.gaps_delivered;
-      batch.push_back(Channel::Outgoing{s.session, std::move(d)});
+      stats_.events_delivered += events;
+      sent += batch.size();
+      // As for the constream: a refused message ends the session (the link must not skip).
+      if (channel_->SendMany(absl::MakeSpan(batch)) < batch.size()) {
+        EndSession(s);
+        continue;
+      }
+      NoteSent(pos, last_event, events);
+      if (!nacks.empty()) Nack(p, name, nacks);
+      if (pos.catchup->caught_up(ld)) {
+        // The hand-over: the constream has delivered exactly through ld, and so has the catchup.
+        EndCatchup(s, p, pos);
+        p.constream->Join(name, Now());
+        pos.member = true;
+        ++stats_.catchups_completed;
+      } else if (nacks.empty() && !out.empty()) {
+        next.push_back(sp);  // it may have more at once
+      }
     }
-    stats_.events_delivered += events;
-    // As for the constream: a refused message ends the session (the link must not skip).
-    if (channel_->SendMany(absl::MakeSpan(batch)) < batch.size()) {
-      EndSession(s);
-      continue;
-    }
-    NoteSent(pos, last_event, events);
-    if (!nacks.empty()) Nack(p, name, nacks);
-    if (pos.catchup->caught_up(ld)) {
-      // The hand-over: the constream has delivered exactly through ld, and so has the catchup.
-      EndCatchup(s, p, pos);
-      p.constream->Join(name, Now());
-      pos.member = true;
-      ++stats_.catchups_completed;
-    }
+    active.swap(next);
   }
+  // Whatever sent may have more to send.
+  return sent > 0;
 }
 
 void SubscriberHostingBroker::Nack(PubendState& p, const std::string& requester,
@@ -724,7 +770,9 @@ void SubscriberHostingBroker::OnConnect(absl::string_view from, const ConnectMes
     StartCatchup(s, p, pos, *std::move(reader), from_tick, refilter_through);
   }
   Send(from, ConnectedMessage{s.name, start, s.epoch});
-  for (auto& [id, p] : pubends_) StepCatchups(p);
+  // The catchups start in the next Flush: stepping them here would step every catchup again for
+  // each connection of a burst (all subscribers back after an outage) before any other message.
+  dirty_ = true;
 }
 
 void SubscriberHostingBroker::EndSession(SubscriptionState& s) {
