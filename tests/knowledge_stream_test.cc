@@ -197,6 +197,17 @@ TEST_CASE("knowledge stream matches a per-tick model over random operations",
           if (m.value[t] == TickValue::kD) want_data.push_back(t);
         }
         REQUIRE(data == want_data);
+        // A cursor answers as SpanAt does: mostly small steps forward, sometimes far or back.
+        KnowledgeStream::Cursor cursor(k);
+        Tick t = a;
+        for (int i = 0; i < 20; ++i) {
+          const KnowledgeSpan got = cursor.SpanAt(t);
+          const KnowledgeSpan want_span = k.SpanAt(t);
+          REQUIRE(got.range == want_span.range);
+          REQUIRE(got.value == want_span.value);
+          REQUIRE(got.event == want_span.event);
+          t = rng.OneIn(5) ? rng.Range(1, kDomain + 5) : std::min(kDomain + 5, t + rng.Uniform(8));
+        }
       }
       CheckAgainstModel(k, m);
     }

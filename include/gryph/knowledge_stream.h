@@ -47,6 +47,12 @@ struct KnowledgeSpan {
 bool operator==(const KnowledgeSpan& a, const KnowledgeSpan& b);
 
 class KnowledgeStream {
+  struct Entry {
+    TickValue value;
+    EventRef event;
+  };
+  using Map = absl::btree_map<Tick, Entry>;
+
  public:
   KnowledgeStream();
 
@@ -63,6 +69,20 @@ class KnowledgeStream {
   // The maximal span holding tick t (for D, the tick itself). REQUIRES: t >= kFirstTick.
   KnowledgeSpan SpanAt(Tick t) const;
   TickValue ValueAt(Tick t) const;
+
+  // SpanAt for a run of increasing, nearby ticks (a catchup's next matches): each lookup starts
+  // from the span of the previous one and steps forward, instead of searching the whole stream.
+  // Any tick may be asked (a far or lower one is searched as by SpanAt). Valid while the stream
+  // is not modified.
+  class Cursor {
+   public:
+    explicit Cursor(const KnowledgeStream& stream);
+    KnowledgeSpan SpanAt(Tick t);
+
+   private:
+    const KnowledgeStream& stream_;
+    Map::const_iterator it_;  // the span of the last lookup; end() before the first
+  };
 
   // The doubt horizon from `from`: the highest tick h >= from such that no tick in (from, h] is
   // Q. Returns `from` when tick from + 1 is Q.
@@ -89,12 +109,6 @@ class KnowledgeStream {
   size_t span_count() const { return spans_.size(); }
 
  private:
-  struct Entry {
-    TickValue value;
-    EventRef event;
-  };
-  using Map = absl::btree_map<Tick, Entry>;
-
   // Checks that `span` may be accumulated; returns whether it would change anything.
   absl::Status Check(const KnowledgeSpan& span, bool* changes) const;
   // Ensures a span starts at t (splitting the one holding it). REQUIRES: t >= kFirstTick.

@@ -31,6 +31,28 @@ KnowledgeSpan KnowledgeStream::SpanAt(Tick t) const {
 
 TickValue KnowledgeStream::ValueAt(Tick t) const { return Holding(std::max(t, kFirstTick))->second.value; }
 
+KnowledgeStream::Cursor::Cursor(const KnowledgeStream& stream)
+    : stream_(stream), it_(stream.spans_.end()) {}
+
+KnowledgeSpan KnowledgeStream::Cursor::SpanAt(Tick t) {
+  t = std::max(t, kFirstTick);
+  const Map& spans = stream_.spans_;
+  bool found = false;
+  if (it_ != spans.end() && it_->first <= t) {
+    // A few steps forward find the next matches of a catchup (a D span, then the S between).
+    for (int step = 0; step < 4; ++step) {
+      const auto next = std::next(it_);
+      if (next == spans.end() || next->first > t) {
+        found = true;
+        break;
+      }
+      it_ = next;
+    }
+  }
+  if (!found) it_ = stream_.Holding(t);
+  return {{it_->first, stream_.LastOf(it_)}, it_->second.value, it_->second.event};
+}
+
 absl::Status KnowledgeStream::Check(const KnowledgeSpan& span, bool* changes) const {
   const TickRange r = span.range;
   if (r.first < kFirstTick || r.first > r.last) {

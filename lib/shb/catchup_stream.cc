@@ -51,9 +51,10 @@ void CatchupStream::Step(const KnowledgeStream& knowledge, Tick latest_delivered
     --budget;
     while (!matches_.empty() && matches_.front() <= position_) matches_.pop_front();
   }
+  KnowledgeStream::Cursor cursor(knowledge);
   while (budget > 0 && !matches_.empty() && matches_.front() <= latest_delivered) {
     const Tick t = matches_.front();
-    const KnowledgeSpan span = knowledge.SpanAt(t);
+    const KnowledgeSpan span = cursor.SpanAt(t);
     if (span.value == TickValue::kQ) {
       // Still waiting for what was nacked: nothing to do until knowledge arrives (this is the
       // common case while many catchups wait, so it must cost O(1)).
