@@ -119,7 +119,7 @@ struct SubscriberHostingBrokerOptions {
   // next Flush goes on. A burst of reconnections (every subscriber back after an outage) then
   // costs each Flush a bounded time, so that acks, knowledge and the constream are not held
   // back behind it.
-  size_t max_catchup_messages_per_flush = size_t{1} << 18;
+  size_t max_catchup_messages_per_flush = size_t{1} << 17;
   // Event messages of one pubend a session may have outstanding (sent, not acknowledged); see
   // the file comment. It must exceed what a healthy subscriber receives between two acks.
   uint64_t max_unacked_events = 50'000;

@@ -517,12 +517,14 @@ void SubscriberHostingBroker::EndCatchup(SubscriptionState& s, PubendState& p, P
 
 bool SubscriberHostingBroker::StepCatchups(PubendState& p) {
   const Tick ld = p.constream->latest_delivered();
-  // A step may end its own catchup (the hand-over, a session ended): walk a copy.
-  std::vector<SubscriptionState*> active;
+  // A step may end its own catchup (the hand-over, a session ended): walk a copy. (Positions do
+  // not move while the catchups step: no subscription or pubend is added meanwhile.)
+  using Catchup = std::pair<SubscriptionState*, Position*>;
+  std::vector<Catchup> active;
   active.reserve(p.catchups.size());
-  for (const auto& [name, s] : p.catchups) active.push_back(s);
-  std::vector<SubscriptionState*> next;
-  std::vector<SubscriptionState*> wanting;
+  for (const auto& [name, s] : p.catchups) active.emplace_back(s, &s->positions.at(p.id));
+  std::vector<Catchup> next;
+  std::vector<Position*> wanting;
   std::vector<PFS::Reader*> readers;
   std::vector<PFS::ReadResult> results;
   std::vector<DeliveryMessage> out;
@@ -535,10 +537,9 @@ bool SubscriberHostingBroker::StepCatchups(PubendState& p) {
     if (sent >= options_.max_catchup_messages_per_flush) return true;
     // Flow control: a consumer that has not acknowledged enough waits, and so does its hand-over.
     next.clear();
-    for (SubscriptionState* sp : active) {
-      Position& pos = sp->positions.at(p.id);
-      if (pos.catchup != nullptr && pos.unacked() < options_.max_unacked_events) {
-        next.push_back(sp);
+    for (const Catchup& c : active) {
+      if (c.second->catchup != nullptr && c.second->unacked() < options_.max_unacked_events) {
+        next.push_back(c);
       }
     }
     active.swap(next);
@@ -546,12 +547,11 @@ bool SubscriberHostingBroker::StepCatchups(PubendState& p) {
     // outage they read the same records.
     wanting.clear();
     readers.clear();
-    for (SubscriptionState* sp : active) {
-      Position& pos = sp->positions.at(p.id);
-      if (pos.catchup->WantedMatches(ld)) {
-        pos.reader->ExtendTo(ld);
-        wanting.push_back(sp);
-        readers.push_back(pos.reader.get());
+    for (const auto& [s, pos] : active) {
+      if (pos->catchup->WantedMatches(ld)) {
+        pos->reader->ExtendTo(ld);
+        wanting.push_back(pos);
+        readers.push_back(pos->reader.get());
       }
     }
     if (readers.size() >= 2 &&
@@ -561,14 +561,14 @@ bool SubscriberHostingBroker::StepCatchups(PubendState& p) {
       // (On an error each catchup reads alone below, and reports it to its own session.)
       for (size_t i = 0; i < wanting.size(); ++i) {
         const PFS::ReadResult& r = results[i];
-        wanting[i]->positions.at(p.id).catchup->AddMatches(r.ticks, r.through, r.lost_through);
+        wanting[i]->catchup->AddMatches(r.ticks, r.through, r.lost_through);
       }
     }
     next.clear();
-    for (SubscriptionState* sp : active) {
-      SubscriptionState& s = *sp;
+    for (const Catchup& c : active) {
+      SubscriptionState& s = *c.first;
+      Position& pos = *c.second;
       const std::string& name = s.name;
-      Position& pos = s.positions.at(p.id);
       if (pos.catchup == nullptr) continue;
       if (pos.catchup->WantedMatches(ld)) {
         PFS::ReadResult r;
@@ -611,7 +611,7 @@ bool SubscriberHostingBroker::StepCatchups(PubendState& p) {
         pos.member = true;
         ++stats_.catchups_completed;
       } else if (nacks.empty() && !out.empty()) {
-        next.push_back(sp);  // it may have more at once
+        next.push_back(c);  // it may have more at once
       }
     }
     active.swap(next);
