@@ -479,6 +479,9 @@ absl::Status PFS::ReadTogether(absl::Span<Reader* const> readers, size_t max_rec
     lo = std::min(lo, from);
     hi = std::max(hi, r.end_);
   }
+  std::sort(wants.begin(), wants.end(), [](const Want& a, const Want& b) {
+    return a.subscriber.value < b.subscriber.value;
+  });
   // The pass: records in (lo, hi], committed ones from storage and the rest from memory, in tick
   // order; `through` ends at the last record read when max_records ran out.
   Tick through = hi;
@@ -496,9 +499,23 @@ absl::Status PFS::ReadTogether(absl::Span<Reader* const> readers, size_t max_rec
                                                value.size(), " bytes) does not parse"));
       return false;
     }
-    for (const Want& w : wants) {
-      if (t <= w.from || t > w.end || t <= w.floor) continue;
-      if (record.Find(w.subscriber.value) != record.count()) w.ticks->push_back(t);
+    auto take = [t](const Want& w) {
+      if (t > w.from && t <= w.end && t > w.floor) w.ticks->push_back(t);
+    };
+    const size_t n = record.count();
+    if (wants.size() * 8 < n) {
+      // Few readers in a large record: find each.
+      for (const Want& w : wants) {
+        if (record.Find(w.subscriber.value) != n) take(w);
+      }
+    } else {
+      // Many: one merge of the two sorted lists.
+      size_t i = 0;
+      for (const Want& w : wants) {
+        while (i < n && record.id(i) < w.subscriber.value) ++i;
+        if (i == n) break;
+        if (record.id(i) == w.subscriber.value) take(w);
+      }
     }
     return true;
   };
