@@ -277,9 +277,12 @@ double Run(const Context& ctx, Mode mode) {
       resyncs += sub->resyncs();
       connected += sub->connected() ? 1 : 0;
     }
-    std::fprintf(stderr, "%.2f s measured, connected %zu, duplicates %llu, resyncs %llu, resent %llu, ", secs,
-                 connected, (unsigned long long)dups, (unsigned long long)resyncs,
-                 (unsigned long long)st.resent);
+    std::fprintf(stderr, "%.2f s measured (whole run: %.2f M deliveries/s), connected %zu, ", secs,
+                 static_cast<double>(s.Delivered() - before) /
+                     std::chrono::duration<double>(finished - start).count() / 1e6,
+                 connected);
+    std::fprintf(stderr, "duplicates %llu, resyncs %llu, resent %llu, ", (unsigned long long)dups,
+                 (unsigned long long)resyncs, (unsigned long long)st.resent);
     std::fprintf(stderr, "iterations %llu, published %llu, shb delivered %llu, handled %llu, pending %zu, ld %llu\n",
                  (unsigned long long)iterations, (unsigned long long)acked.load(), (unsigned long long)st.events_delivered,
                  (unsigned long long)delivered, s.net.pending(),
