@@ -659,6 +659,30 @@ TEST_CASE("deliveries name the previous one; a lagging ack after a quiet spell g
   REQUIRE(t.shb().stats().resent == 1);
 }
 
+TEST_CASE("an ack that moved is not taken for a lost last delivery", "[shb]") {
+  ShbTest t;
+  t.Open();
+  t.Publish(Knowledge(1, 10, {}));
+  RawClient& x = t.AddRaw("x");
+  x.Send(ConnectMessage{"s", "color = 'red'", "", Ct(10), 1, true});
+  t.Pump();
+  REQUIRE(OnlyConnected(x.Take()).start == Ct(10));
+  t.Publish(Knowledge(11, 20, {{12, "red"}, {14, "red"}, {17, "red"}}));
+  REQUIRE(Deliveries(x.Take()) == Strings{"E12", "E14", "E17"});
+  // A subscriber working through a backlog acks as it goes: each ack lags, none is a loss.
+  x.Send(AckMessage{"s", Ct(12)});
+  t.Pump();
+  x.Send(AckMessage{"s", Ct(14)});
+  t.Pump();
+  REQUIRE(x.Take().empty());
+  REQUIRE(t.shb().stats().resent == 0);
+  // It stops short of E17: lost.
+  x.Send(AckMessage{"s", Ct(14)});
+  t.Pump();
+  REQUIRE(Deliveries(x.Take()) == Strings{"E17"});
+  REQUIRE(t.shb().stats().resent == 1);
+}
+
 TEST_CASE("a lost last Event the broker no longer caches ends the session instead", "[shb]") {
   ShbTest t;
   t.options.event_cache_ticks = 5;

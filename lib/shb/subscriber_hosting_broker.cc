@@ -808,8 +808,10 @@ void SubscriberHostingBroker::OnAck(absl::string_view from, const AckMessage& m)
       pos.acked = pos.sent_marks.front().second;
       pos.sent_marks.pop_front();
     }
-    if (t < pos.sent_through && !pos.sent_since_ack) {
-      // Nothing was sent since the previous ack, and this one still lacks the last message.
+    if (t < pos.sent_through && !pos.sent_since_ack && t <= pos.released) {
+      // Nothing was sent since the previous ack, and this one still lacks the last message
+      // without having moved since: it was lost. (A subscriber whose CT moves is still working
+      // through what is on its way.)
       Resend(s, pit->second, pos);
       if (s.session.empty()) return;
     }
