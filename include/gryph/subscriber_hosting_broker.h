@@ -228,10 +228,6 @@ class SubscriberHostingBroker {
     // The subscriptions with a catchup stream here, by name (the order catchups step in): a
     // Flush costs what the catchups need, not a pass over every subscription.
     absl::btree_map<absl::string_view, SubscriptionState*> catchups;
-    // The constream's members (Position::member) by subscriber id: a round looks up each
-    // subscriber an event matched here, once. (A subscription's positions do not move once it
-    // exists.)
-    absl::flat_hash_map<uint64_t, std::pair<SubscriptionState*, Position*>> members;
   };
 
   SubscriberHostingBroker(SubscriberHostingBrokerOptions options, Storage* storage,
@@ -263,8 +259,6 @@ class SubscriberHostingBroker {
   void StartCatchup(SubscriptionState& s, PubendState& p, Position& pos,
                     std::unique_ptr<PFS::Reader> reader, Tick from, Tick refilter_through);
   static void EndCatchup(SubscriptionState& s, PubendState& p, Position& pos);
-  // Makes `s` a member of p's constream or not (pos.member and p.members).
-  static void SetMember(SubscriptionState& s, PubendState& p, Position& pos, bool member);
   // Records `n` Events sent to `pos`, the last at `last`.
   static void NoteSent(Position& pos, Tick last, uint64_t n);
   // Gives `d` (for `pos`'s session) its `previous` and makes it the session's last message.

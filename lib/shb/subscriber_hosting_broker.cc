@@ -373,15 +373,16 @@ absl::Status SubscriberHostingBroker::AdvanceConStreams() {
         // The matcher's order follows its layout; a fixed order keeps runs reproducible.
         std::sort(matched.begin(), matched.end());
         for (SubscriberId m : matched) {
-          auto member = p.members.find(m.value);
-          if (member == p.members.end()) continue;
-          auto [s, pos] = member->second;
-          if (d.range.first <= pos->resume_after) continue;
-          round_deliveries_.push_back(Channel::Outgoing{
-              s->session,
-              DeliveryMessage{s->name, p.id, DeliveryKind::kEvent, d.range.first, d.event}});
-          Stamp(*pos, std::get<DeliveryMessage>(round_deliveries_.back().message));
-          round_delivered_to_.emplace_back(s, pos);
+          SubscriptionState& s = *by_id_.at(m.value);
+          auto pos = s.positions.find(p.id);
+          if (pos != s.positions.end() && pos->second.member &&
+              d.range.first > pos->second.resume_after) {
+            round_deliveries_.push_back(Channel::Outgoing{
+                s.session,
+                DeliveryMessage{s.name, p.id, DeliveryKind::kEvent, d.range.first, d.event}});
+            Stamp(pos->second, std::get<DeliveryMessage>(round_deliveries_.back().message));
+            round_delivered_to_.emplace_back(&s, &pos->second);
+          }
         }
         if (!matched.empty()) {
           GRYPH_RETURN_IF_ERROR(p.pfs->Write(d.range.first, matched, &wb));
@@ -493,7 +494,7 @@ void SubscriberHostingBroker::Demote(SubscriptionState& s, PubendState& p, Posit
     return;
   }
   p.constream->Leave(s.name);
-  SetMember(s, p, pos, false);
+  pos.member = false;
   StartCatchup(s, p, pos, *std::move(reader), from, 0);
   ++stats_.demotions;
 }
@@ -506,16 +507,6 @@ void SubscriberHostingBroker::StartCatchup(SubscriptionState& s, PubendState& p,
                                                 s.subscription, options_.catchup);
   p.catchups[s.name] = &s;
   ++stats_.catchups_started;
-}
-
-void SubscriberHostingBroker::SetMember(SubscriptionState& s, PubendState& p, Position& pos,
-                                        bool member) {
-  pos.member = member;
-  if (member) {
-    p.members[s.id.value] = {&s, &pos};
-  } else {
-    p.members.erase(s.id.value);
-  }
 }
 
 void SubscriberHostingBroker::EndCatchup(SubscriptionState& s, PubendState& p, Position& pos) {
@@ -617,7 +608,7 @@ bool SubscriberHostingBroker::StepCatchups(PubendState& p) {
         // The hand-over: the constream has delivered exactly through ld, and so has the catchup.
         EndCatchup(s, p, pos);
         p.constream->Join(name, Now());
-        SetMember(s, p, pos, true);
+        pos.member = true;
         ++stats_.catchups_completed;
       } else if (nacks.empty() && !out.empty()) {
         next.push_back(c);  // it may have more at once
@@ -747,7 +738,7 @@ void SubscriberHostingBroker::OnConnect(absl::string_view from, const ConnectMes
   s.session = std::string(from);
   CheckpointToken start;
   for (auto& [id, p] : pubends_) {
-    Position& pos = s.positions.at(id);
+    Position& pos = s.positions[id];
     const Tick ld = p.constream->latest_delivered();
     // Nothing before the subscription existed here can have matched it, unless a CT from
     // elsewhere asks to refilter that span.
@@ -765,7 +756,7 @@ void SubscriberHostingBroker::OnConnect(absl::string_view from, const ConnectMes
       pos.resume_after = from_tick;
       if (from_tick > ld) ++stats_.resumed_ahead;
       p.constream->Join(s.name, Now(), from_tick);
-      SetMember(s, p, pos, true);
+      pos.member = true;
       continue;
     }
     const Tick refilter_through = from_tick < pos.created ? pos.created : 0;
@@ -789,7 +780,7 @@ void SubscriberHostingBroker::EndSession(SubscriptionState& s) {
     PubendState& p = pubends_.at(id);
     EndCatchup(s, p, pos);
     p.constream->Leave(s.name);
-    SetMember(s, p, pos, false);
+    pos.member = false;
     pos.sent = pos.acked = 0;
     pos.sent_marks.clear();
   }
@@ -812,7 +803,7 @@ void SubscriberHostingBroker::OnAck(absl::string_view from, const AckMessage& m)
                                   " is beyond what this broker delivered")));
       return;
     }
-    Position& pos = s.positions.at(p);
+    Position& pos = s.positions[p];
     while (!pos.sent_marks.empty() && pos.sent_marks.front().first <= t) {
       pos.acked = pos.sent_marks.front().second;
       pos.sent_marks.pop_front();
