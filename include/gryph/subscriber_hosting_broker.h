@@ -16,9 +16,11 @@
 //
 // Each delivery names the tick of the session's previous one from the same pubend (the session's
 // start CT for the first), so a subscriber finds a lost one and reconnects from its CT. An ack
-// below the session's last delivery, with nothing sent since the previous ack, gets that last
-// delivery again (it may have been the one lost); if it was an Event no longer cached, the
-// session ends with Unavailable instead, and the subscriber resumes from its CT.
+// below the session's last delivery that has not moved since the previous ack, with nothing sent
+// in between, gets that last delivery again (it may have been the one lost; an ack that moved
+// comes from a subscriber still working through what is on its way); if it was an Event no
+// longer cached, the session ends with Unavailable instead, and the subscriber resumes from its
+// CT.
 //
 // Slow consumers: a session may have at most max_unacked_events Event messages of a pubend sent
 // and not acknowledged. A constream member that passes the bound is demoted to catchup — its
@@ -185,9 +187,9 @@ class SubscriberHostingBroker {
     // next message's `previous`.
     Tick sent_through = 0;
     // That message's kind and `previous`, and whether anything was sent since the last ack. An
-    // ack below sent_through with nothing sent since the previous ack resends it (an Event from
-    // the istream): a lost last message is otherwise found only by a later one, which a quiet or
-    // flow-controlled session may never get.
+    // ack below sent_through, not above the previous one, with nothing sent since it resends it
+    // (an Event from the istream): a lost last message is otherwise found only by a later one,
+    // which a quiet or flow-controlled session may never get.
     DeliveryKind last_kind = DeliveryKind::kSilence;
     Tick last_previous = 0;
     bool sent_since_ack = false;
