@@ -317,6 +317,8 @@ class PFS {
   // *cursor, created on first use). The view is valid until the cursor moves or the PFS changes.
   // kDataLoss if there is no such record.
   absl::StatusOr<absl::string_view> LookupRecord(Tick t, std::unique_ptr<Cursor>* cursor);
+  // The value of the i-th record of unsettled_ticks_.
+  absl::string_view UnsettledRecord(size_t i) const;
   // The back-pointer of subscriber s in the record of tick t (value `record`); kDataLoss if the
   // record is malformed or does not hold s.
   static absl::StatusOr<Tick> FindPrev(absl::string_view record, Tick t, SubscriberId s);

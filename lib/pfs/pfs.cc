@@ -367,6 +367,13 @@ absl::Status PFS::Commit(const WriteBatch& batch) {
   return absl::OkStatus();
 }
 
+absl::string_view PFS::UnsettledRecord(size_t i) const {
+  const size_t end =
+      i + 1 < unsettled_ticks_.size() ? unsettled_offsets_[i + 1] : unsettled_bytes_.size();
+  return absl::string_view(unsettled_bytes_)
+      .substr(unsettled_offsets_[i], end - unsettled_offsets_[i]);
+}
+
 absl::StatusOr<absl::string_view> PFS::LookupRecord(Tick t, std::unique_ptr<Cursor>* cursor) {
   if (t > committed_) {
     auto begin = unsettled_ticks_.begin() + static_cast<ptrdiff_t>(unsettled_begin_);
@@ -374,11 +381,7 @@ absl::StatusOr<absl::string_view> PFS::LookupRecord(Tick t, std::unique_ptr<Curs
     if (it == unsettled_ticks_.end() || *it != t) {
       return Corrupt(options_.pubend, absl::StrCat("no record at tick ", t));
     }
-    const size_t i = static_cast<size_t>(it - unsettled_ticks_.begin());
-    const size_t end =
-        i + 1 < unsettled_ticks_.size() ? unsettled_offsets_[i + 1] : unsettled_bytes_.size();
-    return absl::string_view(unsettled_bytes_)
-        .substr(unsettled_offsets_[i], end - unsettled_offsets_[i]);
+    return UnsettledRecord(static_cast<size_t>(it - unsettled_ticks_.begin()));
   }
   if (*cursor == nullptr) {
     GRYPH_ASSIGN_OR_RETURN(*cursor, storage_->NewCursor(kPfsRecordsTable));
@@ -459,6 +462,10 @@ absl::Status PFS::ReadTogether(absl::Span<Reader* const> readers, size_t max_rec
   };
   std::vector<Want> wants;
   wants.reserve(readers.size());
+  // Per reader, where its window starts after what the PFS chopped (unknown, as for Read), and
+  // whether it needs the pass: a reader with no record of its subscriber after that (its last is
+  // below) has nothing to read, and the pass need not start down there.
+  std::vector<std::pair<Tick, bool>> starts(readers.size());
   Tick lo = kMaxTick;
   Tick hi = 0;
   for (size_t i = 0; i < readers.size(); ++i) {
@@ -469,12 +476,11 @@ absl::Status PFS::ReadTogether(absl::Span<Reader* const> readers, size_t max_rec
     result.lost_through = 0;
     result.through = r.position_;
     if (r.done()) continue;
-    // What the PFS chopped is unknown, as for Read.
     const Tick from = std::max(r.position_, std::min(chopped_, r.end_));
     const Sub& sub = *FindSub(r.subscriber_);
-    // No record of the subscriber after `from` (its last is below): nothing to read for it, and
-    // the pass need not start down there.
-    if (sub.last_index <= from) continue;
+    const bool needs_pass = sub.last_index > from;
+    starts[i] = {from, needs_pass};
+    if (!needs_pass) continue;
     wants.push_back(Want{from, r.end_, sub.added_at, r.subscriber_, &result.ticks});
     lo = std::min(lo, from);
     hi = std::max(hi, r.end_);
@@ -536,11 +542,7 @@ absl::Status PFS::ReadTogether(absl::Span<Reader* const> readers, size_t max_rec
     auto begin = unsettled_ticks_.begin() + static_cast<ptrdiff_t>(unsettled_begin_);
     for (auto it = std::upper_bound(begin, unsettled_ticks_.end(), std::max(lo, committed_));
          it != unsettled_ticks_.end() && *it <= hi; ++it) {
-      const size_t i = static_cast<size_t>(it - unsettled_ticks_.begin());
-      const size_t end =
-          i + 1 < unsettled_ticks_.size() ? unsettled_offsets_[i + 1] : unsettled_bytes_.size();
-      if (!visit(*it, absl::string_view(unsettled_bytes_)
-                          .substr(unsettled_offsets_[i], end - unsettled_offsets_[i]))) {
+      if (!visit(*it, UnsettledRecord(static_cast<size_t>(it - unsettled_ticks_.begin())))) {
         break;
       }
     }
@@ -553,10 +555,9 @@ absl::Status PFS::ReadTogether(absl::Span<Reader* const> readers, size_t max_rec
     Reader& r = *readers[i];
     ReadResult& result = (*results)[i];
     if (r.done()) continue;
-    const Tick from = std::max(r.position_, std::min(chopped_, r.end_));
-    // The pass covered (from, through], unless it stopped below `from`; a reader with no record
-    // after `from` needed no pass.
-    if (FindSub(r.subscriber_)->last_index <= from) {
+    const auto [from, needs_pass] = starts[i];
+    // The pass covered (from, through], unless it stopped below `from`.
+    if (!needs_pass) {
       result.through = r.end_;
     } else if (through >= from) {
       result.through = std::min(through, r.end_);
