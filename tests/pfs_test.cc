@@ -987,6 +987,19 @@ class PropertyRun {
     } while (drain && !readers_[i].reader->done());
   }
 
+  // What a read of subscriber `id`'s window (position, end] reported, against the model: the
+  // chopped part lost, then exactly its Q ticks through r.through, at most `max` of them.
+  void CheckRead(uint64_t id, Tick position, Tick end, size_t max, const PFS::ReadResult& r) {
+    const Tick lost =
+        pending_.chopped > position && position < end ? std::min(pending_.chopped, end) : 0;
+    REQUIRE(r.lost_through == lost);
+    const Tick lo = std::max(position, lost);
+    REQUIRE(r.through >= lo);
+    REQUIRE(r.through <= end);
+    REQUIRE(r.ticks.size() <= max);
+    REQUIRE(r.ticks == pending_.Q(id, lo, r.through));
+  }
+
   // One Read on readers_[i], checked against the model; false if the reader was dropped.
   bool ReadOnce(size_t i) {
     LiveReader& live = readers_[i];
@@ -1004,14 +1017,7 @@ class PropertyRun {
     }
     REQUIRE_OK(s);
     INFO("subscriber " << live.id << " window (" << position << ", " << end << "] max " << max);
-    const Tick lost =
-        pending_.chopped > position && position < end ? std::min(pending_.chopped, end) : 0;
-    REQUIRE(r.lost_through == lost);
-    const Tick lo = std::max(position, lost);
-    REQUIRE(r.through >= lo);
-    REQUIRE(r.through <= end);
-    REQUIRE(r.ticks.size() <= max);
-    REQUIRE(r.ticks == pending_.Q(live.id, lo, r.through));
+    CheckRead(live.id, position, end, max, r);
     if (r.through < end) {  // stopped early only with a full buffer, at its last tick
       REQUIRE(r.ticks.size() == max);
       REQUIRE(r.ticks.back() == r.through);
@@ -1072,14 +1078,7 @@ class PropertyRun {
         continue;
       }
       any_moved = true;
-      const Tick lost =
-          pending_.chopped > position && position < end ? std::min(pending_.chopped, end) : 0;
-      REQUIRE(r.lost_through == lost);
-      const Tick lo = std::max(position, lost);
-      REQUIRE(r.through >= lo);
-      REQUIRE(r.through <= end);
-      REQUIRE(r.ticks.size() <= max_records);
-      REQUIRE(r.ticks == pending_.Q(live.id, lo, r.through));
+      CheckRead(live.id, position, end, max_records, r);
     }
     // The reader lowest in the log always moves.
     REQUIRE(any_moved == any_open);
