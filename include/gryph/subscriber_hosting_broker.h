@@ -251,8 +251,9 @@ class SubscriberHostingBroker {
                  std::vector<std::pair<SubscriptionState*, PubendState*>>& slow);
   // Drops cached events of `p` that no catchup needs, beyond the cache window.
   void Forget(PubendState& p);
-  // Steps the catchup streams of `p` in turn (see max_catchup_messages_per_flush); returns
-  // whether they may have more to send now.
+  // Steps the catchup streams of `p` in rounds, each with one shared PFS read for the streams
+  // that need matches (see max_catchup_messages_per_flush); returns whether they may have more
+  // to send now.
   bool StepCatchups(PubendState& p);
   // Moves a constream member whose consumer fell behind to a catchup stream.
   void Demote(SubscriptionState& s, PubendState& p, Position& pos);
