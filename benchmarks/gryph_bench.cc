@@ -12,6 +12,9 @@
 //   lmdb_commit        raw LMDB: one record per sync transaction (p50_us, p99_us, commits_per_s)
 //   lmdb_group_commit_latency  raw LMDB group commit fed one record at a time at 10,000/s, the
 //                      floor under a publish's latency (offered_per_s, p50_us, p99_us)
+//   e2e_floor          the same, each group then handed through two more sleeping threads, as
+//                      knowledge and deliveries are: the floor under e2e_latency (offered_per_s,
+//                      hops, p50_us, p99_us)
 //   storage_append     lmdb_append through gryph's Storage, with the raw figure of the same run
 //                      (records_per_s, bytes_per_record, lmdb_records_per_s, overhead_pct)
 //   storage_commit     lmdb_commit through Storage::Commit, alternating with raw commits

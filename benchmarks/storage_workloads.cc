@@ -12,6 +12,9 @@
 //                         (p50_us, p99_us, lmdb_p50_us, lmdb_p99_us)
 //   lmdb_group_commit_latency  raw LMDB group commit fed one record at a time at 10,000/s: the
 //                         floor under a publish's latency (offered_per_s, p50_us, p99_us)
+//   e2e_floor             the same, each group then handed through two more threads as an
+//                         event's knowledge and deliveries are: the floor under e2e_latency
+//                         (offered_per_s, hops, p50_us, p99_us)
 //   storage_group_commit  one record per Submit through a background GroupCommitter
 //                         (max_records = kPubendBatchRecords, max_delay 2 ms) from two submitter
 //                         threads (records_per_s, records_per_group, ack_p50_us, ack_p99_us)
@@ -226,21 +229,80 @@ GRYPH_WORKLOAD(lmdb_commit) {
   OneRecordCommits(ctx, "lmdb_commit", [&](uint64_t n) { env.Append(n, 1, value); });
 }
 
-// The floor under a publish's latency at a fixed rate: raw LMDB, one committer thread that takes
-// whatever one submitter thread queued while it was committing and commits it in one sync
-// transaction (no gryph code). Each record's latency runs from its submission to the end of
-// its commit.
-GRYPH_WORKLOAD(lmdb_group_commit_latency) {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A hand-off between two threads: the sender appends submission times, the receiver (asleep
+// while there are none) takes them all.
+class Relay {
+ public:
+  void Push(const std::vector<Clock::time_point>& times) {
+    absl::MutexLock lock(&mu_);
+    if (times_.empty()) arrived_.Signal();
+    times_.insert(times_.end(), times.begin(), times.end());
+  }
+  void Close() {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+    arrived_.Signal();
+  }
+  // Blocks until there are times (swapped into *out) or the relay is closed and empty (false).
+  bool Pop(std::vector<Clock::time_point>* out) {
+    out->clear();
+    absl::MutexLock lock(&mu_);
+    while (times_.empty() && !closed_) arrived_.Wait(&mu_);
+    if (times_.empty()) return false;
+    out->swap(times_);
+    return true;
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::CondVar arrived_;
+  std::vector<Clock::time_point> times_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// Raw LMDB group commit at a fixed 10,000 records/s: one committer thread takes whatever one
+// submitter thread queued while it was committing and commits it in one sync transaction (no
+// gryph code). After each commit the group's submission times pass through `hops` more threads,
+// each woken by the one before (as knowledge goes from a PHB's commit thread to the brokers'
+// thread, and deliveries from there to the subscribers' thread), and the last one records each
+// record's latency from its submission. Returns the latencies in us.
+Histogram GroupCommitAtFixedRate(const Context& ctx, const char* name, int hops) {
   constexpr double kRate = 10'000;
-  RunDir dir(ctx, "lmdb_group_commit_latency", 0);
+  RunDir dir(ctx, name, 0);
   RawEnv env(dir.path());
   const std::string value(kValueBytes, 'v');
-  using Clock = std::chrono::steady_clock;
   absl::Mutex mu;
   absl::CondVar submitted;
   std::vector<Clock::time_point> queue;  // guarded by mu
   bool done = false;                     // guarded by mu
-  Histogram latency;                     // the committer's
+  Histogram latency;                     // the last thread's
+  auto record = [&latency](const std::vector<Clock::time_point>& times) {
+    const Clock::time_point now = Clock::now();
+    for (const Clock::time_point t : times) {
+      latency.Add(std::chrono::duration<double, std::micro>(now - t).count());
+    }
+  };
+  // relays[i] feeds hop i; the committer pushes into relays[0].
+  std::vector<std::unique_ptr<Relay>> relays;
+  for (int i = 0; i < hops; ++i) relays.push_back(std::make_unique<Relay>());
+  std::vector<std::thread> hop_threads;
+  for (int i = 0; i < hops; ++i) {
+    hop_threads.emplace_back([&, i] {
+      std::vector<Clock::time_point> times;
+      while (relays[i]->Pop(&times)) {
+        if (i + 1 < hops) {
+          relays[i + 1]->Push(times);
+        } else {
+          record(times);
+        }
+      }
+      if (i + 1 < hops) relays[i + 1]->Close();
+    });
+  }
   std::thread committer([&] {
     uint64_t next = 0;
     std::vector<Clock::time_point> group;
@@ -248,17 +310,19 @@ GRYPH_WORKLOAD(lmdb_group_commit_latency) {
       {
         absl::MutexLock lock(&mu);
         while (queue.empty() && !done) submitted.Wait(&mu);
-        if (queue.empty()) return;
+        if (queue.empty()) break;
         group.swap(queue);
       }
       env.Append(next, static_cast<int>(group.size()), value);
       next += group.size();
-      const Clock::time_point now = Clock::now();
-      for (const Clock::time_point t : group) {
-        latency.Add(std::chrono::duration<double, std::micro>(now - t).count());
+      if (hops > 0) {
+        relays[0]->Push(group);
+      } else {
+        record(group);
       }
       group.clear();
     }
+    if (hops > 0) relays[0]->Close();
   });
 #if defined(__linux__)
   prctl(PR_SET_TIMERSLACK, 1UL);  // wake when due
@@ -279,8 +343,30 @@ GRYPH_WORKLOAD(lmdb_group_commit_latency) {
     submitted.Signal();
   }
   committer.join();
+  for (std::thread& t : hop_threads) t.join();
+  return latency;
+}
+
+}  // namespace
+
+// The floor under a publish's latency at a fixed rate: the group commit alone.
+GRYPH_WORKLOAD(lmdb_group_commit_latency) {
+  Histogram latency = GroupCommitAtFixedRate(ctx, "lmdb_group_commit_latency", 0);
   Report("lmdb_group_commit_latency")
-      .Add("offered_per_s", kRate)
+      .Add("offered_per_s", 10'000.0)
+      .Add("p50_us", latency.Percentile(50))
+      .Add("p99_us", latency.Percentile(99))
+      .Print();
+}
+
+// The floor under e2e_latency on this machine: the group commit, then the two thread hops that
+// every event takes after its pubend's commit (to the brokers' thread, then to the subscribers'
+// thread), with no work at all. lmdb_commit in the same run is the baseline.
+GRYPH_WORKLOAD(e2e_floor) {
+  Histogram latency = GroupCommitAtFixedRate(ctx, "e2e_floor", 2);
+  Report("e2e_floor")
+      .Add("offered_per_s", 10'000.0)
+      .Add("hops", int64_t{2})
       .Add("p50_us", latency.Percentile(50))
       .Add("p99_us", latency.Percentile(99))
       .Print();
