@@ -225,5 +225,27 @@ TEST_CASE("catchup refilters the span before the subscription existed here", "[c
   REQUIRE(nacks.empty());
 }
 
+TEST_CASE("a refilter that spends the step's budget leaves the chop's Gap to the next step",
+          "[catchup]") {
+  CatchupStreamOptions o;
+  o.max_deliveries_per_step = 1;
+  KnowledgeStream k;
+  REQUIRE_OK(k.AccumulateSilence({1, 14}));
+  REQUIRE_OK(k.AccumulateData(15, MakeEvent(15, "red")));
+  REQUIRE_OK(k.AccumulateSilence({16, 17}));
+  REQUIRE_OK(k.AccumulateData(18, MakeEvent(18, "red")));
+  REQUIRE_OK(k.AccumulateData(19, MakeEvent(19, "red")));
+  REQUIRE_OK(k.AccumulateSilence({20, 20}));
+  CatchupStream c("sub", kP, 5, 15, *Subscription::Create("color = 'red'"), o);
+  REQUIRE(c.WantedMatches(20) == TickRange{16, 20});
+  c.AddMatches({18, 19}, 20, 16);  // the PFS was chopped through 16
+  // The refilter's last tick takes the whole budget: the Gap must not overdraw it.
+  REQUIRE(StepOnce(c, k, 20) == Strings{"E15"});
+  REQUIRE(StepOnce(c, k, 20) == Strings{"G16"});
+  REQUIRE(StepOnce(c, k, 20) == Strings{"E18"});
+  REQUIRE(StepOnce(c, k, 20) == Strings{"E19", "S20"});
+  REQUIRE(c.caught_up(20));
+}
+
 }  // namespace
 }  // namespace gryph

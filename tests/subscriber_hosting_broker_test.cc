@@ -555,6 +555,50 @@ TEST_CASE("a CT below the PFS's chop point gets a Gap for exactly the chopped sp
 
 // ---- Session errors ---------------------------------------------------------------------------
 
+TEST_CASE("options that would stall every stream are InvalidArgument at Open", "[shb]") {
+  using Options = SubscriberHostingBrokerOptions;
+  const std::vector<std::pair<std::string, std::function<void(Options&)>>> cases = {
+      {"max_batch_events", [](Options& o) { o.max_batch_events = 0; }},
+      {"max_catchup_messages_per_flush", [](Options& o) { o.max_catchup_messages_per_flush = 0; }},
+      {"max_unacked_events", [](Options& o) { o.max_unacked_events = 0; }},
+      {"catchup.max_buffered_matches", [](Options& o) { o.catchup.max_buffered_matches = 1; }},
+      {"catchup.nack_window", [](Options& o) { o.catchup.nack_window = 0; }},
+      {"catchup.max_deliveries_per_step", [](Options& o) { o.catchup.max_deliveries_per_step = 0; }},
+      {"catchup.refilter_nack_ticks", [](Options& o) { o.catchup.refilter_nack_ticks = 0; }},
+  };
+  for (const auto& [name, spoil] : cases) {
+    INFO(name);
+    InProcessNetwork net;
+    auto channel = *net.Connect("shb");
+    MemoryStorage storage;
+    Options o;
+    o.pubends = {{kP, "phb"}};
+    spoil(o);
+    auto shb = SubscriberHostingBroker::Open(o, &storage, channel.get());
+    REQUIRE(shb.status().code() == absl::StatusCode::kInvalidArgument);
+    REQUIRE(shb.status().message().find(name) != std::string::npos);
+  }
+  // The least values work.
+  ShbTest t;
+  t.options.catchup.max_buffered_matches = 2;
+  t.options.catchup.max_deliveries_per_step = 1;
+  t.options.max_catchup_messages_per_flush = 1;
+  t.Open();
+  t.Publish(Knowledge(1, 10, {}));
+  RawClient& x = t.AddRaw("x");
+  x.Send(ConnectMessage{"s", "color = 'red'", "", Ct(10), 1, true});
+  t.Pump();
+  x.Take();
+  t.Publish(Knowledge(11, 20, {{12, "red"}, {14, "red"}, {17, "red"}}));
+  REQUIRE(Deliveries(x.Take()) == Strings{"E12", "E14", "E17"});
+  x.Send(DisconnectMessage{"s"});
+  t.Pump();
+  t.Publish(Knowledge(21, 30, {{22, "red"}, {24, "red"}, {27, "red"}}));
+  x.Send(ConnectMessage{"s", "color = 'red'", "", Ct(17), 1, true});
+  t.Pump();
+  REQUIRE(Deliveries(x.Take()) == Strings{"E22", "E24", "E27", "S30"});
+}
+
 TEST_CASE("a CT naming a pubend the broker does not serve is InvalidArgument", "[shb]") {
   ShbTest t;
   t.Open();
@@ -683,6 +727,59 @@ TEST_CASE("an ack that moved is not taken for a lost last delivery", "[shb]") {
   REQUIRE(t.shb().stats().resent == 1);
 }
 
+TEST_CASE("after a reconnection below its old ack, an ack that moves is not taken for a loss",
+          "[shb]") {
+  ShbTest t;
+  t.Open();
+  t.Publish(Knowledge(1, 10, {}));
+  RawClient& x = t.AddRaw("x");
+  x.Send(ConnectMessage{"s", "color = 'red'", "", Ct(10), 1, true});
+  t.Pump();
+  x.Take();
+  t.Publish(Knowledge(11, 17, {{12, "red"}, {14, "red"}, {17, "red"}}));
+  REQUIRE(Deliveries(x.Take()) == Strings{"E12", "E14", "E17"});
+  x.Send(AckMessage{"s", Ct(17)});
+  x.Send(DisconnectMessage{"s"});
+  t.Pump();
+  // The application comes back from an older CT (its own record lagged its acks): the session
+  // starts below released(s,p), and its acks climb towards it.
+  x.Send(ConnectMessage{"s", "color = 'red'", "", Ct(10), 1, true});
+  t.Pump();
+  REQUIRE(Deliveries(x.Take()) == Strings{"E12", "E14", "E17"});
+  x.Send(AckMessage{"s", Ct(12)});
+  t.Pump();
+  x.Send(AckMessage{"s", Ct(14)});
+  t.Pump();
+  REQUIRE(x.Take().empty());
+  REQUIRE(t.shb().stats().resent == 0);
+  // An ack that stays where the previous one was, with nothing sent since, is a loss.
+  x.Send(AckMessage{"s", Ct(14)});
+  t.Pump();
+  REQUIRE(Deliveries(x.Take()) == Strings{"E17"});
+  REQUIRE(t.shb().stats().resent == 1);
+}
+
+TEST_CASE("an ack below the session's start resends nothing of an earlier session", "[shb]") {
+  ShbTest t;
+  t.Open();
+  t.Publish(Knowledge(1, 10, {}));
+  RawClient& x = t.AddRaw("x");
+  x.Send(ConnectMessage{"s", "color = 'red'", "", Ct(10), 1, true});
+  t.Pump();
+  x.Take();
+  t.Publish(Knowledge(11, 17, {{12, "red"}, {17, "red"}}));
+  REQUIRE(Deliveries(x.Take()) == Strings{"E12", "E17"});
+  x.Send(DisconnectMessage{"s"});
+  x.Send(ConnectMessage{"s", "color = 'red'", "", Ct(17), 1, true});
+  t.Pump();
+  OnlyConnected(x.Take());
+  // The new session has sent nothing: there is no last message of its own to resend.
+  x.Send(AckMessage{"s", Ct(12)});
+  t.Pump();
+  REQUIRE(x.Take().empty());
+  REQUIRE(t.shb().stats().resent == 0);
+}
+
 TEST_CASE("a lost last Event the broker no longer caches ends the session instead", "[shb]") {
   ShbTest t;
   t.options.event_cache_ticks = 5;
@@ -786,6 +883,39 @@ TEST_CASE("an ack beyond what was delivered is OutOfRange and changes nothing", 
   REQUIRE(x.Take().empty());
   t.Timer(t.options.release_interval);
   REQUIRE(t.TakeReleases() == Release(10, 10));
+}
+
+TEST_CASE("an ack with one entry beyond what was delivered changes nothing at any pubend",
+          "[shb]") {
+  ShbTest t;
+  t.options.pubends.push_back({kP2, "phb"});
+  t.Open();
+  RawClient& x = t.AddRaw("x");
+  x.Send(ConnectMessage{"x", "", "", {}, 1, true});
+  t.Pump();
+  OnlyConnected(x.Take());
+  t.Publish(Knowledge(1, 10, {{4, "red"}}));
+  t.Publish(Knowledge(1, 10, {}, kP2));
+  REQUIRE(Deliveries(x.Take()) == Strings{"E4"});
+  auto released_at = [&t](PubendId p) {
+    std::optional<Tick> released;
+    for (const ReleaseMessage& m : t.TakeReleases()) {
+      for (const ReleaseEntry& e : m.entries) {
+        if (e.pubend == p) released = e.released;
+      }
+    }
+    return released;
+  };
+  t.Timer();
+  REQUIRE(released_at(kP) == 0);
+
+  CheckpointToken ack = Ct(10);
+  ack.Set(kP2, 11);  // kP's entry is good, kP2's is ahead
+  x.Send(AckMessage{"x", ack});
+  t.Pump();
+  REQUIRE(OnlyError(x.Take(), "x") == absl::StatusCode::kOutOfRange);
+  t.Timer(t.options.release_interval);
+  REQUIRE(released_at(kP) == 0);  // not even the good entry counted
 }
 
 TEST_CASE("unsubscribing deletes the subscription", "[shb]") {

@@ -41,7 +41,7 @@
 namespace gryph {
 
 struct CatchupStreamOptions {
-  // Matched ticks buffered from the PFS at a time (the batch read size).
+  // Matched ticks buffered from the PFS at a time; a read fills half of it (>= 2).
   size_t max_buffered_matches = 4096;
   // Flow control: at most this many of the next matched ticks are nacked at once.
   size_t nack_window = 256;

@@ -150,7 +150,8 @@ class SubscriberHostingBroker {
 
   // Opens the broker's state in `storage` (recovering subscriptions, latestDelivered, released
   // and the PFS) and sets itself as `channel`'s receiver. Every session starts disconnected.
-  // `storage` and `channel` must outlive the broker.
+  // `storage` and `channel` must outlive the broker. InvalidArgument: no pubend, or a count
+  // option below its least value (1; catchup.max_buffered_matches 2), which would stall streams.
   static absl::StatusOr<std::unique_ptr<SubscriberHostingBroker>> Open(
       SubscriberHostingBrokerOptions options, Storage* storage, Channel* channel);
   ~SubscriberHostingBroker();
@@ -193,6 +194,11 @@ class SubscriberHostingBroker {
     DeliveryKind last_kind = DeliveryKind::kSilence;
     Tick last_previous = 0;
     bool sent_since_ack = false;
+    // The session's start CT, and its highest ack (the start before any). Not released(s,p): a
+    // session may start below what an earlier one acknowledged, and its acks climb towards it.
+    // Only a message of this session (sent_through above the start) is ever resent.
+    Tick session_start = 0;
+    Tick session_acked = 0;
     Tick noted_tick = 0;      // scratch: the last Event tick sent in this constream round
     uint64_t round_sent = 0;  // scratch: Events sent in this constream round
     // Flow control, per session: Events sent and acknowledged, and per send the tick of its last

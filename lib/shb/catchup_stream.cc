@@ -41,7 +41,7 @@ void CatchupStream::Step(const KnowledgeStream& knowledge, Tick latest_delivered
   size_t budget = options_.max_deliveries_per_step;
   if (position_ < refilter_through_) {
     StepRefilter(knowledge, out, nacks, &budget);
-    if (position_ < refilter_through_) return;
+    if (position_ < refilter_through_ || budget == 0) return;
   }
   // What the PFS no longer knows (chopped below our checkpoint) is a Gap of exactly that interval.
   if (lost_through_ > position_) {

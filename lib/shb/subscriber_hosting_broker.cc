@@ -1,6 +1,7 @@
 #include "gryph/subscriber_hosting_broker.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "lib/util/coding.h"
@@ -61,6 +62,22 @@ SubscriberHostingBroker::~SubscriberHostingBroker() {
 absl::StatusOr<std::unique_ptr<SubscriberHostingBroker>> SubscriberHostingBroker::Open(
     SubscriberHostingBrokerOptions options, Storage* storage, Channel* channel) {
   if (options.pubends.empty()) return absl::InvalidArgumentError("an SHB needs a pubend");
+  // Each of these at 0 (or 1 for the matches, read half a buffer at a time) would stall every
+  // constream or catchup without an error.
+  for (const auto& [value, least, name] :
+       {std::tuple<uint64_t, uint64_t, const char*>{options.max_batch_events, 1,
+                                                    "max_batch_events"},
+        {options.max_catchup_messages_per_flush, 1, "max_catchup_messages_per_flush"},
+        {options.max_unacked_events, 1, "max_unacked_events"},
+        {options.catchup.max_buffered_matches, 2, "catchup.max_buffered_matches"},
+        {options.catchup.nack_window, 1, "catchup.nack_window"},
+        {options.catchup.max_deliveries_per_step, 1, "catchup.max_deliveries_per_step"},
+        {options.catchup.refilter_nack_ticks, 1, "catchup.refilter_nack_ticks"}}) {
+    if (value < least) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SHB option ", name, " is ", value, "; it must be at least ", least));
+    }
+  }
   if (!options.clock) options.clock = [] { return absl::Now(); };
   std::unique_ptr<SubscriberHostingBroker> shb(
       new SubscriberHostingBroker(std::move(options), storage, channel));
@@ -747,6 +764,7 @@ void SubscriberHostingBroker::OnConnect(absl::string_view from, const ConnectMes
         m.checkpoint.entries().contains(id) ? m.checkpoint.Get(id) : pos.created;
     start.Set(id, from_tick);
     pos.sent_through = from_tick;
+    pos.session_start = pos.session_acked = from_tick;
     pos.sent_since_ack = false;
     // Each session resumes after its own CT: an earlier session's (which may have been ahead of
     // this one's, after a crash) must not hide the ticks this one is owed.
@@ -795,6 +813,7 @@ void SubscriberHostingBroker::OnAck(absl::string_view from, const AckMessage& m)
     return;
   }
   SubscriptionState& s = it->second;
+  // All or nothing: a bad entry leaves the others unapplied too.
   for (const auto& [p, t] : m.checkpoint.entries()) {
     auto pit = pubends_.find(p);
     if (pit == pubends_.end() || t > AcceptableTick(pit->second)) {
@@ -803,19 +822,23 @@ void SubscriberHostingBroker::OnAck(absl::string_view from, const AckMessage& m)
                                   " is beyond what this broker delivered")));
       return;
     }
+  }
+  for (const auto& [p, t] : m.checkpoint.entries()) {
     Position& pos = s.positions[p];
     while (!pos.sent_marks.empty() && pos.sent_marks.front().first <= t) {
       pos.acked = pos.sent_marks.front().second;
       pos.sent_marks.pop_front();
     }
-    if (t < pos.sent_through && !pos.sent_since_ack && t <= pos.released) {
+    if (t < pos.sent_through && pos.sent_through > pos.session_start && !pos.sent_since_ack &&
+        t <= pos.session_acked) {
       // Nothing was sent since the previous ack, and this one still lacks the last message
       // without having moved since: it was lost. (A subscriber whose CT moves is still working
       // through what is on its way.)
-      Resend(s, pit->second, pos);
+      Resend(s, pubends_.at(p), pos);
       if (s.session.empty()) return;
     }
     pos.sent_since_ack = false;
+    pos.session_acked = std::max(pos.session_acked, t);
     if (t > pos.released) {
       pos.released = t;
       dirty_released_[s.name].push_back(p);
