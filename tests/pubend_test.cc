@@ -346,6 +346,36 @@ TEST_CASE("release waits for every registered node, then reclaims storage", "[pu
   REQUIRE(h.pubend().l_prefix() == ticks[5]);
 }
 
+TEST_CASE("a nack is answered L only below the durable L prefix", "[pubend][release]") {
+  Harness h;
+  std::vector<Tick> ticks;
+  for (int i = 0; i < 6; ++i) {
+    h.now += absl::Microseconds(10);
+    ticks.push_back(h.PublishAndCommit(Order(i)));
+  }
+  REQUIRE_OK(h.Release("shb1", ticks[3], ticks[5]));
+  REQUIRE_OK(h.Release("shb2", ticks[3], ticks[5]));  // the new L prefix is submitted
+  REQUIRE(h.pubend().l_prefix() == 0);                  // and not committed
+  auto nacker = std::make_unique<Downstream>(*h.net.Connect("nacker"));
+  REQUIRE_OK(h.phb->HandleMessage("nacker", CuriosityMessage{kP, {{1, ticks[5]}}}));
+  h.net.DeliverAll();
+  // A crash now would keep these events: they are still D.
+  REQUIRE(nacker->knowledge.LPrefix() == 0);
+  REQUIRE(nacker->knowledge.ValueAt(ticks[2]) == TickValue::kD);
+  h.Restart();  // the releases were not committed either: the SHBs send them again
+  REQUIRE(h.pubend().l_prefix() == 0);
+  REQUIRE_OK(h.Release("shb1", ticks[3], ticks[5]));
+  REQUIRE_OK(h.Release("shb2", ticks[3], ticks[5]));
+  // Once committed, they are L.
+  h.Advance(absl::Milliseconds(1));
+  REQUIRE(h.pubend().l_prefix() == ticks[3]);
+  auto again = std::make_unique<Downstream>(*h.net.Connect("again"));
+  REQUIRE_OK(h.phb->HandleMessage("again", CuriosityMessage{kP, {{1, ticks[5]}}}));
+  h.net.DeliverAll();
+  REQUIRE(again->knowledge.LPrefix() == ticks[3]);
+  REQUIRE(again->knowledge.ValueAt(ticks[4]) == TickValue::kD);
+}
+
 TEST_CASE("bad release messages are rejected and change nothing", "[pubend][release]") {
   Harness h;
   const Tick t = h.PublishAndCommit(Order(1));

@@ -402,7 +402,7 @@ void Pubend::MaybeRelease(absl::Time now) {
   WriteBatch batch;
   batch.Put(internal::kPubendMetaTable, MetaKey(options_.id, internal::kMetaLPrefix),
             EncodeFixed64(target));
-  releasing_ = target;  // nack answers treat ticks up to here as L from now on
+  releasing_ = target;  // the L prefix being committed; nack answers wait for l_prefix_
   SubmitOtherLocked(std::move(batch), [this, target](absl::Status s) {
     absl::MutexLock l(&mu_);
     if (!s.ok()) {
@@ -501,18 +501,20 @@ absl::Status Pubend::HandleCuriosity(absl::string_view from, const CuriosityMess
     absl::MutexLock lock(&mu_);
     if (!status_.ok()) return status_;
     committed = committed_;
-    lost = releasing_;
+    // Only the durable L prefix: an L prefix still being committed may not survive a crash, and
+    // the events under it are in the log until it has (ReclaimSome deletes below l_prefix_).
+    lost = l_prefix_;
   }
   std::vector<KnowledgeMessage> answers;
   for (TickRange r : nack.ranges) {
     if (r.first > committed) break;
     GRYPH_RETURN_IF_ERROR(ReadKnowledge({r.first, std::min(r.last, committed)}, lost, &answers));
   }
-  // Events reclaimed while we read were released first: answer them as L.
+  // Events reclaimed while we read were released (durably) first: answer them as L.
   Tick lost_now;
   {
     absl::MutexLock lock(&mu_);
-    lost_now = releasing_;
+    lost_now = l_prefix_;
   }
   for (KnowledgeMessage& m : answers) {
     if (lost_now > lost) {
