@@ -1,5 +1,6 @@
 #include "gryph/pubend.h"
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <optional>
@@ -308,6 +309,38 @@ TEST_CASE("nacks are answered from the log in bounded messages", "[pubend]") {
   REQUIRE(events == 100);
   REQUIRE_CODE(h.phb->HandleMessage("nacker", CuriosityMessage{PubendId{9}, {{1, 2}}}),
                absl::StatusCode::kNotFound);
+}
+
+TEST_CASE("a nack for a long span is answered in part, and asking again gets the rest",
+          "[pubend]") {
+  PubendOptions po{kP};
+  po.max_nack_answer_bytes = 1000;  // a few events' worth (each is about 80 bytes encoded)
+  Harness h(po);
+  std::vector<Tick> ticks;
+  for (int i = 0; i < 100; ++i) {
+    h.now += absl::Microseconds(3);
+    ticks.push_back(h.PublishAndCommit(Order(i)));
+  }
+  const Tick last = h.pubend().committed_tick();
+  auto nacker = std::make_unique<Downstream>(*h.net.Connect("nacker"));
+  size_t nacks = 0;
+  while (nacker->knowledge.DoubtHorizon(0) < last) {
+    REQUIRE(++nacks <= 100);
+    const Tick from = nacker->knowledge.DoubtHorizon(0) + 1;
+    REQUIRE_OK(h.phb->HandleMessage("nacker", CuriosityMessage{kP, {{from, last}}}));
+    h.net.DeliverAll();
+    // Each answer is a prefix that stops right before an event it did not read: no Silence is
+    // claimed past what was read.
+    const Tick horizon = nacker->knowledge.DoubtHorizon(0);
+    REQUIRE(horizon > from - 1);
+    REQUIRE((horizon == last ||
+             std::find(ticks.begin(), ticks.end(), horizon + 1) != ticks.end()));
+  }
+  REQUIRE(nacks >= 100 * 80 / 1000 / 2);
+  REQUIRE(nacker->errors.empty());
+  size_t events = 0;
+  nacker->knowledge.ForEachData({1, last}, [&](Tick, const EventRef&) { return ++events > 0; });
+  REQUIRE(events == 100);
 }
 
 TEST_CASE("release waits for every registered node, then reclaims storage", "[pubend][release]") {

@@ -73,6 +73,11 @@ struct PubendOptions {
   // many bytes of events; longer answers are split.
   size_t max_spans_per_message = 1024;
   size_t max_bytes_per_message = size_t{1} << 20;
+  // One nack is answered with at most about this many bytes of logged events (their encoded
+  // size; at least one event); the answer then covers a prefix of the nacked ranges and the
+  // nacker asks again for the rest, which it still lacks. A node back from a long outage nacks
+  // the whole span it missed at once: this bounds what the answer holds in memory.
+  uint64_t max_nack_answer_bytes = uint64_t{64} << 20;
   // When the stream is idle this long, OnTimer announces silence up to now (so that downstream
   // nodes advance, and learn of anything they missed before a restart).
   absl::Duration heartbeat = absl::Milliseconds(100);
@@ -188,9 +193,11 @@ class Pubend {
   void SendLocked(KnowledgeMessage message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FlushKnowledgeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Appends knowledge for `range` read from the log to *out, split into bounded messages; ticks
-  // at or below `lost` are L. Reads storage without holding mu_.
-  absl::Status ReadKnowledge(TickRange range, Tick lost, std::vector<KnowledgeMessage>* out)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // at or below `lost` are L. Events take their encoded size from *budget; once it is spent (and
+  // something was answered) the knowledge stops before the next event and the result is false.
+  // Reads storage without holding mu_.
+  absl::StatusOr<bool> ReadKnowledge(TickRange range, Tick lost, uint64_t* budget,
+                                     std::vector<KnowledgeMessage>* out) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Constant after construction.
   const PubendOptions options_;

@@ -506,9 +506,13 @@ absl::Status Pubend::HandleCuriosity(absl::string_view from, const CuriosityMess
     lost = l_prefix_;
   }
   std::vector<KnowledgeMessage> answers;
+  uint64_t budget = options_.max_nack_answer_bytes;
   for (TickRange r : nack.ranges) {
     if (r.first > committed) break;
-    GRYPH_RETURN_IF_ERROR(ReadKnowledge({r.first, std::min(r.last, committed)}, lost, &answers));
+    GRYPH_ASSIGN_OR_RETURN(
+        const bool complete,
+        ReadKnowledge({r.first, std::min(r.last, committed)}, lost, &budget, &answers));
+    if (!complete) break;  // the nacker asks again for the rest
   }
   // Events reclaimed while we read were released (durably) first: answer them as L.
   Tick lost_now;
@@ -544,8 +548,8 @@ absl::Status Pubend::HandleCuriosity(absl::string_view from, const CuriosityMess
   return absl::OkStatus();
 }
 
-absl::Status Pubend::ReadKnowledge(TickRange range, Tick lost,
-                                   std::vector<KnowledgeMessage>* out) {
+absl::StatusOr<bool> Pubend::ReadKnowledge(TickRange range, Tick lost, uint64_t* budget,
+                                           std::vector<KnowledgeMessage>* out) {
   auto message = [&]() -> KnowledgeMessage& {
     if (out->empty() || out->back().spans.size() >= options_.max_spans_per_message) {
       out->push_back(KnowledgeMessage{options_.id, {}});
@@ -565,7 +569,7 @@ absl::Status Pubend::ReadKnowledge(TickRange range, Tick lost,
   };
   if (range.first <= lost) {
     add(KnowledgeSpan::Lost({range.first, std::min(range.last, lost)}));
-    if (range.last <= lost) return absl::OkStatus();
+    if (range.last <= lost) return true;
     range.first = lost + 1;
   }
   GRYPH_ASSIGN_OR_RETURN(std::unique_ptr<Cursor> c, storage_->NewCursor(internal::kEventsTable));
@@ -575,6 +579,12 @@ absl::Status Pubend::ReadKnowledge(TickRange range, Tick lost,
     if (key.size() != 12 || internal::DecodeFixed32BE(key.data()) != options_.id.value) break;
     const Tick t = DecodeFixed64BE(key.data() + 4);
     if (t > range.last) break;
+    if (*budget == 0 && !out->empty()) {
+      // Spent: answer what lies before this event, and no further.
+      if (t > next) add(KnowledgeSpan::Silence({next, t - 1}));
+      return false;
+    }
+    *budget -= std::min<uint64_t>(*budget, c->value().size());
     absl::StatusOr<Event> event = Event::Decode(c->value());
     if (!event.ok()) {
       return absl::DataLossError(absl::StrCat("pubend ", options_.id.value, " event at tick ", t,
@@ -586,7 +596,7 @@ absl::Status Pubend::ReadKnowledge(TickRange range, Tick lost,
   }
   GRYPH_RETURN_IF_ERROR(c->status());
   if (next <= range.last) add(KnowledgeSpan::Silence({next, range.last}));
-  return absl::OkStatus();
+  return true;
 }
 
 Tick Pubend::committed_tick() const {

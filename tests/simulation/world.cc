@@ -67,6 +67,7 @@ class PhbNode : public SimNode {
       po.max_retain = w->options_.max_retain;
       po.heartbeat = absl::Milliseconds(50);
       po.max_spans_per_message = 64;
+      po.max_nack_answer_bytes = 4096;  // long nacks are answered in parts, asked again
       o.pubends.push_back(po);
     }
     o.downstream = {w->options_.intermediate ? "ib" : "shb"};
