@@ -549,6 +549,28 @@ TEST_CASE("a chop reaching into a PFS reader's unread window is reported by its 
   REQUIRE(r.ticks == std::vector<Tick>{9, 10, 11});
 }
 
+TEST_CASE("a PFS read that fails after a chop still reports the chop on the next read",
+          "[pfs]") {
+  PfsOptions o = Harness::Options();
+  o.reader_chunk_ticks = 4;  // the read after the chop walks storage again
+  Harness h(o);
+  h.Add(1);
+  for (Tick t = 1; t <= 20; ++t) h.Write(t, {1});
+  h.Restart();  // the records are only in storage
+  auto reader = h.pfs->NewReader(S(1), 0, 20);
+  REQUIRE_OK(reader);
+  PFS::ReadResult r;
+  REQUIRE_OK((*reader)->Read(3, &r));
+  REQUIRE(r.ticks == std::vector<Tick>{1, 2, 3});
+  h.Chop(8);
+  h.faults->FailReads(absl::UnavailableError("injected read failure"));
+  REQUIRE_CODE((*reader)->Read(3, &r), absl::StatusCode::kUnavailable);
+  h.faults->ClearFaults();
+  REQUIRE_OK((*reader)->Read(3, &r));
+  REQUIRE(r.lost_through == 8);  // (3, 8] is still owed as lost, not taken for silence
+  REQUIRE(r.ticks == std::vector<Tick>{9, 10, 11});
+}
+
 TEST_CASE("chopping the whole PFS log keeps lastTimestamp and lastIndex across a restart",
           "[pfs]") {
   Harness h;

@@ -918,6 +918,23 @@ TEST_CASE("an ack with one entry beyond what was delivered changes nothing at an
   REQUIRE(released_at(kP) == 0);  // not even the good entry counted
 }
 
+TEST_CASE("knowledge up to the last tick neither wraps the lease nor stalls the broker",
+          "[shb][lease]") {
+  ShbTest t;
+  t.Open();
+  Client& red = t.Subscribe("red", "color = 'red'");
+  t.Publish(Knowledge(1, 10, {{5, "red"}}));
+  REQUIRE(red.rec.log == Strings{"E5"});
+  // Knowledge that conflicts with what is known says nothing of how far upstream has got.
+  t.Publish(KnowledgeMessage{kP, {KnowledgeSpan::Silence({5, 1'000'000'000})}});
+  REQUIRE(t.shb().stats().conflicting_knowledge == 1);
+  REQUIRE(t.shb().latest_delivered(kP) == 10);
+  // The stream's end: the lease saturates instead of wrapping below what was delivered.
+  t.Publish(KnowledgeMessage{kP, {KnowledgeSpan::Silence({11, kMaxTick})}});
+  REQUIRE(t.shb().status().ok());
+  REQUIRE(t.shb().latest_delivered(kP) == kMaxTick);
+}
+
 TEST_CASE("unsubscribing deletes the subscription", "[shb]") {
   ShbTest t;
   t.Open();

@@ -644,6 +644,7 @@ absl::Status PFS::Reader::Read(size_t max_ticks, ReadResult* result) {
   result->ticks.clear();
   result->lost_through = 0;
 
+  const Tick position_before = position_;
   // Ticks the PFS chopped since (or before) are unknown now, even if already walked.
   Tick from = position_;
   if (pfs_->chopped_ > from && from < end_) {
@@ -657,10 +658,12 @@ absl::Status PFS::Reader::Read(size_t max_ticks, ReadResult* result) {
       if (pending_.empty()) break;
       absl::Status s = WalkNext();
       if (!s.ok()) {
-        // Put back what this call took, so that the position stays where it was.
+        // Put back what this call took, so that the position stays where it was: below a chop
+        // it skipped, which the next read reports again (what it dropped was chopped anyway).
         for (auto it = result->ticks.rbegin(); it != result->ticks.rend(); ++it) {
           ticks_.push_back(*it);
         }
+        position_ = position_before;
         result->ticks.clear();
         result->lost_through = 0;
         return s;

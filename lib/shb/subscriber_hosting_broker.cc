@@ -317,9 +317,10 @@ void SubscriberHostingBroker::OnKnowledge(absl::string_view from, const Knowledg
     if (absl::IsFailedPrecondition(st)) {
       ++stats_.stale_knowledge;
     } else if (!st.ok()) {
-      ++stats_.conflicting_knowledge;
+      ++stats_.conflicting_knowledge;  // and it says nothing about how far upstream has got
+    } else {
+      p.highest_seen = std::max(p.highest_seen, s.range.last);
     }
-    p.highest_seen = std::max(p.highest_seen, s.range.last);
   }
   p.curiosity.Prune(p.istream);
   dirty_ = true;
@@ -406,9 +407,11 @@ absl::Status SubscriberHostingBroker::AdvanceConStreams() {
           ++stats_.pfs_records;
         }
       }
+      const Tick seen = std::max(p.highest_seen, batch.through);
       const Tick lease = std::max(p.lease_submitted,
-                                  std::max(p.highest_seen, batch.through) +
-                                      options_.delivery_lease_ticks);
+                                  seen > kMaxTick - options_.delivery_lease_ticks
+                                      ? kMaxTick  // saturates: knowledge may reach kMaxTick
+                                      : seen + options_.delivery_lease_ticks);
       wb.Put(kDeliveredTable, PubendKey(p.id), DeliveredRow(batch.through, lease));
       p.lease_submitted = lease;
       p.constream->Advanced(batch.through);
