@@ -80,7 +80,17 @@ class SubscriberTest {
 
   DurableSubscriber& ds() { return *ds_; }
   void FromBroker(const Message& m) { ds_->HandleMessage("shb", m); }
-  void Connected(const CheckpointToken& start) { FromBroker(ConnectedMessage{"s", start, 3}); }
+  // The broker's answer to a connection request (sent first, unseen by Sent(), if none is
+  // outstanding).
+  void Connected(const CheckpointToken& start) {
+    if (!ds_->connecting()) {
+      REQUIRE_OK(ds_->Connect());
+      net_.DeliverAll();
+      REQUIRE(std::holds_alternative<ConnectMessage>(sent_.back()));
+      sent_.pop_back();
+    }
+    FromBroker(ConnectedMessage{"s", start, 3});
+  }
   void Deliver(PubendId p, DeliveryKind kind, Tick t, EventRef e = nullptr, Tick previous = 0) {
     FromBroker(DeliveryMessage{"s", p, kind, t, std::move(e), previous});
   }
@@ -289,6 +299,33 @@ TEST_CASE("disconnect sends the final ack first; unsubscribe asks to delete", "[
   sent = t.Sent();
   REQUIRE(sent.size() == 1);
   REQUIRE(std::get<UnsubscribeMessage>(sent[0]) == UnsubscribeMessage{"s"});
+}
+
+TEST_CASE("a disconnect while connecting withdraws the request and ignores its late answer",
+          "[subscriber]") {
+  const bool unsubscribe = GENERATE(false, true);
+  INFO("withdrawn by Unsubscribe (else Disconnect): " << unsubscribe);
+  SubscriberTest t(Ct({{kP, 10}}));
+  REQUIRE_OK(t.ds().Connect());
+  REQUIRE_OK(unsubscribe ? t.ds().Unsubscribe() : t.ds().Disconnect());
+  REQUIRE_FALSE(t.ds().connecting());
+  std::vector<Message> sent = t.Sent();
+  REQUIRE(sent.size() == 2);
+  REQUIRE(std::holds_alternative<ConnectMessage>(sent[0]));
+  if (unsubscribe) {
+    REQUIRE(std::get<UnsubscribeMessage>(sent[1]) == UnsubscribeMessage{"s"});
+  } else {
+    REQUIRE(std::get<DisconnectMessage>(sent[1]) == DisconnectMessage{"s"});
+  }
+  // The broker answered the request before it got the withdrawal.
+  t.FromBroker(ConnectedMessage{"s", Ct({{kP, 10}}), 3});
+  t.Deliver(kP, DeliveryKind::kEvent, 12, Colored("red"), 10);
+  REQUIRE_FALSE(t.ds().connected());
+  REQUIRE(t.rec.connected.empty());
+  REQUIRE(t.rec.log.empty());
+  t.ds().OnTimer(kT0);
+  t.ds().OnTimer(kT0 + absl::Seconds(30));
+  REQUIRE(t.Sent().empty());  // no ack, no keepalive, no retried request
 }
 
 TEST_CASE("a message after one lost in transit makes the subscriber resume from its CT",

@@ -77,9 +77,11 @@ class DurableSubscriber {
   // Sends the connection request with the current CT; OnTimer repeats it every
   // connect_retry_interval until the broker answers.
   absl::Status Connect();
-  // Sends a final ack, then ends the session (the subscription stays, catching up later).
+  // Sends a final ack, then ends the session (the subscription stays, catching up later). A
+  // connection request still unanswered is withdrawn: the broker ends the session it starts, and
+  // its answer is ignored.
   absl::Status Disconnect();
-  // Deletes the durable subscription at the broker.
+  // Deletes the durable subscription at the broker (an unanswered connection request too).
   absl::Status Unsubscribe();
 
   // Handles a message from the broker. Messages from other peers are ignored.
@@ -91,6 +93,8 @@ class DurableSubscriber {
   // The CT after every message handled so far.
   const CheckpointToken& checkpoint() const { return checkpoint_; }
   bool connected() const { return connected_; }
+  // A connection request awaits its answer (Connected accepts only such an answer).
+  bool connecting() const { return connecting_; }
   uint64_t duplicates_dropped() const { return duplicates_; }
   // Reconnections after a message of the session was found missing.
   uint64_t resyncs() const { return resyncs_; }

@@ -31,13 +31,14 @@ absl::Status DurableSubscriber::Connect() {
 }
 
 absl::Status DurableSubscriber::Disconnect() {
-  connecting_ = false;
-  if (!connected_) return absl::OkStatus();
-  connected_ = false;
-  if (!(acked_ == checkpoint_)) {
+  if (!connected_ && !connecting_) return absl::OkStatus();
+  if (connected_ && !(acked_ == checkpoint_)) {
     (void)channel_->Send(options_.broker, AckMessage{options_.subscription, checkpoint_});
     acked_ = checkpoint_;
   }
+  connected_ = false;
+  connecting_ = false;
+  // Also while connecting: the broker, which gets it after the request, ends what it started.
   return channel_->Send(options_.broker, DisconnectMessage{options_.subscription});
 }
 
@@ -53,6 +54,9 @@ void DurableSubscriber::HandleMessage(absl::string_view from, const Message& mes
     if (d->subscription == options_.subscription && connected_) Deliver(*d);
   } else if (const auto* c = std::get_if<ConnectedMessage>(&message)) {
     if (c->subscription != options_.subscription || c->epoch != options_.epoch) return;
+    // An answer nobody awaits: to a request withdrawn by Disconnect or Unsubscribe, or a second
+    // answer after a retried request (the session it started resumes from the same CT).
+    if (!connecting_) return;
     connected_ = true;
     connecting_ = false;
     last_ack_ = absl::InfinitePast();
