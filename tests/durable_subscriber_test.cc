@@ -56,7 +56,7 @@ class Recorder : public DurableSubscriber::Handler {
 // test feeds the subscriber messages "from" it and reads what the subscriber sent it.
 class SubscriberTest {
  public:
-  explicit SubscriberTest(CheckpointToken checkpoint = {}) {
+  explicit SubscriberTest(CheckpointToken checkpoint = {}, bool ack_stored_only = false) {
     shb_ = *net_.Connect("shb");
     other_ = *net_.Connect("other");
     sub_ = *net_.Connect("sub");
@@ -72,6 +72,7 @@ class SubscriberTest {
     o.epoch = 3;
     o.ack_interval = absl::Milliseconds(250);
     o.keepalive_interval = absl::Seconds(1);
+    o.ack_stored_only = ack_stored_only;
     auto ds = DurableSubscriber::Create(std::move(o), sub_.get(), &rec);
     REQUIRE_OK(ds);
     ds_ = *std::move(ds);
@@ -276,6 +277,39 @@ TEST_CASE("durable subscriber acks every ack_interval and keeps alive", "[subscr
   sent = t.Sent();
   REQUIRE(sent.size() == 1);
   REQUIRE(std::get<AckMessage>(sent[0]) == AckMessage{"s", Ct({{kP, 12}})});
+}
+
+TEST_CASE("with ack_stored_only, acks carry only what the application stored", "[subscriber]") {
+  SubscriberTest t(Ct({{kP, 10}}), /*ack_stored_only=*/true);
+  t.Connected(Ct({{kP, 10}, {kQ, 40}}));  // kQ is new: it starts where the broker is
+  t.ds().OnTimer(kT0);
+  std::vector<Message> sent = t.Sent();
+  REQUIRE(sent.size() == 1);
+  REQUIRE(std::get<AckMessage>(sent[0]) == AckMessage{"s", Ct({{kP, 10}, {kQ, 40}})});
+  t.Deliver(kP, DeliveryKind::kEvent, 12, Colored("red"), 10);
+  t.Deliver(kP, DeliveryKind::kEvent, 14, Colored("red"), 12);
+  REQUIRE(t.ds().checkpoint() == Ct({{kP, 14}, {kQ, 40}}));
+  // Handled but not stored: nothing to ack, only the keepalive of the stored CT.
+  t.ds().OnTimer(kT0 + absl::Milliseconds(500));
+  REQUIRE(t.Sent().empty());
+  t.ds().OnTimer(kT0 + absl::Seconds(1));
+  sent = t.Sent();
+  REQUIRE(sent.size() == 1);
+  REQUIRE(std::get<AckMessage>(sent[0]) == AckMessage{"s", Ct({{kP, 10}, {kQ, 40}})});
+  // A CT the subscriber never had cannot have been stored.
+  REQUIRE_CODE(t.ds().Stored(Ct({{kP, 16}, {kQ, 40}})), absl::StatusCode::kInvalidArgument);
+  REQUIRE_OK(t.ds().Stored(Ct({{kP, 12}, {kQ, 40}})));
+  t.ds().OnTimer(kT0 + absl::Milliseconds(1250));
+  sent = t.Sent();
+  REQUIRE(sent.size() == 1);
+  REQUIRE(std::get<AckMessage>(sent[0]) == AckMessage{"s", Ct({{kP, 12}, {kQ, 40}})});
+  // The final ack of a disconnection is the stored CT too.
+  REQUIRE_OK(t.ds().Stored(Ct({{kP, 14}, {kQ, 40}})));
+  REQUIRE_OK(t.ds().Disconnect());
+  sent = t.Sent();
+  REQUIRE(sent.size() == 2);
+  REQUIRE(std::get<AckMessage>(sent[0]) == AckMessage{"s", Ct({{kP, 14}, {kQ, 40}})});
+  REQUIRE(std::holds_alternative<DisconnectMessage>(sent[1]));
 }
 
 TEST_CASE("disconnect sends the final ack first; unsubscribe asks to delete", "[subscriber]") {

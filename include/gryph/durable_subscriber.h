@@ -12,7 +12,10 @@
 //   - after the handler returns, CT(p) becomes the message's tick.
 // The application stores checkpoint() in its own transaction together with the effects of the
 // messages it handled (the exactly-once pattern), and gives it back to the constructor after a
-// restart. Acks (the CT) go to the broker every ack_interval, so that it can release.
+// restart. Acks (the CT) go to the broker every ack_interval, so that it can release: once acked,
+// what the CT covers may be discarded upstream. An application that stores its CT after the
+// handler returns (in batches, say) sets ack_stored_only and reports each stored CT with
+// Stored(): acks then never run ahead of what a crash would bring back.
 //
 // Thread-safety: owned by one thread (the one that drives its channel and timers).
 
@@ -50,6 +53,9 @@ struct DurableSubscriberOptions {
   // sends again what that session delivered (dropped here as duplicates): keep it well above
   // the time a busy broker takes to answer.
   absl::Duration connect_retry_interval = absl::Seconds(10);
+  // Acks carry only what Stored() reported (at first `checkpoint`), never the CT of messages
+  // handled since; leave it false when the handler's own transaction stores the CT.
+  bool ack_stored_only = false;
 };
 
 class DurableSubscriber {
@@ -86,9 +92,12 @@ class DurableSubscriber {
 
   // Handles a message from the broker. Messages from other peers are ignored.
   void HandleMessage(absl::string_view from, const Message& message);
-  // Sends an ack when the CT moved and ack_interval passed since the last one, or a keepalive;
-  // repeats an unanswered connection request.
+  // Sends an ack when the CT to ack moved and ack_interval passed since the last one, or a
+  // keepalive; repeats an unanswered connection request.
   void OnTimer(absl::Time now);
+  // The application stored `ct` (a checkpoint() it had); with ack_stored_only, acks carry it.
+  // InvalidArgument, changing nothing, for a CT ahead of checkpoint() at some pubend.
+  absl::Status Stored(const CheckpointToken& ct);
 
   // The CT after every message handled so far.
   const CheckpointToken& checkpoint() const { return checkpoint_; }
@@ -109,7 +118,13 @@ class DurableSubscriber {
   const Subscription subscription_;
   Channel* const channel_;
   Handler* const handler_;
+  // What acks carry: checkpoint_, or with ack_stored_only what Stored() reported.
+  const CheckpointToken& ackable() const {
+    return options_.ack_stored_only ? stored_ : checkpoint_;
+  }
+
   CheckpointToken checkpoint_;
+  CheckpointToken stored_;  // the last CT Stored() reported
   CheckpointToken acked_;
   absl::Time last_ack_ = absl::InfinitePast();
   bool connected_ = false;

@@ -19,6 +19,7 @@ DurableSubscriber::DurableSubscriber(DurableSubscriberOptions options, Subscript
       channel_(channel),
       handler_(handler),
       checkpoint_(options_.checkpoint),
+      stored_(options_.checkpoint),
       acked_(options_.checkpoint) {}
 
 absl::Status DurableSubscriber::Connect() {
@@ -32,9 +33,9 @@ absl::Status DurableSubscriber::Connect() {
 
 absl::Status DurableSubscriber::Disconnect() {
   if (!connected_ && !connecting_) return absl::OkStatus();
-  if (connected_ && !(acked_ == checkpoint_)) {
-    (void)channel_->Send(options_.broker, AckMessage{options_.subscription, checkpoint_});
-    acked_ = checkpoint_;
+  if (connected_ && !(acked_ == ackable())) {
+    (void)channel_->Send(options_.broker, AckMessage{options_.subscription, ackable()});
+    acked_ = ackable();
   }
   connected_ = false;
   connecting_ = false;
@@ -63,6 +64,8 @@ void DurableSubscriber::HandleMessage(absl::string_view from, const Message& mes
     // A new subscription starts where the broker is; an existing one where we asked.
     for (const auto& [p, t] : c->start.entries()) {
       if (checkpoint_.Get(p) == 0) checkpoint_.Set(p, t);
+      // Where a new subscription starts is where a restart without a stored CT resumes too.
+      if (stored_.Get(p) == 0) stored_.Set(p, t);
     }
     handler_->OnConnected(c->start);
   } else if (const auto* e = std::get_if<SessionErrorMessage>(&message)) {
@@ -115,12 +118,24 @@ void DurableSubscriber::OnTimer(absl::Time now) {
     }
   }
   if (!connected_) return;
-  const bool moved = !(acked_ == checkpoint_) && now - last_ack_ >= options_.ack_interval;
+  const bool moved = !(acked_ == ackable()) && now - last_ack_ >= options_.ack_interval;
   if (!moved && now - last_ack_ < options_.keepalive_interval) return;
-  if (channel_->Send(options_.broker, AckMessage{options_.subscription, checkpoint_}).ok()) {
-    acked_ = checkpoint_;
+  if (channel_->Send(options_.broker, AckMessage{options_.subscription, ackable()}).ok()) {
+    acked_ = ackable();
     last_ack_ = now;
   }
+}
+
+absl::Status DurableSubscriber::Stored(const CheckpointToken& ct) {
+  for (const auto& [p, t] : ct.entries()) {
+    if (t > checkpoint_.Get(p)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stored CT tick ", t, " for pubend ", p.value,
+                       " is ahead of the subscriber's CT (", checkpoint_.Get(p), ")"));
+    }
+  }
+  stored_ = ct;
+  return absl::OkStatus();
 }
 
 }  // namespace gryph
