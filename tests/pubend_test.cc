@@ -343,6 +343,21 @@ TEST_CASE("a nack for a long span is answered in part, and asking again gets the
   REQUIRE(events == 100);
 }
 
+TEST_CASE("a nack with a malformed range is InvalidArgument and answered with nothing",
+          "[pubend]") {
+  Harness h;
+  h.now += absl::Microseconds(10);
+  const Tick t = h.PublishAndCommit(Order(1));
+  auto nacker = std::make_unique<Downstream>(*h.net.Connect("nacker"));
+  for (const std::vector<TickRange>& ranges :
+       {std::vector<TickRange>{{0, t}}, {{t, t - 1}}, {{t, t}, {1, 2}}, {{1, t}, {t, t + 1}}}) {
+    REQUIRE_CODE(h.phb->HandleMessage("nacker", CuriosityMessage{kP, ranges}),
+                 absl::StatusCode::kInvalidArgument);
+  }
+  h.net.DeliverAll();
+  REQUIRE(nacker->messages == 0);
+}
+
 TEST_CASE("release waits for every registered node, then reclaims storage", "[pubend][release]") {
   Harness h;
   std::vector<Tick> ticks;

@@ -661,6 +661,25 @@ TEST_CASE("a lower epoch is refused and a higher one fences the older session", 
   REQUIRE(Deliveries(c.Take()) == Strings{"E22"});
 }
 
+TEST_CASE("a new process on the session's own endpoint takes it over without a fence error",
+          "[shb]") {
+  ShbTest t;
+  t.Open();
+  RawClient& a = t.AddRaw("a");
+  a.Send(ConnectMessage{"s", "", "", {}, 5, true});
+  t.Pump();
+  OnlyConnected(a.Take());
+  t.Publish(Knowledge(1, 10, {{3, "red"}}));
+  REQUIRE(Deliveries(a.Take()) == Strings{"E3"});
+  // The process restarted with a higher epoch, on the same endpoint: the error would reach it.
+  a.Send(ConnectMessage{"s", "", "", Ct(3), 6, true});
+  t.Pump();
+  std::vector<Message> got = a.Take();
+  REQUIRE_FALSE(got.empty());
+  REQUIRE(std::get<ConnectedMessage>(got[0]) == ConnectedMessage{"s", Ct(3), 6});
+  for (const Message& m : got) REQUIRE_FALSE(std::holds_alternative<SessionErrorMessage>(m));
+}
+
 TEST_CASE("deliveries name the previous one; a lagging ack after a quiet spell gets the last again",
           "[shb]") {
   ShbTest t;

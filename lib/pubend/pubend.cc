@@ -495,6 +495,14 @@ absl::Status Pubend::HandleCuriosity(absl::string_view from, const CuriosityMess
     return absl::InvalidArgumentError(absl::StrCat("nack for pubend ", nack.pubend.value,
                                                    " sent to pubend ", options_.id.value));
   }
+  Tick after = 0;  // ranges are ascending and disjoint, of ticks >= 1
+  for (TickRange r : nack.ranges) {
+    if (r.first == 0 || r.first > r.last || r.first <= after) {
+      return absl::InvalidArgumentError(absl::StrCat("nack for pubend ", options_.id.value,
+                                                     " with a malformed range ", ToString(r)));
+    }
+    after = r.last;
+  }
   Tick committed;
   Tick lost;
   {

@@ -738,7 +738,9 @@ void SubscriberHostingBroker::OnConnect(absl::string_view from, const ConnectMes
       return;
     }
     if (!s.session.empty()) {
-      if (s.session != from || m.epoch > s.epoch) {
+      // A session on another endpoint hears that it was fenced; one on this endpoint belonged
+      // to a process this one replaced (the error would reach the new one).
+      if (s.session != from) {
         SendError(s.session, s.name,
                   absl::AbortedError(absl::StrCat("fenced by a newer session (epoch ", m.epoch,
                                                   ")")));
