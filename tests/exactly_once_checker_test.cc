@@ -68,5 +68,25 @@ TEST_CASE("a Gap is honest only where something was released, and never for the 
   REQUIRE(CheckOne(gap, /*well_behaved=*/false, /*released=*/15).empty());
 }
 
+TEST_CASE("a Gap judged when it came must reach below what it could excuse then, and hide no "
+          "match above it",
+          "[checker]") {
+  // Log: matches at 10 and 30 (qty 5, 7); 20 does not match.
+  auto gap = [](Tick t, Tick excusable) {
+    Consumed c{DeliveryKind::kGap, t, nullptr};
+    c.excusable_through = excusable;
+    return c;
+  };
+  const Consumed e30{DeliveryKind::kEvent, 30, Order(7)};
+  // 10 was released (or consumed before) when the Gap through 25 came: honest.
+  REQUIRE(CheckOne({gap(25, 12), e30}, /*well_behaved=*/false).empty());
+  // Only 5 could be excused then, and the Gap hid the match at 10.
+  REQUIRE_FALSE(CheckOne({gap(25, 5), e30}, false).empty());
+  // Nothing at all could be excused: the Gap covers nothing that was discarded.
+  REQUIRE_FALSE(CheckOne({{DeliveryKind::kEvent, 10, Order(5)}, gap(25, 10), e30}, false).empty());
+  // The final L prefix (35) would excuse both; the bound at the time does not.
+  REQUIRE_FALSE(CheckOne({gap(25, 5), e30}, false, /*released=*/35).empty());
+}
+
 }  // namespace
 }  // namespace gryph

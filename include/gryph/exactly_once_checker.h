@@ -9,7 +9,9 @@
 //   - Silence(t): no matching event lies between the previous message and t (inclusive);
 //   - Gap(t): allowed only for a subscriber that was not well-behaved, and only where something
 //     was released (at or below the pubend's L prefix) or the subscriber had already consumed
-//     (it came back with an older checkpoint);
+//     (it came back with an older checkpoint). A Gap recorded with the most it could excuse then
+//     (Consumed::excusable_through) must also reach below it and hide no match above it;
+//     without, the pubend's final L prefix is the bound;
 //   - completeness: the last message reaches the last matching event.
 //
 // Thread-safety: thread-compatible.
@@ -18,6 +20,7 @@
 #define GRYPH_EXACTLY_ONCE_CHECKER_H_
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +38,9 @@ class ExactlyOnceChecker {
     DeliveryKind kind;
     Tick tick;
     EventRef event;  // for kEvent
+    // For kGap, when known: the highest tick the Gap may hide matches at or below — the
+    // pubend's durable L prefix and the subscriber's high-water mark when the Gap arrived.
+    std::optional<Tick> excusable_through = std::nullopt;
   };
   struct SubscriberRecord {
     std::string name;

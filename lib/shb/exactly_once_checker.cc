@@ -63,7 +63,16 @@ std::vector<std::string> ExactlyOnceChecker::Check(size_t max) const {
               if (a.well_behaved) {
                 fail(p, absl::StrCat("a well-behaved subscriber got a Gap at ", c.tick));
               }
-              if (prev >= released && prev >= a.high_water.Get(p)) {
+              if (c.excusable_through) {
+                const Tick excusable = *c.excusable_through;
+                if (prev >= excusable) {
+                  fail(p, absl::StrCat("Gap (", prev, ",", c.tick, "] but nothing above ",
+                                       excusable, " was released or consumed when it came"));
+                } else if (matches_in(excusable, c.tick)) {
+                  fail(p, absl::StrCat("Gap (", prev, ",", c.tick, "] hid a match above ",
+                                       excusable, ", which was neither released nor consumed"));
+                }
+              } else if (prev >= released && prev >= a.high_water.Get(p)) {
                 fail(p, absl::StrCat("Gap (", prev, ",", c.tick, "] but nothing above ", released,
                                      " was released and the subscriber had not consumed it"));
               }

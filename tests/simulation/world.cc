@@ -283,6 +283,11 @@ class SubscriberNode : public SimNode, public DurableSubscriber::Handler {
                    app_->name.c_str(), p.value, DeliveryKindName(c.kind),
                    static_cast<unsigned long long>(c.tick));
     }
+    if (c.kind == DeliveryKind::kGap) {
+      auto lp = app_->log->l_prefix.find(p);
+      c.excusable_through =
+          std::max(app_->high_water.Get(p), lp == app_->log->l_prefix.end() ? 0 : lp->second);
+    }
     app_->ct.Set(p, c.tick);
     app_->high_water.Set(p, std::max(app_->high_water.Get(p), c.tick));
     app_->consumed[p].push_back(std::move(c));
@@ -319,6 +324,7 @@ World::World(uint64_t seed, WorldOptions options) : options_(options), sim_(seed
   subs_.resize(options_.subscribers);
   for (int i = 0; i < options_.subscribers; ++i) {
     subs_[i].name = absl::StrCat("sub-", i);
+    subs_[i].log = &log_;
     subs_[i].selector = kSelectors[i % std::size(kSelectors)];
     subs_[i].broker = options_.intermediate ? (i % 2 == 1 ? "shb-a" : "shb-b") : "shb";
     sim_.SetLink(subs_[i].name, subs_[i].broker, options_.subscriber_link);
@@ -372,15 +378,20 @@ IntermediateBroker* World::ib() {
   return n == nullptr ? nullptr : n->ib();
 }
 
-uint64_t World::events_consumed() const {
+namespace {
+uint64_t CountConsumed(const std::vector<SubscriberApp>& subs, DeliveryKind kind) {
   uint64_t n = 0;
-  for (const SubscriberApp& a : subs_) {
+  for (const SubscriberApp& a : subs) {
     for (const auto& [p, list] : a.consumed) {
-      for (const Consumed& c : list) n += c.kind == DeliveryKind::kEvent ? 1 : 0;
+      for (const Consumed& c : list) n += c.kind == kind ? 1 : 0;
     }
   }
   return n;
 }
+}  // namespace
+
+uint64_t World::events_consumed() const { return CountConsumed(subs_, DeliveryKind::kEvent); }
+uint64_t World::gaps_consumed() const { return CountConsumed(subs_, DeliveryKind::kGap); }
 
 void World::FaultTick() {
   if (!faults_on_) return;
@@ -528,7 +539,10 @@ std::vector<std::string> World::Check() const {
     ExactlyOnceChecker::SubscriberRecord r{a.name, *Subscription::Create(a.selector), a.start,
                                            a.high_water, a.well_behaved, {}};
     for (const auto& [p, list] : a.consumed) {
-      for (const Consumed& c : list) r.consumed[p].push_back({c.kind, c.tick, c.event});
+      for (const Consumed& c : list) {
+        r.consumed[p].push_back({c.kind, c.tick, c.event, std::nullopt});
+        if (c.kind == DeliveryKind::kGap) r.consumed[p].back().excusable_through = c.excusable_through;
+      }
     }
     checker.AddSubscriber(std::move(r));
   }

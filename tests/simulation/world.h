@@ -56,6 +56,9 @@ struct Consumed {
   DeliveryKind kind;
   Tick tick;
   EventRef event;
+  // For a Gap: the pubend's committed L prefix and the subscriber's high-water mark when it
+  // arrived, whichever is higher (ExactlyOnceChecker::Consumed::excusable_through).
+  Tick excusable_through = 0;
 };
 
 // A subscriber application's durable state: what it consumed and its CT, committed together
@@ -77,6 +80,7 @@ struct SubscriberApp {
   bool well_behaved = true;
   std::vector<std::string> errors;
   uint64_t resyncs = 0;  // DurableSubscriber::resyncs of its crashed processes
+  const Log* log = nullptr;  // the pubends' log, to judge a Gap when it arrives
 };
 
 struct PublisherApp {
@@ -103,6 +107,8 @@ class World {
   SubscriberHostingBroker* shb(const std::string& name = "shb");
   IntermediateBroker* ib();
   uint64_t events_consumed() const;
+  // Gap messages in what the subscriber applications consumed (and kept, across rollbacks).
+  uint64_t gaps_consumed() const;
   // Sessions the SHBs resumed with a CT above their durable position: a round sent, then lost in
   // a crash during its commit.
   uint64_t resumed_ahead() const;
