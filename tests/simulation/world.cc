@@ -29,7 +29,17 @@ class RecordingStorage : public StorageWrapper {
         const PubendId p{internal::DecodeFixed32BE(op.key.data())};
         const Tick t = internal::DecodeFixed64BE(op.key.data() + 4);
         absl::StatusOr<Event> e = Event::Decode(op.value);
-        if (e.ok()) log_->events[p].emplace(t, MakeEventRef(*std::move(e)));
+        if (!e.ok()) {
+          log_->errors.push_back(absl::StrCat("pubend ", p.value, " logged an undecodable event at ",
+                                              t, ": ", e.status().message()));
+          continue;
+        }
+        EventRef ref = MakeEventRef(*std::move(e));
+        auto [it, fresh] = log_->events[p].emplace(t, ref);
+        if (!fresh && !(*it->second == *ref)) {
+          log_->errors.push_back(
+              absl::StrCat("pubend ", p.value, " logged another event at tick ", t));
+        }
       } else if (op.table == "pubend.meta" && op.key.size() == 5 && op.key[4] == 'L') {
         const PubendId p{internal::DecodeFixed32BE(op.key.data())};
         Tick& l = log_->l_prefix[p];
@@ -86,8 +96,20 @@ class PhbNode : public SimNode {
  private:
   void Publish(uint64_t seq, PubendId p, EventRef e) {
     World* w = w_;
-    phb_->Publish(p, "app", seq, std::move(e), [w, seq](absl::StatusOr<gryph::Tick> t) {
-      if (t.ok() && w->publisher_.unacked.erase(seq) > 0) ++w->publisher_.acked;
+    SimContext* ctx = &ctx_;
+    phb_->Publish(p, "app", seq, std::move(e), [w, ctx, seq, p](absl::StatusOr<gryph::Tick> t) {
+      if (!t.ok()) return;
+      // The application takes note a little later: a crash in between leaves a logged event it
+      // believes unacknowledged, which it publishes again after the restart (idempotent).
+      const gryph::Tick tick = *t;
+      ctx->After(absl::Microseconds(static_cast<int64_t>(ctx->Random() % 2000)), [w, seq, p, tick] {
+        if (w->publisher_.unacked.erase(seq) > 0) ++w->publisher_.acked;
+        auto [it, fresh] = w->publisher_.acked_at.emplace(seq, std::make_pair(p, tick));
+        if (!fresh && it->second != std::make_pair(p, tick)) {
+          w->publisher_.errors.push_back(absl::StrCat("publish ", seq, " acknowledged at tick ",
+                                                      it->second.second, " and again at ", tick));
+        }
+      });
     });
   }
 
@@ -529,7 +551,39 @@ std::vector<std::string> World::Check() const {
     auto lp = log_.l_prefix.find(p);
     if (lp != log_.l_prefix.end()) checker.Released(p, lp->second);
   }
-  std::vector<std::string> bad;
+  std::vector<std::string> bad = log_.errors;
+  // The publishing side: every publish acknowledged once the run settled, each at the tick that
+  // logged it, and no publish logged twice (a retry after a crash is idempotent).
+  for (const std::string& e : publisher_.errors) bad.push_back(e);
+  if (!publisher_.unacked.empty()) {
+    bad.push_back(absl::StrCat(publisher_.unacked.size(), " publishes never acknowledged, the first ",
+                               publisher_.unacked.begin()->first));
+  }
+  for (const auto& [seq, at] : publisher_.acked_at) {
+    auto pit = log_.events.find(at.first);
+    const EventRef* e = nullptr;
+    if (pit != log_.events.end()) {
+      auto eit = pit->second.find(at.second);
+      if (eit != pit->second.end()) e = &eit->second;
+    }
+    const auto* id = e != nullptr ? std::get_if<int64_t>((*e)->Find("id")) : nullptr;
+    if (id == nullptr || *id != static_cast<int64_t>(seq)) {
+      bad.push_back(absl::StrCat("publish ", seq, " acknowledged at pubend ", at.first.value,
+                                 " tick ", at.second, ", which does not hold it"));
+    }
+  }
+  for (const auto& [p, events] : log_.events) {
+    std::map<int64_t, Tick> ids;
+    for (const auto& [t, e] : events) {
+      const auto* id = std::get_if<int64_t>(e->Find("id"));
+      if (id == nullptr) continue;
+      auto [it, fresh] = ids.emplace(*id, t);
+      if (!fresh) {
+        bad.push_back(absl::StrCat("pubend ", p.value, " logged publish ", *id, " twice, at ",
+                                   it->second, " and ", t));
+      }
+    }
+  }
   for (const SubscriberApp& a : subs_) {
     for (const std::string& e : a.errors) bad.push_back(absl::StrCat(a.name, ": ", e));
     if (!a.started) {

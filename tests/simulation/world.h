@@ -50,6 +50,7 @@ struct WorldOptions {
 struct Log {
   std::map<PubendId, std::map<Tick, EventRef>> events;
   std::map<PubendId, Tick> l_prefix;
+  std::vector<std::string> errors;  // a tick logged twice with different events, an undecodable one
 };
 
 struct Consumed {
@@ -87,6 +88,9 @@ struct PublisherApp {
   uint64_t next_seq = 1;
   std::map<uint64_t, std::pair<PubendId, EventRef>> unacked;
   uint64_t acked = 0;
+  // Every acknowledged publish: its pubend and tick (a retry must get the same one).
+  std::map<uint64_t, std::pair<PubendId, Tick>> acked_at;
+  std::vector<std::string> errors;
 };
 
 class World {
