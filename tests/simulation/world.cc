@@ -349,8 +349,9 @@ World::World(uint64_t seed, WorldOptions options) : options_(options), sim_(seed
     subs_[i].log = &log_;
     subs_[i].selector = kSelectors[i % std::size(kSelectors)];
     subs_[i].broker = options_.intermediate ? (i % 2 == 1 ? "shb-a" : "shb-b") : "shb";
-    sim_.SetLink(subs_[i].name, subs_[i].broker, options_.subscriber_link);
-    sim_.SetLink(subs_[i].broker, subs_[i].name, options_.subscriber_link);
+    const LinkProfile link = i < options_.steady_subscribers ? LinkProfile{} : options_.subscriber_link;
+    sim_.SetLink(subs_[i].name, subs_[i].broker, link);
+    sim_.SetLink(subs_[i].broker, subs_[i].name, link);
   }
   for (const std::string& shb : ShbNames()) shb_states_[shb] = MemoryStorage::NewState();
   if (!sim_.AddNode("phb", [this](SimContext& c) { return std::make_unique<PhbNode>(c, this); }).ok()) {
@@ -415,6 +416,17 @@ uint64_t CountConsumed(const std::vector<SubscriberApp>& subs, DeliveryKind kind
 uint64_t World::events_consumed() const { return CountConsumed(subs_, DeliveryKind::kEvent); }
 uint64_t World::gaps_consumed() const { return CountConsumed(subs_, DeliveryKind::kGap); }
 
+uint64_t World::well_behaved_through_release() const {
+  bool released = false;
+  for (const auto& [p, l] : log_.l_prefix) released |= l > 0;
+  if (!released) return 0;
+  uint64_t n = 0;
+  for (int i = 0; i < options_.steady_subscribers && i < static_cast<int>(subs_.size()); ++i) {
+    n += subs_[i].well_behaved ? 1 : 0;
+  }
+  return n;
+}
+
 void World::FaultTick() {
   if (!faults_on_) return;
   auto chance = [this](double p) {
@@ -423,7 +435,9 @@ void World::FaultTick() {
   auto later = [this](int min_ms, int max_ms) {
     return absl::Milliseconds(min_ms + static_cast<int>(sim_.Random() % (max_ms - min_ms + 1)));
   };
-  for (SubscriberApp& app : subs_) {
+  for (size_t i = static_cast<size_t>(std::max(0, options_.steady_subscribers)); i < subs_.size();
+       ++i) {
+    SubscriberApp& app = subs_[i];
     SubscriberApp* a = &app;
     if (!sim_.is_up(app.name)) continue;
     if (chance(options_.subscriber_disconnect)) {

@@ -37,6 +37,10 @@ struct WorldOptions {
   // With the intermediate: each SHB's link carries a D -> S filter made of the selectors of the
   // subscribers it hosts (they never move, so the filter covers all of them).
   bool ib_filters = false;
+  // The first this many subscribers are spared every subscriber fault and have clean links
+  // (LinkProfile's defaults): unless their SHB crashes they stay well behaved, so the rule that
+  // a well-behaved subscriber never gets a Gap is put to the test under early release.
+  int steady_subscribers = 0;
   // Faults (each a probability per fault tick of 50 ms while faults are on).
   double subscriber_disconnect = 0;
   double subscriber_old_checkpoint = 0;  // on reconnect, use an older stored CT
@@ -113,6 +117,9 @@ class World {
   uint64_t events_consumed() const;
   // Gap messages in what the subscriber applications consumed (and kept, across rollbacks).
   uint64_t gaps_consumed() const;
+  // Steady subscribers still well behaved at the end of a run in which some pubend released
+  // early (its L prefix moved): the cases where the no-Gap rule had something to resist.
+  uint64_t well_behaved_through_release() const;
   // Sessions the SHBs resumed with a CT above their durable position: a round sent, then lost in
   // a crash during its commit.
   uint64_t resumed_ahead() const;
