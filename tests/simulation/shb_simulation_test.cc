@@ -46,7 +46,7 @@ void RunSeeds(const char* topology, const WorldOptions& options, uint64_t base, 
   // sent, and subscribers coming back with a CT above the restarted SHB's latestDelivered.
   if (options.shb_crash > 0 && seeds.size() >= 100) REQUIRE(resumed_ahead > 0);
   // The SHBs' flow-control bound is small: slow members are demoted and come back.
-  REQUIRE(demotions > 0);
+  if (seeds.size() >= 100) REQUIRE(demotions > 0);
   // Lossy subscriber links: subscribers find missing messages and resync.
   if (options.subscriber_link.loss > 0 && seeds.size() >= 100) REQUIRE(resyncs > 0);
   // Subscribers coming back from old checkpoints, below what was chopped or released, get Gaps:
