@@ -132,6 +132,8 @@ struct RawClient {
   std::vector<Message> got;
 
   void Send(Message m) { REQUIRE_OK(channel->Send("shb", std::move(m))); }
+  // Connects subscription "s" (color = 'red', epoch 1, created if new) from CT(kP) = `ct`.
+  void ConnectRed(Tick ct) { Send(ConnectMessage{"s", "color = 'red'", "", Ct(ct), 1, true}); }
   std::vector<Message> Take() {
     std::vector<Message> out;
     out.swap(got);
@@ -586,7 +588,7 @@ TEST_CASE("options that would stall every stream are InvalidArgument at Open", "
   t.Open();
   t.Publish(Knowledge(1, 10, {}));
   RawClient& x = t.AddRaw("x");
-  x.Send(ConnectMessage{"s", "color = 'red'", "", Ct(10), 1, true});
+  x.ConnectRed(10);
   t.Pump();
   x.Take();
   t.Publish(Knowledge(11, 20, {{12, "red"}, {14, "red"}, {17, "red"}}));
@@ -594,7 +596,7 @@ TEST_CASE("options that would stall every stream are InvalidArgument at Open", "
   x.Send(DisconnectMessage{"s"});
   t.Pump();
   t.Publish(Knowledge(21, 30, {{22, "red"}, {24, "red"}, {27, "red"}}));
-  x.Send(ConnectMessage{"s", "color = 'red'", "", Ct(17), 1, true});
+  x.ConnectRed(17);
   t.Pump();
   REQUIRE(Deliveries(x.Take()) == Strings{"E22", "E24", "E27", "S30"});
 }
@@ -686,7 +688,7 @@ TEST_CASE("deliveries name the previous one; a lagging ack after a quiet spell g
   t.Open();
   t.Publish(Knowledge(1, 10, {}));
   RawClient& x = t.AddRaw("x");
-  x.Send(ConnectMessage{"s", "color = 'red'", "", Ct(10), 1, true});
+  x.ConnectRed(10);
   t.Pump();
   REQUIRE(OnlyConnected(x.Take()).start == Ct(10));
   t.Publish(Knowledge(11, 20, {{12, "red"}, {15, "blue"}, {17, "red"}}));
@@ -727,7 +729,7 @@ TEST_CASE("an ack that moved is not taken for a lost last delivery", "[shb]") {
   t.Open();
   t.Publish(Knowledge(1, 10, {}));
   RawClient& x = t.AddRaw("x");
-  x.Send(ConnectMessage{"s", "color = 'red'", "", Ct(10), 1, true});
+  x.ConnectRed(10);
   t.Pump();
   REQUIRE(OnlyConnected(x.Take()).start == Ct(10));
   t.Publish(Knowledge(11, 20, {{12, "red"}, {14, "red"}, {17, "red"}}));
@@ -752,7 +754,7 @@ TEST_CASE("after a reconnection below its old ack, an ack that moves is not take
   t.Open();
   t.Publish(Knowledge(1, 10, {}));
   RawClient& x = t.AddRaw("x");
-  x.Send(ConnectMessage{"s", "color = 'red'", "", Ct(10), 1, true});
+  x.ConnectRed(10);
   t.Pump();
   x.Take();
   t.Publish(Knowledge(11, 17, {{12, "red"}, {14, "red"}, {17, "red"}}));
@@ -762,7 +764,7 @@ TEST_CASE("after a reconnection below its old ack, an ack that moves is not take
   t.Pump();
   // The application comes back from an older CT (its own record lagged its acks): the session
   // starts below released(s,p), and its acks climb towards it.
-  x.Send(ConnectMessage{"s", "color = 'red'", "", Ct(10), 1, true});
+  x.ConnectRed(10);
   t.Pump();
   REQUIRE(Deliveries(x.Take()) == Strings{"E12", "E14", "E17"});
   x.Send(AckMessage{"s", Ct(12)});
@@ -783,13 +785,13 @@ TEST_CASE("an ack below the session's start resends nothing of an earlier sessio
   t.Open();
   t.Publish(Knowledge(1, 10, {}));
   RawClient& x = t.AddRaw("x");
-  x.Send(ConnectMessage{"s", "color = 'red'", "", Ct(10), 1, true});
+  x.ConnectRed(10);
   t.Pump();
   x.Take();
   t.Publish(Knowledge(11, 17, {{12, "red"}, {17, "red"}}));
   REQUIRE(Deliveries(x.Take()) == Strings{"E12", "E17"});
   x.Send(DisconnectMessage{"s"});
-  x.Send(ConnectMessage{"s", "color = 'red'", "", Ct(17), 1, true});
+  x.ConnectRed(17);
   t.Pump();
   OnlyConnected(x.Take());
   // The new session has sent nothing: there is no last message of its own to resend.
@@ -805,7 +807,7 @@ TEST_CASE("a lost last Event the broker no longer caches ends the session instea
   t.Open();
   t.Publish(Knowledge(1, 10, {}));
   RawClient& x = t.AddRaw("x");
-  x.Send(ConnectMessage{"s", "color = 'red'", "", Ct(10), 1, true});
+  x.ConnectRed(10);
   t.Pump();
   x.Take();
   t.Publish(Knowledge(11, 20, {{12, "red"}, {17, "red"}}));
@@ -817,7 +819,7 @@ TEST_CASE("a lost last Event the broker no longer caches ends the session instea
   REQUIRE(OnlyError(x.Take(), "s") == absl::StatusCode::kUnavailable);
   REQUIRE(t.shb().stats().resent == 0);
   // The subscriber comes back from its CT and gets 17 from the PFS and upstream.
-  x.Send(ConnectMessage{"s", "color = 'red'", "", Ct(12), 1, true});
+  x.ConnectRed(12);
   t.Pump();
   std::vector<Message> got = x.Take();
   REQUIRE(std::get<ConnectedMessage>(got[0]).start == Ct(12));
