@@ -153,6 +153,55 @@ TEST_CASE("catchup turns a run of released matches into one Gap", "[catchup]") {
   REQUIRE(c.caught_up(30));
 }
 
+TEST_CASE("catchup sends one Gap for released matches whose knowledge arrives in parts",
+          "[catchup]") {
+  // The nacks go out a window at a time, and so come the answers: each part of the run of lost
+  // matches must extend the one Gap, not send another.
+  CatchupStreamOptions o;
+  o.nack_window = 2;
+  KnowledgeStream k;
+  CatchupStream c("sub", kP, 10, 0, Everything(), o);
+  c.AddMatches({12, 13, 15, 20, 24, 25}, 30, 0);
+  Ranges nacks;
+  REQUIRE(StepOnce(c, k, 30, &nacks).empty());
+  REQUIRE(nacks == Ranges{{12, 13}});
+  REQUIRE_OK(k.AccumulateLost({12, 13}));
+  REQUIRE(StepOnce(c, k, 30, &nacks).empty());  // the Gap is held: the run may go on
+  REQUIRE(nacks == Ranges{{15, 15}, {20, 20}});
+  REQUIRE_OK(k.AccumulateLost({14, 15}));
+  REQUIRE_OK(k.AccumulateLost({16, 20}));
+  REQUIRE(StepOnce(c, k, 30, &nacks).empty());
+  REQUIRE(nacks == Ranges{{24, 25}});
+  // An event ends the run: the Gap goes out before it; the next run makes a second Gap.
+  REQUIRE_OK(k.AccumulateData(24, MakeEvent(24)));
+  REQUIRE_OK(k.AccumulateLost({21, 23}));
+  REQUIRE(StepOnce(c, k, 30) == Strings{"G20", "E24"});
+  REQUIRE_OK(k.AccumulateLost({25, 25}));
+  REQUIRE(StepOnce(c, k, 30) == Strings{"G25", "S30"});
+  REQUIRE(c.caught_up(30));
+}
+
+TEST_CASE("catchup joins what the PFS lost and the released matches after it in one Gap",
+          "[catchup]") {
+  KnowledgeStream k;
+  REQUIRE_OK(k.AccumulateLost({1, 14}));
+  REQUIRE_OK(k.AccumulateData(16, MakeEvent(16)));
+  CatchupStream c("sub", kP, 5, 0, Everything());
+  c.AddMatches({12, 14, 16}, 20, 10);  // chopped through 10; 12 and 14 released
+  REQUIRE(StepOnce(c, k, 20) == Strings{"G14", "E16", "S20"});
+}
+
+TEST_CASE("a refilter joins released spans around silence in one Gap", "[catchup]") {
+  KnowledgeStream k;
+  REQUIRE_OK(k.AccumulateLost({6, 8}));
+  REQUIRE_OK(k.AccumulateData(9, MakeEvent(9, "blue")));  // does not match: no message
+  REQUIRE_OK(k.AccumulateLost({10, 12}));
+  REQUIRE_OK(k.AccumulateData(13, MakeEvent(13, "red")));
+  REQUIRE_OK(k.AccumulateSilence({14, 20}));
+  CatchupStream c("sub", kP, 5, 20, *Subscription::Create("color = 'red'"));
+  REQUIRE(StepOnce(c, k, 20) == Strings{"G12", "E13", "S20"});
+}
+
 TEST_CASE("catchup delivers at most max_deliveries_per_step per step", "[catchup]") {
   CatchupStreamOptions o;
   o.max_deliveries_per_step = 2;

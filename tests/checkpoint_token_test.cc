@@ -15,9 +15,41 @@ TEST_CASE("a checkpoint token is at tick 0 for pubends it does not name", "[ct]"
   CheckpointToken ct = Ct({{1, 100}});
   REQUIRE(ct.Get(PubendId{1}) == 100);
   REQUIRE(ct.Get(PubendId{2}) == 0);
-  ct.Set(PubendId{1}, 0);
-  REQUIRE(ct.empty());
-  REQUIRE(ct == CheckpointToken());
+  REQUIRE(ct.Names(PubendId{1}));
+  REQUIRE_FALSE(ct.Names(PubendId{2}));
+}
+
+TEST_CASE("a checkpoint token names a pubend at tick 0 apart from one it does not name", "[ct]") {
+  // A subscription created before its broker heard from pubend 1 stands at 1:0: owed every match
+  // of it. A token that does not name 1 says nothing about it.
+  CheckpointToken ct = Ct({{1, 0}});
+  REQUIRE(ct.Names(PubendId{1}));
+  REQUIRE_FALSE(ct.empty());
+  REQUIRE_FALSE(ct == CheckpointToken());
+  REQUIRE((ct <=> CheckpointToken()) == std::partial_ordering::equivalent);
+  auto decoded = CheckpointToken::Decode(ct.Encode());
+  REQUIRE_OK(decoded);
+  REQUIRE(*decoded == ct);
+  REQUIRE(decoded->Names(PubendId{1}));
+  REQUIRE(ct.ToString() == "{p1:0}");
+  // Merging names the union.
+  CheckpointToken merged = Ct({{2, 5}});
+  merged.Merge(ct);
+  REQUIRE(merged == Ct({{1, 0}, {2, 5}}));
+}
+
+TEST_CASE("a checkpoint token without a zero tick is written as version 1, others as 2", "[ct]") {
+  REQUIRE(Ct({{1, 6}}).Encode() == std::string("\x01\x01\x01\x06", 4));
+  REQUIRE(Ct({{1, 0}}).Encode() == std::string("\x02\x01\x01\x00", 4));
+  // Version 1 from an older writer still reads.
+  auto v1 = CheckpointToken::Decode(std::string("\x01\x02\x01\x06\x03\x07", 6));
+  REQUIRE_OK(v1);
+  REQUIRE(*v1 == Ct({{1, 6}, {3, 7}}));
+  REQUIRE_CODE(CheckpointToken::Decode(std::string("\x03\x00", 2)),
+               absl::StatusCode::kInvalidArgument);
+  // Version 2 holding what version 1 can is not what the encoder writes.
+  REQUIRE_CODE(CheckpointToken::Decode(std::string("\x02\x01\x01\x06", 4)),
+               absl::StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("checkpoint tokens are ordered component by component", "[ct]") {
@@ -47,7 +79,7 @@ TEST_CASE("a checkpoint token round-trips and rejects malformed bytes", "[ct]") 
   // Pubends out of order: {2:1, 1:1}.
   REQUIRE_CODE(CheckpointToken::Decode(std::string("\x01\x02\x02\x01\x01\x01", 6)),
                absl::StatusCode::kInvalidArgument);
-  // A zero tick.
+  // A zero tick in version 1, which cannot hold one.
   REQUIRE_CODE(CheckpointToken::Decode(std::string("\x01\x01\x02\x00", 4)),
                absl::StatusCode::kInvalidArgument);
   REQUIRE(ct.ToString() == "{p1:6, p7:1152921504606846976, p4294967295:3}");

@@ -160,6 +160,19 @@ TEST_CASE("a stored CT is kept; the start only fills pubends it does not name", 
   REQUIRE(t.ds().checkpoint() == Ct({{kP, 5}, {kQ, 40}}));
 }
 
+TEST_CASE("a start at tick 0 is kept in the CT, which then names that pubend", "[subscriber]") {
+  // A subscription created before its broker heard from a pubend starts there at 0: the CT must
+  // say so, or another broker would take it for one that never covered the pubend.
+  SubscriberTest t;
+  t.Connected(Ct({{kP, 0}, {kQ, 40}}));
+  REQUIRE(t.ds().checkpoint().Names(kP));
+  REQUIRE(t.ds().checkpoint() == Ct({{kP, 0}, {kQ, 40}}));
+  // And a stored CT naming a pubend at 0 keeps it there, whatever the start says.
+  SubscriberTest u(Ct({{kP, 0}}));
+  u.Connected(Ct({{kP, 70}}));
+  REQUIRE(u.ds().checkpoint() == Ct({{kP, 0}}));
+}
+
 TEST_CASE("durable subscriber drops messages at or below its CT", "[subscriber]") {
   SubscriberTest t(Ct({{kP, 10}}));
   t.Connected(Ct({{kP, 10}}));
@@ -420,6 +433,72 @@ TEST_CASE("an unanswered connection request is sent again", "[subscriber]") {
   t.ds().OnTimer(kT0 + absl::Seconds(40));
   t.ds().OnTimer(kT0 + absl::Seconds(60));
   REQUIRE(t.Sent().empty());
+}
+
+TEST_CASE("the subscriber reconnects by itself after the errors that always call for it",
+          "[subscriber]") {
+  for (absl::StatusCode code : {absl::StatusCode::kFailedPrecondition,
+                                absl::StatusCode::kUnavailable, absl::StatusCode::kOutOfRange}) {
+    INFO(absl::StatusCodeToString(code));
+    SubscriberTest t(Ct({{kP, 10}}));
+    t.Connected(Ct({{kP, 10}}));
+    t.Deliver(kP, DeliveryKind::kEvent, 12, Colored("red"), 10);
+    t.Sent();
+    t.FromBroker(SessionErrorMessage{"s", code, "reconnect"});
+    REQUIRE(t.rec.errors.size() == 1);  // the application still hears of it
+    REQUIRE_FALSE(t.ds().connected());
+    t.ds().OnTimer(kT0);  // the wait starts
+    t.ds().OnTimer(kT0 + absl::Milliseconds(199));
+    REQUIRE(t.Sent().empty());
+    t.ds().OnTimer(kT0 + absl::Milliseconds(200));
+    std::vector<Message> sent = t.Sent();
+    REQUIRE(sent.size() == 1);
+    // From the CT of the moment.
+    REQUIRE(std::get<ConnectMessage>(sent[0]).checkpoint == Ct({{kP, 12}}));
+    REQUIRE(t.ds().reconnects() == 1);
+    REQUIRE(t.ds().connecting());
+  }
+}
+
+TEST_CASE("the subscriber does not reconnect when fenced, refused, or told to stop",
+          "[subscriber]") {
+  for (absl::StatusCode code : {absl::StatusCode::kAborted, absl::StatusCode::kInvalidArgument,
+                                absl::StatusCode::kNotFound, absl::StatusCode::kDataLoss}) {
+    INFO(absl::StatusCodeToString(code));
+    SubscriberTest t(Ct({{kP, 10}}));
+    t.Connected(Ct({{kP, 10}}));
+    t.Sent();
+    t.FromBroker(SessionErrorMessage{"s", code, "no"});
+    for (int i = 0; i < 5; ++i) t.ds().OnTimer(kT0 + absl::Seconds(i));
+    REQUIRE(t.Sent().empty());
+    REQUIRE(t.ds().reconnects() == 0);
+  }
+  // After Disconnect the application wants no connection: a late error changes nothing.
+  SubscriberTest t(Ct({{kP, 10}}));
+  t.Connected(Ct({{kP, 10}}));
+  REQUIRE_OK(t.ds().Disconnect());
+  t.Sent();
+  t.FromBroker(SessionErrorMessage{"s", absl::StatusCode::kFailedPrecondition, "no session"});
+  for (int i = 0; i < 5; ++i) t.ds().OnTimer(kT0 + absl::Seconds(i));
+  REQUIRE(t.Sent().empty());
+}
+
+TEST_CASE("ConnectTo moves the subscriber to another broker with its CT", "[subscriber]") {
+  SubscriberTest t(Ct({{kP, 10}}));
+  t.Connected(Ct({{kP, 10}}));
+  t.Deliver(kP, DeliveryKind::kEvent, 12, Colored("red"), 10);
+  t.Sent();
+  REQUIRE_CODE(t.ds().ConnectTo(""), absl::StatusCode::kInvalidArgument);
+  REQUIRE_OK(t.ds().ConnectTo("other"));
+  REQUIRE(t.ds().broker() == "other");
+  // The old broker heard a final ack and a disconnect; messages from it are ignored now.
+  std::vector<Message> sent = t.Sent();
+  REQUIRE(sent.size() == 2);
+  REQUIRE(std::get<AckMessage>(sent[0]).checkpoint == Ct({{kP, 12}}));
+  REQUIRE(std::holds_alternative<DisconnectMessage>(sent[1]));
+  REQUIRE(t.ds().connecting());
+  t.Deliver(kP, DeliveryKind::kEvent, 13, Colored("red"), 12);
+  REQUIRE(t.rec.log == Strings{"E1:12"});
 }
 
 }  // namespace

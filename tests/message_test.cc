@@ -28,6 +28,7 @@ std::vector<Message> Samples() {
                         KnowledgeSpan::Data(105, Order(10)), KnowledgeSpan::Data(106, Order(20)),
                         KnowledgeSpan::Silence({107, kMaxTick})}},
       KnowledgeMessage{PubendId{0}, {}},
+      KnowledgeMessage{PubendId{3}, {KnowledgeSpan::Silence({1, 99})}, 100},  // version 2
       CuriosityMessage{PubendId{7}, {{5, 9}, {12, 12}, {1000, 1u << 30}}},
       ReleaseMessage{{{PubendId{1}, 10, 20}, {PubendId{2}, 0, 0}}},
       ConnectMessage{"audit", "symbol = 'IBM' AND quantity > 1000", "orders/#", Ct(1, 500), 3,
@@ -52,6 +53,26 @@ TEST_CASE("every message kind round-trips through its encoding", "[message]") {
   }
 }
 
+TEST_CASE("version 2 carries only a knowledge message's more_from", "[message]") {
+  // A knowledge message without more_from, and every other message, is written as version 1.
+  REQUIRE(EncodeMessage(KnowledgeMessage{PubendId{3}, {}})[0] == 1);
+  REQUIRE(EncodeMessage(DisconnectMessage{"a"})[0] == 1);
+  const std::string v2 = EncodeMessage(KnowledgeMessage{PubendId{3}, {}, 7});
+  REQUIRE(v2[0] == 2);
+  REQUIRE(std::get<KnowledgeMessage>(*DecodeMessage(v2)).more_from == 7);
+  std::string other = EncodeMessage(DisconnectMessage{"a"});
+  other[0] = 2;
+  REQUIRE_CODE(DecodeMessage(other), absl::StatusCode::kInvalidArgument);
+  std::string zero = EncodeMessage(KnowledgeMessage{PubendId{3}, {}});
+  zero[0] = 2;
+  zero.push_back(0);
+  REQUIRE_CODE(DecodeMessage(zero), absl::StatusCode::kInvalidArgument);
+  // more_from must lie above every span.
+  REQUIRE_CODE(DecodeMessage(EncodeMessage(
+                   KnowledgeMessage{PubendId{3}, {KnowledgeSpan::Silence({1, 99})}, 99})),
+               absl::StatusCode::kInvalidArgument);
+}
+
 TEST_CASE("every truncation of every message is rejected", "[message]") {
   for (const Message& m : Samples()) {
     const std::string bytes = EncodeMessage(m);
@@ -69,7 +90,7 @@ TEST_CASE("malformed messages are rejected with a reason", "[message]") {
     REQUIRE(m.status().code() == absl::StatusCode::kInvalidArgument);
     return std::string(m.status().message());
   };
-  REQUIRE_THAT(reason(std::string("\x02\x01", 2)), Catch::Contains("unsupported version 2"));
+  REQUIRE_THAT(reason(std::string("\x03\x01", 2)), Catch::Contains("unsupported version 3"));
   REQUIRE_THAT(reason(std::string("\x01\x63", 2)), Catch::Contains("unknown message kind 99"));
   // Knowledge with a Q span: version, kind 1, pubend 0, count 1, value 0, gap 0, length 0.
   REQUIRE_THAT(reason(std::string("\x01\x01\x00\x01\x00\x00\x00", 7)),

@@ -36,6 +36,7 @@ struct Downstream {
       if (auto* k = std::get_if<KnowledgeMessage>(&m)) {
         ++messages;
         max_spans = std::max(max_spans, k->spans.size());
+        more_from = k->more_from;
         for (const KnowledgeSpan& s : k->spans) {
           absl::Status st = knowledge.Accumulate(s);
           if (!st.ok()) errors.push_back(st);
@@ -48,6 +49,7 @@ struct Downstream {
   std::vector<absl::Status> errors;
   size_t messages = 0;
   size_t max_spans = 0;
+  Tick more_from = 0;  // of the last knowledge message
 };
 
 // A PHB with one pubend over a memory storage that survives Restart(), driven by hand.
@@ -335,6 +337,9 @@ TEST_CASE("a nack for a long span is answered in part, and asking again gets the
     REQUIRE(horizon > from - 1);
     REQUIRE((horizon == last ||
              std::find(ticks.begin(), ticks.end(), horizon + 1) != ticks.end()));
+    // The last message of a part says where it stopped, so that the nacker asks again at once;
+    // the one that completes the answer says nothing.
+    REQUIRE(nacker->more_from == (horizon == last ? 0 : horizon + 1));
   }
   REQUIRE(nacks >= 100 * 80 / 1000 / 2);
   REQUIRE(nacker->errors.empty());

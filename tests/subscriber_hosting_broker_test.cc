@@ -566,7 +566,6 @@ TEST_CASE("options that would stall every stream are InvalidArgument at Open", "
       {"catchup.max_buffered_matches", [](Options& o) { o.catchup.max_buffered_matches = 1; }},
       {"catchup.nack_window", [](Options& o) { o.catchup.nack_window = 0; }},
       {"catchup.max_deliveries_per_step", [](Options& o) { o.catchup.max_deliveries_per_step = 0; }},
-      {"catchup.refilter_nack_ticks", [](Options& o) { o.catchup.refilter_nack_ticks = 0; }},
   };
   for (const auto& [name, spoil] : cases) {
     INFO(name);
@@ -639,7 +638,7 @@ TEST_CASE("a lower epoch is refused and a higher one fences the older session", 
 
   b.Send(ConnectMessage{"s", "", "", {}, 4, true});
   t.Pump();
-  REQUIRE(OnlyError(b.Take(), "s") == absl::StatusCode::kFailedPrecondition);
+  REQUIRE(OnlyError(b.Take(), "s") == absl::StatusCode::kAborted);
   t.Publish(Knowledge(1, 10, {{3, "red"}}));
   REQUIRE(Deliveries(a.Take()) == Strings{"E3"});  // a's session goes on
 
@@ -658,7 +657,7 @@ TEST_CASE("a lower epoch is refused and a higher one fences the older session", 
   // The fenced process comes back with its old epoch: refused, and c keeps the session.
   a.Send(ConnectMessage{"s", "", "", Ct(3), 5, true});
   t.Pump();
-  REQUIRE(OnlyError(a.Take(), "s") == absl::StatusCode::kFailedPrecondition);
+  REQUIRE(OnlyError(a.Take(), "s") == absl::StatusCode::kAborted);
   t.Publish(Knowledge(21, 30, {{22, "blue"}}));
   REQUIRE(Deliveries(c.Take()) == Strings{"E22"});
 }
@@ -1026,6 +1025,29 @@ TEST_CASE("a nack is sent once, and again only after renack_interval", "[shb]") 
   REQUIRE(t.TakeCuriosity() == once);
 }
 
+TEST_CASE("an answer that stopped short is followed by a nack for the rest at once", "[shb]") {
+  ShbTest t;
+  t.options.nack_delay = absl::Milliseconds(20);
+  t.options.renack_interval = absl::Seconds(10);
+  t.Open();
+  t.Publish(KnowledgeMessage{kP, {KnowledgeSpan::Silence({1, 10}), KnowledgeSpan::Silence({100, 110})}});
+  t.Timer();
+  t.Timer(absl::Milliseconds(20));
+  REQUIRE(t.TakeCuriosity() == std::vector<CuriosityMessage>{{kP, {{11, 99}}}});
+  // Upstream answers (11, 40] and says it stopped at 41: the rest is asked for in the same
+  // Flush, long before the renack timer.
+  KnowledgeMessage part{kP, {KnowledgeSpan::Silence({11, 29}), KnowledgeSpan::Data(30, Ev(30, "red")),
+                             KnowledgeSpan::Silence({31, 40})}};
+  part.more_from = 41;
+  t.Publish(part);
+  REQUIRE(t.TakeCuriosity() == std::vector<CuriosityMessage>{{kP, {{41, 99}}}});
+  REQUIRE(t.shb().stats().nacks_followed_up == 1);
+  // An answer that completes the request asks for nothing more.
+  t.Publish(KnowledgeMessage{kP, {KnowledgeSpan::Silence({41, 99})}});
+  REQUIRE(t.TakeCuriosity().empty());
+  REQUIRE(t.shb().latest_delivered(kP) == 110);
+}
+
 TEST_CASE("the release upstream is min(latestDelivered, every subscriber's ack)", "[shb]") {
   ShbTest t;
   t.Open();
@@ -1090,7 +1112,7 @@ TEST_CASE("a clean restart recovers subscriptions, latestDelivered, acks and the
   RawClient& old = t.AddRaw("old");
   old.Send(ConnectMessage{"all", "", "", Ct(15), 2, true});
   t.Pump();
-  REQUIRE(OnlyError(old.Take(), "all") == absl::StatusCode::kFailedPrecondition);
+  REQUIRE(OnlyError(old.Take(), "all") == absl::StatusCode::kAborted);
 
   REQUIRE_OK(red.ds->Connect());
   REQUIRE_OK(all.ds->Connect());
@@ -1127,7 +1149,10 @@ TEST_CASE("a pubend added to the broker's options serves the existing subscripti
   t.Pump();
   std::vector<Message> got = x.Take();
   REQUIRE(got.size() == 2);
-  REQUIRE(std::get<ConnectedMessage>(got[0]) == ConnectedMessage{"s", Ct(5), 1});
+  // The start names the new pubend too, where the subscription's coverage of it begins.
+  CheckpointToken start = Ct(5);
+  start.Set(kP2, 0);
+  REQUIRE(std::get<ConnectedMessage>(got[0]) == ConnectedMessage{"s", start, 1});
   REQUIRE(Deliveries(got) == Strings{"S10"});  // nothing matched in (5, 10]
   t.Publish(Knowledge(1, 10, {{3, "red"}}, kP2));
   t.Publish(Knowledge(11, 20, {{12, "red"}}));

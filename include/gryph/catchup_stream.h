@@ -6,7 +6,10 @@
 // the events (from its cache, or by nack upstream), and the stream delivers, in tick order:
 //   - Event(t) for a matching tick whose event is known;
 //   - Gap(t) where a matching event was released upstream (L), or where the PFS was chopped and
-//     cannot say what matched (then the Gap covers exactly the chopped interval);
+//     cannot say what matched (then the Gap covers exactly the chopped interval): one Gap per
+//     run of such ticks with no delivered event between them, however the knowledge of them
+//     arrives (a lost span is held until the next message or the end of the catchup shows
+//     where it stops);
 //   - Silence(latestDelivered) when it catches up without a message at the end, so that the
 //     subscriber's CT moves.
 // Once everything up to latestDelivered(p) is delivered, caught_up() holds and the broker hands
@@ -47,8 +50,6 @@ struct CatchupStreamOptions {
   size_t nack_window = 256;
   // Messages delivered per Step, so one catchup cannot starve the others.
   size_t max_deliveries_per_step = 1024;
-  // In refilter mode, the most ticks of unknown knowledge nacked at once.
-  uint64_t refilter_nack_ticks = 1 << 20;
 };
 
 class CatchupStream {
@@ -79,7 +80,11 @@ class CatchupStream {
   PubendId pubend() const { return pubend_; }
 
  private:
+  // Appends a message, after the Gap still held.
   void Emit(DeliveryKind kind, Tick t, EventRef event, std::vector<DeliveryMessage>* out);
+  // What may have matched through `t` is lost: the held Gap reaches t.
+  void Lost(Tick t);
+  void EmitPendingGap(std::vector<DeliveryMessage>* out);
   // Refilter mode: walks (position_, refilter_through_].
   void StepRefilter(const KnowledgeStream& knowledge, std::vector<DeliveryMessage>* out,
                     std::vector<TickRange>* nacks, size_t* budget);
@@ -91,6 +96,7 @@ class CatchupStream {
   const Tick refilter_through_;
   Tick position_;                 // served through here
   Tick last_message_;             // tick of the last message sent
+  Tick pending_gap_ = 0;          // a Gap through here is owed before the next message (0: none)
   Tick matches_through_;          // PFS answers are complete through here
   Tick lost_through_ = 0;         // the PFS cannot say what matched at or below here
   std::deque<Tick> matches_;      // matched ticks in (position_, matches_through_]

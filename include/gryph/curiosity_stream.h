@@ -52,6 +52,9 @@ class CuriosityStream {
 
   // The outstanding ranges in tick order, at most `max_ranges`: what to nack again after a timeout.
   std::vector<TickRange> Outstanding(size_t max_ranges = SIZE_MAX) const;
+  // The outstanding ticks at or above `from`, as ranges in tick order, at most `max_ranges`: what
+  // to nack again when an answer stopped short at `from` (KnowledgeMessage::more_from).
+  std::vector<TickRange> OutstandingFrom(Tick from, size_t max_ranges = SIZE_MAX) const;
 
   bool empty() const { return outstanding_.empty(); }
   const TickRangeSet& outstanding() const { return outstanding_; }

@@ -12,10 +12,29 @@
 //   - after the handler returns, CT(p) becomes the message's tick.
 // The application stores checkpoint() in its own transaction together with the effects of the
 // messages it handled (the exactly-once pattern), and gives it back to the constructor after a
-// restart. Acks (the CT) go to the broker every ack_interval, so that it can release: once acked,
+// restart. It stores it once connected too (OnConnected): a new subscription's start CT names
+// every pubend, 0 included, which lets any broker serve it (ConnectTo); a CT that names no pubend
+// starts a new subscription at a broker that does not host it. Acks (the CT) go to the broker every ack_interval, so that it can release: once acked,
 // what the CT covers may be discarded upstream. An application that stores its CT after the
 // handler returns (in batches, say) sets ack_stored_only and reports each stored CT with
 // Stored(): acks then never run ahead of what a crash would bring back.
+//
+// Errors (Handler::OnError) and what the subscriber does about them itself, with auto_reconnect,
+// while the application wants a connection (after Connect or ConnectTo, until Disconnect or
+// Unsubscribe):
+//   FailedPrecondition  the broker holds no live session (it restarted, or ended it): connects
+//                       again from the CT after reconnect_interval.
+//   Unavailable         the broker is stopped, or ended the session over a lost delivery it no
+//                       longer caches: connects again after reconnect_interval.
+//   OutOfRange          the CT is ahead of the broker (one that restarted, or one the subscriber
+//                       moved to, that is behind): connects again after reconnect_interval, by
+//                       which time the broker has usually caught up.
+//   Aborted             fenced: a process with a higher epoch holds the subscription. Never
+//                       reconnects (two processes reconnecting on it would fence each other in
+//                       turn); this process should stop.
+//   InvalidArgument, NotFound, DataLoss: the application's to handle (a bad selector or CT, a
+//                       CT naming a pubend the broker does not serve, a subscription that another
+//                       selector holds, an event that does not match); no reconnection.
 //
 // Thread-safety: owned by one thread (the one that drives its channel and timers).
 
@@ -38,7 +57,7 @@ struct DurableSubscriberOptions {
   std::string subscription;  // the durable subscription's name at the broker
   std::string selector;      // JMS selector; empty matches every event
   std::string topic_filter;  // empty: every topic
-  std::string broker;        // the broker's channel name
+  std::string broker;        // the broker's channel name (ConnectTo changes it)
   // Where to resume: the CT the application stored (empty for a new subscription, which starts
   // where the broker is now).
   CheckpointToken checkpoint;
@@ -53,6 +72,10 @@ struct DurableSubscriberOptions {
   // sends again what that session delivered (dropped here as duplicates): keep it well above
   // the time a busy broker takes to answer.
   absl::Duration connect_retry_interval = absl::Seconds(10);
+  // Connect again by itself after the errors that always call for it (see the file comment),
+  // reconnect_interval after the error.
+  bool auto_reconnect = true;
+  absl::Duration reconnect_interval = absl::Milliseconds(200);
   // Acks carry only what Stored() reported (at first `checkpoint`), never the CT of messages
   // handled since; leave it false when the handler's own transaction stores the CT.
   bool ack_stored_only = false;
@@ -83,6 +106,11 @@ class DurableSubscriber {
   // Sends the connection request with the current CT; OnTimer repeats it every
   // connect_retry_interval until the broker answers.
   absl::Status Connect();
+  // Connects to `broker` instead, from the current CT (reconnect anywhere): a broker that never
+  // hosted the subscription serves it by refiltering what it missed. A session with the
+  // previous broker is left to end there (it is disconnected first when connected); messages
+  // from it are ignored from now on. InvalidArgument for an empty name.
+  absl::Status ConnectTo(absl::string_view broker);
   // Sends a final ack, then ends the session (the subscription stays, catching up later). A
   // connection request still unanswered is withdrawn: the broker ends the session it starts, and
   // its answer is ignored.
@@ -93,7 +121,8 @@ class DurableSubscriber {
   // Handles a message from the broker. Messages from other peers are ignored.
   void HandleMessage(absl::string_view from, const Message& message);
   // Sends an ack when the CT to ack moved and ack_interval passed since the last one, or a
-  // keepalive; repeats an unanswered connection request.
+  // keepalive; repeats an unanswered connection request; reconnects after an error that calls
+  // for it (auto_reconnect).
   void OnTimer(absl::Time now);
   // The application stored `ct` (a checkpoint() it had); with ack_stored_only, acks carry it.
   // InvalidArgument, changing nothing, for a CT ahead of checkpoint() at some pubend.
@@ -108,6 +137,10 @@ class DurableSubscriber {
   // Reconnections after a message of the session was found missing.
   uint64_t resyncs() const { return resyncs_; }
   const DurableSubscriberOptions& options() const { return options_; }
+  // The broker it connects to: options().broker, or the last ConnectTo.
+  const std::string& broker() const { return broker_; }
+  // Reconnections auto_reconnect made.
+  uint64_t reconnects() const { return reconnects_; }
 
  private:
   DurableSubscriber(DurableSubscriberOptions options, Subscription subscription, Channel* channel,
@@ -123,6 +156,7 @@ class DurableSubscriber {
     return options_.ack_stored_only ? stored_ : checkpoint_;
   }
 
+  std::string broker_;
   CheckpointToken checkpoint_;
   CheckpointToken stored_;  // the last CT Stored() reported
   CheckpointToken acked_;
@@ -132,8 +166,15 @@ class DurableSubscriber {
   // the first OnTimer after Connect()).
   bool connecting_ = false;
   absl::Time connect_sent_ = absl::InfinitePast();
+  // The application wants a connection (Connect or ConnectTo, until Disconnect or Unsubscribe).
+  bool want_connected_ = false;
+  // An error called for a reconnection: due at reconnect_at_ (InfinitePast until the first
+  // OnTimer after the error, which sets it).
+  bool reconnect_pending_ = false;
+  absl::Time reconnect_at_ = absl::InfinitePast();
   uint64_t duplicates_ = 0;
   uint64_t resyncs_ = 0;
+  uint64_t reconnects_ = 0;
 };
 
 }  // namespace gryph

@@ -106,7 +106,14 @@ class Pubend {
   // sequences gets the original tick instead (see the header comment). Fails (through done) with
   // InvalidArgument for a null event or a sequence below the publisher's latest that is not a
   // retry, AlreadyExists for a retry older than the window, and the pubend's failure status.
-  // `done` never runs inside Publish.
+  // The retry window: a publisher that crashed with publishes unacknowledged may retry the
+  // latest kSequenceWindow sequences it sent; so it must not have more than that many
+  // outstanding, or an older one could be logged twice under a new sequence.
+  // `done` never runs inside Publish: it runs on the thread that commits (the PHB's commit
+  // thread, or whoever calls OnTimer/Flush in manual mode) while the committer completes the
+  // group, and Publish needs the committer too. So `done` must not wait for a lock that the
+  // application holds around its Publish calls: each would wait for the other. Hand the result
+  // to another thread, or keep such a lock out of `done`.
   void Publish(absl::string_view publisher, uint64_t sequence, EventRef event, absl::Time now,
                PublishDone done);
 
@@ -194,9 +201,9 @@ class Pubend {
   void FlushKnowledgeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Appends knowledge for `range` read from the log to *out, split into bounded messages; ticks
   // at or below `lost` are L. Events take their encoded size from *budget; once it is spent (and
-  // something was answered) the knowledge stops before the next event and the result is false.
-  // Reads storage without holding mu_.
-  absl::StatusOr<bool> ReadKnowledge(TickRange range, Tick lost, uint64_t* budget,
+  // something was answered) the knowledge stops before the next event, whose tick is the result;
+  // 0 when the whole range was answered. Reads storage without holding mu_.
+  absl::StatusOr<Tick> ReadKnowledge(TickRange range, Tick lost, uint64_t* budget,
                                      std::vector<KnowledgeMessage>* out) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Constant after construction.

@@ -55,12 +55,16 @@ class PublisherHostingBroker {
   // Stops the commit thread after committing what is pending.
   ~PublisherHostingBroker();
 
-  // Publishes to pubend `p` (Pubend::Publish). NotFound through `done` for an unknown pubend.
+  // Publishes to pubend `p` (Pubend::Publish: `done` runs on the commit thread, with the
+  // event's tick once durable; see there for the retry window of `sequence` and why `done` must
+  // not take a lock held around Publish). NotFound through `done` for an unknown pubend.
   void Publish(PubendId p, absl::string_view publisher, uint64_t sequence, EventRef event,
                Pubend::PublishDone done);
-  // Publishes to PubendForKey(key, pubend_ids()).
-  void PublishByKey(absl::string_view key, absl::string_view publisher, uint64_t sequence,
-                    EventRef event, Pubend::PublishDone done);
+  // Publishes to PubendForKey(key, pubend_ids()) and returns that pubend: the ticks `done`
+  // reports are that pubend's, and a retry after a crash must name the same key (or that pubend)
+  // to be recognised. The choice depends only on the key and the broker's pubend ids.
+  PubendId PublishByKey(absl::string_view key, absl::string_view publisher, uint64_t sequence,
+                        EventRef event, Pubend::PublishDone done);
 
   // Handles one message from the channel (the receiver calls this). Errors (an unknown sender's
   // release, a nack for an unknown pubend) are returned; nothing changes for them.

@@ -28,6 +28,12 @@
 // under the bound, so a consumer that stalls costs a bounded amount of memory in the channel and
 // never holds the constream back. It rejoins the constream when it has caught up.
 //
+// Nacks: the constream nacks what is Q below the highest tick seen, a catchup the matches it
+// lacks (a window at a time); the curiosity stream consolidates them, and they are sent again
+// every renack_interval until answered. An answer that stopped short (upstream bounds the bytes
+// of one answer) says so, and the rest is asked for in the next Flush, not at the next renack:
+// one part of an answer in flight per pubend, within what the nackers asked for.
+//
 // Acks move released(s,p); the broker sends released(p) = min(latestDelivered(p),
 // min_s released(s,p)) and latestDelivered(p) upstream periodically, and chops the PFS up to
 // released(p).
@@ -138,6 +144,7 @@ class SubscriberHostingBroker {
     uint64_t catchups_completed = 0;
     uint64_t gaps_delivered = 0;
     uint64_t nacks_sent = 0;
+    uint64_t nacks_followed_up = 0;  // of them, sent at once after an answer that stopped short
     uint64_t pfs_records = 0;
     uint64_t commits = 0;  // storage transactions submitted
     // Sessions whose CT was above the constream's position: sent before a crash, not durable.
@@ -233,6 +240,9 @@ class SubscriberHostingBroker {
     Tick recovered_lease = 0;  // the lease at Open: CTs up to it are not ahead of this broker
     absl::Time last_renack = absl::InfinitePast();
     absl::Time q_seen_since = absl::InfiniteFuture();
+    // An answer to a nack stopped short here (KnowledgeMessage::more_from): Flush asks for the
+    // rest. 0: none.
+    Tick more_from = 0;
     // The subscriptions with a catchup stream here, by name (the order catchups step in): a
     // Flush costs what the catchups need, not a pass over every subscription.
     absl::btree_map<absl::string_view, SubscriptionState*> catchups;
@@ -257,6 +267,8 @@ class SubscriberHostingBroker {
                  std::vector<std::pair<SubscriptionState*, PubendState*>>& slow);
   // Drops cached events of `p` that no catchup needs, beyond the cache window.
   void Forget(PubendState& p);
+  // Nacks again what is outstanding from where an answer stopped short (p.more_from).
+  void AskForTheRest(PubendState& p);
   // Steps the catchup streams of `p` in rounds, each with one shared PFS read for the streams
   // that need matches (see max_catchup_messages_per_flush); returns whether they may have more
   // to send now.

@@ -13,13 +13,7 @@ Tick CheckpointToken::Get(PubendId p) const {
   return it == ticks_.end() ? 0 : it->second;
 }
 
-void CheckpointToken::Set(PubendId p, Tick t) {
-  if (t == 0) {
-    ticks_.erase(p);
-  } else {
-    ticks_[p] = t;
-  }
-}
+void CheckpointToken::Set(PubendId p, Tick t) { ticks_[p] = t; }
 
 void CheckpointToken::Merge(const CheckpointToken& other) {
   for (const auto& [p, t] : other.ticks_) {
@@ -44,7 +38,10 @@ std::partial_ordering operator<=>(const CheckpointToken& a, const CheckpointToke
 }
 
 void CheckpointToken::EncodeTo(std::string* out) const {
-  out->push_back(static_cast<char>(kEncodingVersion));
+  // Version 1 where it can hold the token, so that readers that know only it read it.
+  const bool zero =
+      std::any_of(ticks_.begin(), ticks_.end(), [](const auto& e) { return e.second == 0; });
+  out->push_back(static_cast<char>(zero ? 2 : 1));
   internal::PutVarint64(out, ticks_.size());
   for (const auto& [p, t] : ticks_) {
     internal::PutVarint64(out, p.value);
@@ -62,7 +59,7 @@ absl::StatusOr<CheckpointToken> CheckpointToken::Decode(absl::string_view bytes)
   internal::ByteReader in(bytes, "checkpoint token");
   uint8_t version = 0;
   if (!in.ReadByte(&version, "version")) return in.status();
-  if (version != kEncodingVersion) {
+  if (version != 1 && version != 2) {
     in.Fail(absl::StrCat("unsupported version ", version));
     return in.status();
   }
@@ -79,13 +76,19 @@ absl::StatusOr<CheckpointToken> CheckpointToken::Decode(absl::string_view bytes)
       in.Fail(absl::StrCat("pubend ", p, " is out of order or repeated"));
       return in.status();
     }
-    if (t == 0) {
-      in.Fail(absl::StrCat("pubend ", p, " has tick 0"));
+    if (t == 0 && version == 1) {
+      in.Fail(absl::StrCat("pubend ", p, " has tick 0, which version 1 cannot hold"));
       return in.status();
     }
     ct.ticks_.emplace(PubendId{static_cast<uint32_t>(p)}, t);
   }
   if (!in.ExpectEnd()) return in.status();
+  // Version 2 only for what version 1 cannot hold: the decoder accepts what the encoder writes.
+  if (version == 2 && std::none_of(ct.ticks_.begin(), ct.ticks_.end(),
+                                   [](const auto& e) { return e.second == 0; })) {
+    in.Fail("version 2 without a zero tick (it is written as version 1)");
+    return in.status();
+  }
   return ct;
 }
 

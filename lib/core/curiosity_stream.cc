@@ -59,4 +59,10 @@ std::vector<TickRange> CuriosityStream::Outstanding(size_t max_ranges) const {
   return out;
 }
 
+std::vector<TickRange> CuriosityStream::OutstandingFrom(Tick from, size_t max_ranges) const {
+  std::vector<TickRange> out = outstanding_.Intersect({std::max(from, kFirstTick), kMaxTick});
+  if (out.size() > max_ranges) out.resize(max_ranges);
+  return out;
+}
+
 }  // namespace gryph

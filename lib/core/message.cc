@@ -91,6 +91,8 @@ struct Encoder {
         PutLengthPrefixed(out, event);
       }
     }
+    // Only in version 2 (EncodeMessage), which only a Knowledge message with it set uses.
+    if (m.more_from != 0) PutVarint64(out, m.more_from);
   }
   void operator()(const CuriosityMessage& m) const {
     PutVarint64(out, m.pubend.value);
@@ -167,6 +169,16 @@ bool Decode(ByteReader& in, KnowledgeMessage* m) {
       if (!ReadEvent(in, &s.event)) return false;
     }
     m->spans.push_back(std::move(s));
+  }
+  return true;
+}
+
+// Version 2's field after a Knowledge message's spans.
+bool ReadMoreFrom(ByteReader& in, KnowledgeMessage* m) {
+  if (!in.ReadVarint64(&m->more_from, "more from")) return false;
+  if (m->more_from == 0) return in.Fail("more from is 0 (version 1 is written then)");
+  if (!m->spans.empty() && m->more_from <= m->spans.back().range.last) {
+    return in.Fail(absl::StrCat("more from ", m->more_from, " is not above every span"));
   }
   return true;
 }
@@ -316,7 +328,9 @@ const char* MessageKindName(const Message& m) {
 }
 
 void EncodeMessage(const Message& m, std::string* out) {
-  out->push_back(static_cast<char>(kMessageEncodingVersion));
+  // Version 1 where it can hold the message, so that readers that know only it read it.
+  const auto* k = std::get_if<KnowledgeMessage>(&m);
+  out->push_back(static_cast<char>(k != nullptr && k->more_from != 0 ? 2 : 1));
   out->push_back(static_cast<char>(kKindOf[m.index()]));
   std::visit(Encoder{out}, m);
 }
@@ -332,13 +346,22 @@ absl::StatusOr<Message> DecodeMessage(absl::string_view bytes) {
   uint8_t version = 0;
   uint8_t kind = 0;
   if (!in.ReadByte(&version, "version")) return in.status();
-  if (version != kMessageEncodingVersion) {
+  if (version != 1 && version != 2) {
     in.Fail(absl::StrCat("unsupported version ", version));
     return in.status();
   }
   if (!in.ReadByte(&kind, "kind")) return in.status();
   Message m;
-  if (!DecodeKind(in, kind, &m) || !in.ExpectEnd()) return in.status();
+  if (!DecodeKind(in, kind, &m)) return in.status();
+  if (version == 2) {
+    auto* k = std::get_if<KnowledgeMessage>(&m);
+    if (k == nullptr) {
+      in.Fail(absl::StrCat("version 2 is only for knowledge, not ", MessageKindName(m)));
+      return in.status();
+    }
+    if (!ReadMoreFrom(in, k)) return in.status();
+  }
+  if (!in.ExpectEnd()) return in.status();
   return m;
 }
 

@@ -159,6 +159,15 @@ void IntermediateBroker::OnKnowledge(absl::string_view from, const KnowledgeMess
   p.highest_seen = std::max(p.highest_seen, last);
   // Answers go to the nodes that asked for them (one upstream nack served them all).
   SendResolved(p, p.curiosity.Prune(p.cache));
+  // An answer that stopped short: ask upstream for the rest now, not at the next renack (the
+  // requesters' curiosity is still here, and the rest goes to them when it comes).
+  if (m.more_from != 0) {
+    std::vector<TickRange> rest = p.curiosity.OutstandingFrom(m.more_from, 64);
+    if (!rest.empty()) {
+      ++stats_.nacks_sent;
+      Send(p.upstream, CuriosityMessage{p.id, std::move(rest)});
+    }
+  }
   // The live stream goes to every downstream node. Below what was already forwarded, knowledge
   // is a repair: only requesters get it (above), the others nack what they miss.
   if (last > p.forwarded) {

@@ -515,13 +515,16 @@ absl::Status Pubend::HandleCuriosity(absl::string_view from, const CuriosityMess
   }
   std::vector<KnowledgeMessage> answers;
   uint64_t budget = options_.max_nack_answer_bytes;
+  Tick stopped_at = 0;
   for (TickRange r : nack.ranges) {
     if (r.first > committed) break;
     GRYPH_ASSIGN_OR_RETURN(
-        const bool complete,
-        ReadKnowledge({r.first, std::min(r.last, committed)}, lost, &budget, &answers));
-    if (!complete) break;  // the nacker asks again for the rest
+        stopped_at, ReadKnowledge({r.first, std::min(r.last, committed)}, lost, &budget, &answers));
+    if (stopped_at != 0) break;
   }
+  // The last message says where the answer stopped short, so that the nacker asks again for the
+  // rest at once.
+  if (stopped_at != 0 && !answers.empty()) answers.back().more_from = stopped_at;
   // Events reclaimed while we read were released (durably) first: answer them as L.
   Tick lost_now;
   {
@@ -556,7 +559,7 @@ absl::Status Pubend::HandleCuriosity(absl::string_view from, const CuriosityMess
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> Pubend::ReadKnowledge(TickRange range, Tick lost, uint64_t* budget,
+absl::StatusOr<Tick> Pubend::ReadKnowledge(TickRange range, Tick lost, uint64_t* budget,
                                            std::vector<KnowledgeMessage>* out) {
   auto message = [&]() -> KnowledgeMessage& {
     if (out->empty() || out->back().spans.size() >= options_.max_spans_per_message) {
@@ -577,7 +580,7 @@ absl::StatusOr<bool> Pubend::ReadKnowledge(TickRange range, Tick lost, uint64_t*
   };
   if (range.first <= lost) {
     add(KnowledgeSpan::Lost({range.first, std::min(range.last, lost)}));
-    if (range.last <= lost) return true;
+    if (range.last <= lost) return 0;
     range.first = lost + 1;
   }
   GRYPH_ASSIGN_OR_RETURN(std::unique_ptr<Cursor> c, storage_->NewCursor(internal::kEventsTable));
@@ -590,7 +593,7 @@ absl::StatusOr<bool> Pubend::ReadKnowledge(TickRange range, Tick lost, uint64_t*
     if (*budget == 0 && !out->empty()) {
       // Spent: answer what lies before this event, and no further.
       if (t > next) add(KnowledgeSpan::Silence({next, t - 1}));
-      return false;
+      return t;
     }
     *budget -= std::min<uint64_t>(*budget, c->value().size());
     absl::StatusOr<Event> event = Event::Decode(c->value());
@@ -604,7 +607,7 @@ absl::StatusOr<bool> Pubend::ReadKnowledge(TickRange range, Tick lost, uint64_t*
   }
   GRYPH_RETURN_IF_ERROR(c->status());
   if (next <= range.last) add(KnowledgeSpan::Silence({next, range.last}));
-  return true;
+  return 0;
 }
 
 Tick Pubend::committed_tick() const {

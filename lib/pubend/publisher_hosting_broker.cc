@@ -65,10 +65,12 @@ void PublisherHostingBroker::Publish(PubendId p, absl::string_view publisher, ui
   pubend->Publish(publisher, sequence, std::move(event), Now(), std::move(done));
 }
 
-void PublisherHostingBroker::PublishByKey(absl::string_view key, absl::string_view publisher,
-                                          uint64_t sequence, EventRef event,
-                                          Pubend::PublishDone done) {
-  Publish(PubendForKey(key, ids_), publisher, sequence, std::move(event), std::move(done));
+PubendId PublisherHostingBroker::PublishByKey(absl::string_view key, absl::string_view publisher,
+                                              uint64_t sequence, EventRef event,
+                                              Pubend::PublishDone done) {
+  const PubendId p = PubendForKey(key, ids_);
+  Publish(p, publisher, sequence, std::move(event), std::move(done));
+  return p;
 }
 
 absl::Status PublisherHostingBroker::HandleMessage(absl::string_view from, const Message& m) {

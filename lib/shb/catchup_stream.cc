@@ -32,8 +32,18 @@ void CatchupStream::AddMatches(const std::vector<Tick>& ticks, Tick through, Tic
 
 void CatchupStream::Emit(DeliveryKind kind, Tick t, EventRef event,
                          std::vector<DeliveryMessage>* out) {
+  EmitPendingGap(out);
   out->push_back(DeliveryMessage{name_, pubend_, kind, t, std::move(event)});
   last_message_ = t;
+}
+
+void CatchupStream::Lost(Tick t) { pending_gap_ = std::max(pending_gap_, t); }
+
+void CatchupStream::EmitPendingGap(std::vector<DeliveryMessage>* out) {
+  if (pending_gap_ == 0) return;
+  out->push_back(DeliveryMessage{name_, pubend_, DeliveryKind::kGap, pending_gap_, nullptr});
+  last_message_ = pending_gap_;
+  pending_gap_ = 0;
 }
 
 void CatchupStream::Step(const KnowledgeStream& knowledge, Tick latest_delivered,
@@ -43,12 +53,11 @@ void CatchupStream::Step(const KnowledgeStream& knowledge, Tick latest_delivered
     StepRefilter(knowledge, out, nacks, &budget);
     if (position_ < refilter_through_ || budget == 0) return;
   }
-  // What the PFS no longer knows (chopped below our checkpoint) is a Gap of exactly that interval.
+  // What the PFS no longer knows (chopped below our checkpoint) is lost, exactly that interval.
   if (lost_through_ > position_) {
     const Tick through = std::min(lost_through_, latest_delivered);
-    Emit(DeliveryKind::kGap, through, nullptr, out);
+    Lost(through);
     position_ = through;
-    --budget;
     while (!matches_.empty() && matches_.front() <= position_) matches_.pop_front();
   }
   KnowledgeStream::Cursor cursor(knowledge);
@@ -74,6 +83,11 @@ void CatchupStream::Step(const KnowledgeStream& knowledge, Tick latest_delivered
       }
       return;
     }
+    if (span.value == TickValue::kD && pending_gap_ != 0) {
+      // The held Gap goes first, and counts against the budget too.
+      EmitPendingGap(out);
+      if (--budget == 0) break;
+    }
     matches_.pop_front();
     switch (span.value) {
       case TickValue::kD:
@@ -81,15 +95,15 @@ void CatchupStream::Step(const KnowledgeStream& knowledge, Tick latest_delivered
         --budget;
         break;
       case TickValue::kL: {
-        // Released upstream before we got it; coalesce a run of lost matches into one Gap.
+        // Released upstream before we got it. The run of lost matches that follows (known now,
+        // or answered by later nacks) joins the same Gap: it goes out before the next message.
         Tick last = t;
-        while (!matches_.empty() && knowledge.ValueAt(matches_.front()) == TickValue::kL &&
-               matches_.front() <= latest_delivered) {
+        while (!matches_.empty() && matches_.front() <= latest_delivered &&
+               knowledge.ValueAt(matches_.front()) == TickValue::kL) {
           last = matches_.front();
           matches_.pop_front();
         }
-        Emit(DeliveryKind::kGap, last, nullptr, out);
-        --budget;
+        Lost(last);
         position_ = last;
         continue;
       }
@@ -100,8 +114,10 @@ void CatchupStream::Step(const KnowledgeStream& knowledge, Tick latest_delivered
     position_ = t;
   }
   if (matches_.empty()) position_ = std::max(position_, std::min(matches_through_, latest_delivered));
-  if (position_ >= latest_delivered && last_message_ < position_) {
-    Emit(DeliveryKind::kSilence, position_, nullptr, out);
+  if (position_ >= latest_delivered) {
+    // Caught up: a lost span still held goes out now, and a Silence moves the CT to the end.
+    EmitPendingGap(out);
+    if (last_message_ < position_) Emit(DeliveryKind::kSilence, position_, nullptr, out);
   }
 }
 
@@ -113,11 +129,11 @@ void CatchupStream::StepRefilter(const KnowledgeStream& knowledge,
     const Tick last = std::min(span.range.last, refilter_through_);
     switch (span.value) {
       case TickValue::kQ: {
-        const Tick want_last =
-            std::min(last, position_ + options_.refilter_nack_ticks);
-        if (want_last > refilter_nacked_) {
-          nacks->push_back({std::max(position_ + 1, refilter_nacked_ + 1), want_last});
-          refilter_nacked_ = want_last;
+        // The whole unknown span at once: however long, upstream answers it a bounded part at a
+        // time (in bytes, not ticks: a quiet span costs one S), and says where it stopped.
+        if (last > refilter_nacked_) {
+          nacks->push_back({std::max(position_ + 1, refilter_nacked_ + 1), last});
+          refilter_nacked_ = last;
         }
         return;
       }
@@ -125,14 +141,17 @@ void CatchupStream::StepRefilter(const KnowledgeStream& knowledge,
         break;
       case TickValue::kD:
         if (subscription_.Matches(*span.event)) {
+          if (pending_gap_ != 0) {
+            EmitPendingGap(out);
+            if (--*budget == 0) return;  // the event is the next step's
+          }
           Emit(DeliveryKind::kEvent, span.range.first, span.event, out);
           --*budget;
         }
         break;
       case TickValue::kL:
         // Released before this broker could refilter it: it may have held matches.
-        Emit(DeliveryKind::kGap, last, nullptr, out);
-        --*budget;
+        Lost(last);
         break;
     }
     position_ = last;

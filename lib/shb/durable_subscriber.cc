@@ -4,6 +4,17 @@
 
 namespace gryph {
 
+namespace {
+
+// The errors after which a subscriber that wants a connection always connects again (the
+// header's table).
+bool CallsForReconnect(absl::StatusCode code) {
+  return code == absl::StatusCode::kFailedPrecondition || code == absl::StatusCode::kUnavailable ||
+         code == absl::StatusCode::kOutOfRange;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<DurableSubscriber>> DurableSubscriber::Create(
     DurableSubscriberOptions options, Channel* channel, Handler* handler) {
   absl::StatusOr<Subscription> sub = Subscription::Create(options.selector, options.topic_filter);
@@ -18,6 +29,7 @@ DurableSubscriber::DurableSubscriber(DurableSubscriberOptions options, Subscript
       subscription_(std::move(subscription)),
       channel_(channel),
       handler_(handler),
+      broker_(options_.broker),
       checkpoint_(options_.checkpoint),
       stored_(options_.checkpoint),
       acked_(options_.checkpoint) {}
@@ -25,32 +37,47 @@ DurableSubscriber::DurableSubscriber(DurableSubscriberOptions options, Subscript
 absl::Status DurableSubscriber::Connect() {
   connected_ = false;
   connecting_ = true;
+  want_connected_ = true;
+  reconnect_pending_ = false;
   connect_sent_ = absl::InfinitePast();
-  return channel_->Send(options_.broker,
+  return channel_->Send(broker_,
                         ConnectMessage{options_.subscription, options_.selector,
                                        options_.topic_filter, checkpoint_, options_.epoch, true});
 }
 
+absl::Status DurableSubscriber::ConnectTo(absl::string_view broker) {
+  if (broker.empty()) return absl::InvalidArgumentError("ConnectTo needs a broker name");
+  if (broker != broker_) {
+    (void)Disconnect();
+    broker_ = std::string(broker);
+  }
+  return Connect();
+}
+
 absl::Status DurableSubscriber::Disconnect() {
+  want_connected_ = false;
+  reconnect_pending_ = false;
   if (!connected_ && !connecting_) return absl::OkStatus();
   if (connected_ && !(acked_ == ackable())) {
-    (void)channel_->Send(options_.broker, AckMessage{options_.subscription, ackable()});
+    (void)channel_->Send(broker_, AckMessage{options_.subscription, ackable()});
     acked_ = ackable();
   }
   connected_ = false;
   connecting_ = false;
   // Also while connecting: the broker, which gets it after the request, ends what it started.
-  return channel_->Send(options_.broker, DisconnectMessage{options_.subscription});
+  return channel_->Send(broker_, DisconnectMessage{options_.subscription});
 }
 
 absl::Status DurableSubscriber::Unsubscribe() {
   connected_ = false;
   connecting_ = false;
-  return channel_->Send(options_.broker, UnsubscribeMessage{options_.subscription});
+  want_connected_ = false;
+  reconnect_pending_ = false;
+  return channel_->Send(broker_, UnsubscribeMessage{options_.subscription});
 }
 
 void DurableSubscriber::HandleMessage(absl::string_view from, const Message& message) {
-  if (from != options_.broker) return;
+  if (from != broker_) return;
   if (const auto* d = std::get_if<DeliveryMessage>(&message)) {
     if (d->subscription == options_.subscription && connected_) Deliver(*d);
   } else if (const auto* c = std::get_if<ConnectedMessage>(&message)) {
@@ -61,17 +88,25 @@ void DurableSubscriber::HandleMessage(absl::string_view from, const Message& mes
     connected_ = true;
     connecting_ = false;
     last_ack_ = absl::InfinitePast();
-    // A new subscription starts where the broker is; an existing one where we asked.
+    // A new subscription starts where the broker is; an existing one where we asked. The start
+    // names every pubend (0 included), and so does the CT from now on: any broker can then tell
+    // where the subscriber stands.
     for (const auto& [p, t] : c->start.entries()) {
-      if (checkpoint_.Get(p) == 0) checkpoint_.Set(p, t);
+      if (!checkpoint_.Names(p)) checkpoint_.Set(p, t);
       // Where a new subscription starts is where a restart without a stored CT resumes too.
-      if (stored_.Get(p) == 0) stored_.Set(p, t);
+      if (!stored_.Names(p)) stored_.Set(p, t);
     }
     handler_->OnConnected(c->start);
   } else if (const auto* e = std::get_if<SessionErrorMessage>(&message)) {
     if (e->subscription != options_.subscription) return;
     connected_ = false;
     connecting_ = false;
+    if (options_.auto_reconnect && want_connected_ && CallsForReconnect(e->code)) {
+      reconnect_pending_ = true;
+      reconnect_at_ = absl::InfinitePast();
+    } else {
+      want_connected_ = false;
+    }
     handler_->OnError(absl::Status(e->code, e->message));
   }
 }
@@ -109,6 +144,13 @@ void DurableSubscriber::Deliver(const DeliveryMessage& d) {
 }
 
 void DurableSubscriber::OnTimer(absl::Time now) {
+  if (reconnect_pending_) {
+    if (reconnect_at_ == absl::InfinitePast()) reconnect_at_ = now + options_.reconnect_interval;
+    if (now >= reconnect_at_) {
+      ++reconnects_;
+      (void)Connect();
+    }
+  }
   if (connecting_ && !connected_) {
     if (connect_sent_ == absl::InfinitePast()) {
       connect_sent_ = now;
@@ -120,7 +162,7 @@ void DurableSubscriber::OnTimer(absl::Time now) {
   if (!connected_) return;
   const bool moved = !(acked_ == ackable()) && now - last_ack_ >= options_.ack_interval;
   if (!moved && now - last_ack_ < options_.keepalive_interval) return;
-  if (channel_->Send(options_.broker, AckMessage{options_.subscription, ackable()}).ok()) {
+  if (channel_->Send(broker_, AckMessage{options_.subscription, ackable()}).ok()) {
     acked_ = ackable();
     last_ack_ = now;
   }

@@ -71,8 +71,7 @@ absl::StatusOr<std::unique_ptr<SubscriberHostingBroker>> SubscriberHostingBroker
         {options.max_unacked_events, 1, "max_unacked_events"},
         {options.catchup.max_buffered_matches, 2, "catchup.max_buffered_matches"},
         {options.catchup.nack_window, 1, "catchup.nack_window"},
-        {options.catchup.max_deliveries_per_step, 1, "catchup.max_deliveries_per_step"},
-        {options.catchup.refilter_nack_ticks, 1, "catchup.refilter_nack_ticks"}}) {
+        {options.catchup.max_deliveries_per_step, 1, "catchup.max_deliveries_per_step"}}) {
     if (value < least) {
       return absl::InvalidArgumentError(
           absl::StrCat("SHB option ", name, " is ", value, "; it must be at least ", least));
@@ -323,7 +322,19 @@ void SubscriberHostingBroker::OnKnowledge(absl::string_view from, const Knowledg
     }
   }
   p.curiosity.Prune(p.istream);
+  if (m.more_from != 0) p.more_from = std::max(p.more_from, m.more_from);
   dirty_ = true;
+}
+
+void SubscriberHostingBroker::AskForTheRest(PubendState& p) {
+  if (p.more_from == 0) return;
+  std::vector<TickRange> rest = p.curiosity.OutstandingFrom(p.more_from, 64);
+  p.more_from = 0;
+  if (rest.empty()) return;
+  p.last_renack = Now();  // the renack timer need not send these again at once
+  ++stats_.nacks_sent;
+  ++stats_.nacks_followed_up;
+  Send(p.upstream, CuriosityMessage{p.id, std::move(rest)});
 }
 
 bool SubscriberHostingBroker::Flush() {
@@ -340,6 +351,7 @@ bool SubscriberHostingBroker::Flush() {
   for (auto& [id, p] : pubends_) {
     more |= StepCatchups(p);
     Forget(p);
+    AskForTheRest(p);
   }
   // The next Flush goes on where this one stopped, without waiting for a message.
   if (more && status_.ok()) dirty_ = true;
@@ -693,6 +705,21 @@ void SubscriberHostingBroker::OnConnect(absl::string_view from, const ConnectMes
                 absl::NotFoundError(absl::StrCat("no subscription '", m.subscription, "'")));
       return;
     }
+    // A CT that names no pubend is a new subscription's. Any other comes from a broker that
+    // hosted the subscription (reconnect anywhere), and must say where the subscriber stands on
+    // every pubend served here: starting one it does not name at latestDelivered would skip
+    // whatever matched it since the subscription began elsewhere.
+    if (!m.checkpoint.empty()) {
+      for (const auto& [id, p] : pubends_) {
+        if (m.checkpoint.Names(id)) continue;
+        SendError(from, m.subscription,
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "checkpoint ", m.checkpoint.ToString(), " does not name pubend ", id.value,
+                      ", which this broker serves; a subscription it never hosted needs a CT "
+                      "naming every pubend (connect to the subscription's own broker)")));
+        return;
+      }
+    }
     absl::StatusOr<Subscription> sub = Subscription::Create(m.selector, m.topic_filter);
     if (!sub.ok()) {
       SendError(from, m.subscription, sub.status());
@@ -705,7 +732,7 @@ void SubscriberHostingBroker::OnConnect(absl::string_view from, const ConnectMes
       // is refiltered from there up to latestDelivered.
       Position& pos = s.positions[id];
       pos.created = p.constream->latest_delivered();
-      pos.released = m.checkpoint.entries().contains(id) ? m.checkpoint.Get(id) : pos.created;
+      pos.released = m.checkpoint.Names(id) ? m.checkpoint.Get(id) : pos.created;
       if (absl::Status st = p.pfs->AddSubscriber(s.id, &wb); !st.ok()) {
         SendError(from, m.subscription, st);
         return;
@@ -732,8 +759,9 @@ void SubscriberHostingBroker::OnConnect(absl::string_view from, const ConnectMes
       return;
     }
     if (m.epoch < s.epoch) {
+      // A newer process holds the subscription: this one is fenced, as a session would be.
       SendError(from, m.subscription,
-                absl::FailedPreconditionError(absl::StrCat(
+                absl::AbortedError(absl::StrCat(
                     "epoch ", m.epoch, " is older than the subscription's epoch ", s.epoch)));
       return;
     }
@@ -763,10 +791,11 @@ void SubscriberHostingBroker::OnConnect(absl::string_view from, const ConnectMes
     Position& pos = s.positions[id];
     const Tick ld = p.constream->latest_delivered();
     // Nothing before the subscription existed here can have matched it, unless a CT from
-    // elsewhere asks to refilter that span.
-    // A CT without this pubend has consumed nothing of it: start where the subscription did.
-    const Tick from_tick =
-        m.checkpoint.entries().contains(id) ? m.checkpoint.Get(id) : pos.created;
+    // elsewhere asks to refilter that span. A CT that does not name this pubend predates its
+    // coverage here (a new subscription, or a pubend added since): start where the coverage did.
+    // The start names every pubend, at 0 too, so that the subscriber's CT says where it stands
+    // on each wherever it goes next.
+    const Tick from_tick = m.checkpoint.Names(id) ? m.checkpoint.Get(id) : pos.created;
     start.Set(id, from_tick);
     pos.sent_through = from_tick;
     pos.session_start = pos.session_acked = from_tick;

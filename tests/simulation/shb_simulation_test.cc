@@ -22,6 +22,8 @@ void RunSeeds(const char* topology, const WorldOptions& options, uint64_t base, 
   uint64_t resyncs = 0;
   uint64_t gaps = 0;
   uint64_t steady = 0;
+  uint64_t moves = 0;
+  uint64_t early_moves = 0;
   const std::vector<uint64_t> seeds = testing::Seeds(base, SeedCount(count));
   for (uint64_t seed : seeds) {
     // Reported with any failure in this iteration, an abort or a sanitizer report included.
@@ -35,6 +37,8 @@ void RunSeeds(const char* topology, const WorldOptions& options, uint64_t base, 
     resyncs += w.resyncs();
     gaps += w.gaps_consumed();
     steady += w.well_behaved_through_release();
+    moves += w.moves();
+    early_moves += w.early_moves();
     if (!bad.empty()) {
       std::string all;
       for (const std::string& b : bad) all += "\n  " + b;
@@ -58,7 +62,13 @@ void RunSeeds(const char* topology, const WorldOptions& options, uint64_t base, 
       seeds.size() >= 100) {
     REQUIRE(steady > 0);
   }
-  UNSCOPED_INFO(topology << ": sessions resumed ahead of a restarted SHB: " << resumed_ahead
+  // Subscribers moved between the SHBs, some right after subscribing, before any delivery.
+  if (options.subscriber_move > 0 && seeds.size() >= 100) {
+    REQUIRE(moves > seeds.size());
+    REQUIRE(early_moves > 0);
+  }
+  UNSCOPED_INFO(topology << ": moves between SHBs: " << moves << " (" << early_moves
+                         << " before any delivery), sessions resumed ahead of a restarted SHB: " << resumed_ahead
                          << ", resyncs: " << resyncs << ", Gaps: " << gaps
                          << ", steady subscribers well behaved through early release: " << steady);
 }
@@ -142,7 +152,32 @@ TEST_CASE("PHB to intermediate to two SHBs under faults", "[simulation][intermed
   o.shb_crash = 0.01;
   o.phb_crash = 0.01;
   o.ib_crash = 0.02;
+  o.subscriber_move = 0.02;
   RunSeeds("phb->ib->2 shbs", o, 9000, 500);
+}
+
+TEST_CASE("subscribers moving between two SHBs under faults", "[simulation]") {
+  // Reconnect anywhere on every seed: subscribers move between two SHBs fed by the PHB, with
+  // their CT, as plain reconnections and as restarted applications, some before any delivery;
+  // with early release, so that a move may meet ticks released meanwhile (a Gap).
+  WorldOptions o;
+  o.two_shbs = true;
+  o.pubends = 2;
+  o.subscribers = 8;
+  o.max_retain = absl::Milliseconds(300);
+  o.steady_subscribers = 2;
+  o.broker_link.loss = 0.05;
+  o.broker_link.duplicate = 0.02;
+  o.broker_link.max_delay = absl::Milliseconds(5);
+  o.broker_link.fifo = false;
+  o.subscriber_link.loss = 0.01;
+  o.subscriber_disconnect = 0.02;
+  o.subscriber_old_checkpoint = 0.3;
+  o.subscriber_crash = 0.01;
+  o.subscriber_move = 0.04;
+  o.shb_crash = 0.01;
+  o.phb_crash = 0.01;
+  RunSeeds("phb->2 shbs, moving subscribers", o, 13000, 500);
 }
 
 TEST_CASE("a quiet run through the intermediate delivers every match exactly once",

@@ -80,7 +80,11 @@ class PhbNode : public SimNode {
       po.max_nack_answer_bytes = 4096;  // long nacks are answered in parts, asked again
       o.pubends.push_back(po);
     }
-    o.downstream = {w->options_.intermediate ? "ib" : "shb"};
+    if (w->options_.intermediate) {
+      o.downstream = {"ib"};
+    } else {
+      o.downstream = w->ShbNames();
+    }
     o.commit_thread = false;
     o.group_commit.max_records = 64;
     o.group_commit.max_delay = absl::Milliseconds(1);
@@ -222,7 +226,9 @@ class IbNode : public SimNode {
       IntermediateBrokerOptions::Downstream d{shb, {}};
       if (w->options_.ib_filters) {
         for (const SubscriberApp& app : w->subs_) {
-          if (app.broker == shb) d.filter.push_back(*Subscription::Create(app.selector));
+          if (app.broker == shb || (w->options_.subscriber_move > 0 && !app.steady)) {
+            d.filter.push_back(*Subscription::Create(app.selector));
+          }
         }
       }
       o.downstream.push_back(std::move(d));
@@ -249,7 +255,8 @@ class IbNode : public SimNode {
 
 class SubscriberNode : public SimNode, public DurableSubscriber::Handler {
  public:
-  SubscriberNode(SimContext& ctx, SubscriberApp* app) : ctx_(ctx), app_(app) {
+  SubscriberNode(SimContext& ctx, World* w, SubscriberApp* app)
+      : ctx_(ctx), world_(w), app_(app) {
     DurableSubscriberOptions o;
     o.subscription = app->name;
     o.selector = app->selector;
@@ -269,6 +276,8 @@ class SubscriberNode : public SimNode, public DurableSubscriber::Handler {
   ~SubscriberNode() override { app_->resyncs += ds_->resyncs(); }
 
   void Disconnect() { (void)ds_->Disconnect(); }
+  // Reconnect anywhere, with this process: the DurableSubscriber goes to `broker` with its CT.
+  void MoveTo(const std::string& broker) { (void)ds_->ConnectTo(broker); }
   uint64_t resyncs() const { return ds_->resyncs(); }
 
   void OnEvent(PubendId p, gryph::Tick t, const EventRef& event) override {
@@ -285,6 +294,19 @@ class SubscriberNode : public SimNode, public DurableSubscriber::Handler {
       app_->started = true;
       app_->start = start;
       app_->ct = start;
+      if (app_->move_after_start) {
+        // Before any delivery: the case a start CT that left pubends at 0 out got wrong.
+        app_->move_after_start = false;
+        World* w = world_;
+        SubscriberApp* a = app_;
+        const bool restart = ctx_.Random() % 2 == 0;
+        w->sim_.Schedule(absl::Microseconds(static_cast<int64_t>(ctx_.Random() % 3000)),
+                         [w, a, restart] {
+                           if (!w->sim_.is_up(a->name)) return;
+                           ++w->early_moves_;
+                           w->Move(a, restart);
+                         });
+      }
     }
   }
   void OnError(const absl::Status& status) override {
@@ -332,6 +354,7 @@ class SubscriberNode : public SimNode, public DurableSubscriber::Handler {
   }
 
   SimContext& ctx_;
+  World* const world_;
   SubscriberApp* app_;
   std::unique_ptr<DurableSubscriber> ds_;
   absl::Time last_attempt_ = absl::InfinitePast();
@@ -348,10 +371,16 @@ World::World(uint64_t seed, WorldOptions options) : options_(options), sim_(seed
     subs_[i].name = absl::StrCat("sub-", i);
     subs_[i].log = &log_;
     subs_[i].selector = kSelectors[i % std::size(kSelectors)];
-    subs_[i].broker = options_.intermediate ? (i % 2 == 1 ? "shb-a" : "shb-b") : "shb";
-    const LinkProfile link = i < options_.steady_subscribers ? LinkProfile{} : options_.subscriber_link;
-    sim_.SetLink(subs_[i].name, subs_[i].broker, link);
-    sim_.SetLink(subs_[i].broker, subs_[i].name, link);
+    subs_[i].broker = two_shbs() ? (i % 2 == 1 ? "shb-a" : "shb-b") : "shb";
+    subs_[i].steady = i < options_.steady_subscribers;
+    // Seeded like everything else: which subscribers move right after they first connect.
+    subs_[i].move_after_start =
+        options_.subscriber_move > 0 && !subs_[i].steady && sim_.Random() % 3 == 0;
+    const LinkProfile link = subs_[i].steady ? LinkProfile{} : options_.subscriber_link;
+    for (const std::string& shb : ShbNames()) {
+      sim_.SetLink(subs_[i].name, shb, link);
+      sim_.SetLink(shb, subs_[i].name, link);
+    }
   }
   for (const std::string& shb : ShbNames()) shb_states_[shb] = MemoryStorage::NewState();
   if (!sim_.AddNode("phb", [this](SimContext& c) { return std::make_unique<PhbNode>(c, this); }).ok()) {
@@ -368,14 +397,16 @@ World::World(uint64_t seed, WorldOptions options) : options_(options), sim_(seed
   }
   for (SubscriberApp& app : subs_) {
     SubscriberApp* a = &app;
-    if (!sim_.AddNode(app.name, [a](SimContext& c) { return std::make_unique<SubscriberNode>(c, a); }).ok()) {
+    if (!sim_.AddNode(app.name, [this, a](SimContext& c) {
+               return std::make_unique<SubscriberNode>(c, this, a);
+             }).ok()) {
       std::abort();
     }
   }
 }
 
 std::vector<std::string> World::ShbNames() const {
-  if (options_.intermediate) return {"shb-a", "shb-b"};
+  if (two_shbs()) return {"shb-a", "shb-b"};
   return {"shb"};
 }
 
@@ -387,8 +418,22 @@ std::vector<std::string> World::BrokerNames() const {
 }
 
 std::vector<std::pair<std::string, std::string>> World::BrokerLinks() const {
-  if (!options_.intermediate) return {{"phb", "shb"}};
-  return {{"phb", "ib"}, {"ib", "shb-a"}, {"ib", "shb-b"}};
+  if (options_.intermediate) return {{"phb", "ib"}, {"ib", "shb-a"}, {"ib", "shb-b"}};
+  if (options_.two_shbs) return {{"phb", "shb-a"}, {"phb", "shb-b"}};
+  return {{"phb", "shb"}};
+}
+
+void World::Move(SubscriberApp* a, bool restart) {
+  a->well_behaved = false;
+  a->broker = a->broker == "shb-a" ? "shb-b" : "shb-a";
+  ++moves_;
+  if (restart) {
+    // The application restarts there from its stored state, as a new process (higher epoch).
+    sim_.Crash(a->name);
+    sim_.Restart(a->name);
+  } else if (auto* node = sim_.node_as<SubscriberNode>(a->name)) {
+    node->MoveTo(a->broker);
+  }
 }
 
 SubscriberHostingBroker* World::shb(const std::string& name) {
@@ -461,13 +506,15 @@ void World::FaultTick() {
         sim_.Crash(a->name);
         sim_.Restart(a->name);
       });
+    } else if (two_shbs() && chance(options_.subscriber_move)) {
+      Move(a, sim_.Random() % 2 == 0);
     } else if (chance(options_.subscriber_crash)) {
       a->well_behaved = false;
       sim_.Crash(app.name);
       sim_.Schedule(later(20, 400), [this, a] { sim_.Restart(a->name); });
     }
   }
-  if (!options_.intermediate) {
+  if (!two_shbs()) {
     if (sim_.is_up("shb") && chance(options_.shb_crash)) {
       shb_crashed_ever_ = true;
       for (SubscriberApp& app : subs_) app.well_behaved = false;
@@ -483,7 +530,7 @@ void World::FaultTick() {
       CrashShb(shb);
     }
     // An intermediate crash ends no session: its subscribers stay well behaved.
-    if (sim_.is_up("ib") && chance(options_.ib_crash)) {
+    if (options_.intermediate && sim_.is_up("ib") && chance(options_.ib_crash)) {
       ib_crashed_ever_ = true;
       sim_.Crash("ib");
       sim_.Schedule(later(20, 300), [this] { sim_.Restart("ib"); });
@@ -539,8 +586,10 @@ void World::Run(absl::Duration faulty, absl::Duration settle) {
     sim_.SetLink(b, a, LinkProfile{});
   }
   for (const SubscriberApp& app : subs_) {
-    sim_.SetLink(app.name, app.broker, LinkProfile{});
-    sim_.SetLink(app.broker, app.name, LinkProfile{});
+    for (const std::string& shb : ShbNames()) {
+      sim_.SetLink(app.name, shb, LinkProfile{});
+      sim_.SetLink(shb, app.name, LinkProfile{});
+    }
   }
   for (auto& [name, node] : shb_nodes_) node->DisarmFaults();
   // Let pending restarts happen, then make sure everything is up and connected.

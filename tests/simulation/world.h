@@ -1,7 +1,8 @@
 // The deterministic simulation world for gryph's end-to-end tests: a PHB with its pubends and a
-// publishing application, an SHB (or an intermediate broker "ib" feeding two SHBs "shb-a" and
-// "shb-b"), and durable subscriber applications, all on the Simulator, with seeded faults; and
-// the oracle that checks every subscriber against the pubends' logs.
+// publishing application, an SHB (or two SHBs "shb-a" and "shb-b", fed directly or through an
+// intermediate broker "ib"), and durable subscriber applications that may move between the SHBs,
+// all on the Simulator, with seeded faults; and the oracle that checks every subscriber against
+// the pubends' logs.
 
 #ifndef GRYPH_TESTS_SIMULATION_WORLD_H_
 #define GRYPH_TESTS_SIMULATION_WORLD_H_
@@ -34,8 +35,10 @@ struct WorldOptions {
   // Topology. false: PHB -> SHB "shb". true: PHB -> intermediate "ib" -> SHBs "shb-a" and
   // "shb-b"; odd-numbered subscribers connect to shb-a, even-numbered ones to shb-b.
   bool intermediate = false;
+  // Without the intermediate: the PHB feeds two SHBs "shb-a" and "shb-b" directly.
+  bool two_shbs = false;
   // With the intermediate: each SHB's link carries a D -> S filter made of the selectors of the
-  // subscribers it hosts (they never move, so the filter covers all of them).
+  // subscribers that may connect there (those it hosts and, with moves, every moving one).
   bool ib_filters = false;
   // The first this many subscribers are spared every subscriber fault and have clean links
   // (LinkProfile's defaults): unless their SHB crashes they stay well behaved, so the rule that
@@ -48,6 +51,11 @@ struct WorldOptions {
   double shb_crash = 0;
   double phb_crash = 0;
   double ib_crash = 0;  // crash and restart the intermediate (it starts empty)
+  // With two SHBs: a subscriber moves to the other SHB with its CT (reconnect anywhere), as a
+  // plain reconnection of the same process or as its application restarting there. Besides,
+  // about a third of the moving subscribers move right after their first Connected, before any
+  // delivery.
+  double subscriber_move = 0;
 };
 
 // Every event the pubends committed (the log), and how far each released.
@@ -71,7 +79,9 @@ struct Consumed {
 struct SubscriberApp {
   std::string name;
   std::string selector;
-  std::string broker;  // the SHB it connects to
+  std::string broker;  // the SHB it connects to (it changes when the subscriber moves)
+  bool move_after_start = false;  // it moves as soon as it has first connected
+  bool steady = false;            // spared every subscriber fault (WorldOptions)
   bool started = false;
   CheckpointToken start;
   CheckpointToken ct;
@@ -127,6 +137,9 @@ class World {
   uint64_t demotions() const;
   // Reconnections of subscribers that found a message of their session missing.
   uint64_t resyncs() const;
+  // Subscribers that moved to the other SHB, and of those the moves before any delivery.
+  uint64_t moves() const { return moves_; }
+  uint64_t early_moves() const { return early_moves_; }
 
   bool publishing = true;
 
@@ -136,6 +149,10 @@ class World {
   friend class IbNode;
   friend class SubscriberNode;
   void FaultTick();
+  // Moves subscriber `a` to the other SHB: a reconnection of its process (`restart` false) or its
+  // application restarting there.
+  void Move(SubscriberApp* a, bool restart);
+  bool two_shbs() const { return options_.intermediate || options_.two_shbs; }
   // Crashes SHB `shb` now or inside its next commit, and restarts it.
   void CrashShb(const std::string& shb);
   // The broker nodes and the links between them (both ways).
@@ -157,6 +174,8 @@ class World {
   std::shared_ptr<MemoryStorage::State> phb_state_ = MemoryStorage::NewState();
   std::map<std::string, std::shared_ptr<MemoryStorage::State>> shb_states_;
   bool faults_on_ = true;
+  uint64_t moves_ = 0;
+  uint64_t early_moves_ = 0;
   bool shb_crashed_ever_ = false;
   bool ib_crashed_ever_ = false;
 };
