@@ -44,6 +44,10 @@
 //                      them, no disconnections (deliveries_per_s)
 //   shb_churn          the same while subscribers disconnect and catch up in turn
 //   shb_all_catchup    the same with every subscriber disconnected, then catching up at once
+//   shb_recovery       an SHB back from a crash catching up a 100,000-event backlog by nacks,
+//                      the pubend answering at most 1 GiB (the whole), 64 MiB, 1 MiB, 64 KiB or
+//                      4 KiB a nack (max_nack_answer_bytes, backlog_events, events_per_s,
+//                      ratio_to_whole, nacks_sent, nacks_followed_up)
 //   e2e_latency        publish -> deliver latency at 10,000 events/s through PHB and SHB, sync
 //                      at both (offered_per_s, deliveries, p50_us, p99_us; acked_p50_us: the
 //                      PHB's acknowledgement, the part before the SHB; subscribers)
