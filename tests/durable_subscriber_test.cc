@@ -1,5 +1,6 @@
 #include "gryph/durable_subscriber.h"
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -127,6 +128,40 @@ TEST_CASE("durable subscriber rejects a bad selector or topic filter", "[subscri
   o.selector = "";
   o.topic_filter = "a/#/b";
   REQUIRE_CODE(DurableSubscriber::Create(o, ch->get(), &rec), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("durable subscriber rejects absurd options, naming the option", "[subscriber]") {
+  InProcessNetwork net;
+  auto ch = net.Connect("sub");
+  REQUIRE_OK(ch);
+  Recorder rec;
+  const std::vector<std::pair<std::string, std::function<void(DurableSubscriberOptions&)>>> cases =
+      {{"subscription", [](DurableSubscriberOptions& o) { o.subscription = ""; }},
+       {"subscription", [](DurableSubscriberOptions& o) { o.subscription = std::string(257, 's'); }},
+       {"broker", [](DurableSubscriberOptions& o) { o.broker = ""; }},
+       {"ack_interval", [](DurableSubscriberOptions& o) { o.ack_interval = absl::ZeroDuration(); }},
+       {"keepalive_interval",
+        [](DurableSubscriberOptions& o) { o.keepalive_interval = -absl::Seconds(1); }},
+       {"connect_retry_interval",
+        [](DurableSubscriberOptions& o) { o.connect_retry_interval = absl::ZeroDuration(); }},
+       {"reconnect_interval",
+        [](DurableSubscriberOptions& o) { o.reconnect_interval = absl::ZeroDuration(); }}};
+  for (const auto& [name, spoil] : cases) {
+    INFO(name);
+    DurableSubscriberOptions o;
+    o.subscription = "s";
+    o.broker = "shb";
+    spoil(o);
+    auto ds = DurableSubscriber::Create(o, ch->get(), &rec);
+    REQUIRE_CODE(ds, absl::StatusCode::kInvalidArgument);
+    REQUIRE_THAT(std::string(ds.status().message()), Catch::Contains(name));
+  }
+  DurableSubscriberOptions o;
+  o.subscription = std::string(kMaxSubscriptionNameBytes, 's');
+  o.broker = "shb";
+  REQUIRE_OK(DurableSubscriber::Create(o, ch->get(), &rec));
+  REQUIRE_CODE(DurableSubscriber::Create(o, nullptr, &rec), absl::StatusCode::kInvalidArgument);
+  REQUIRE_CODE(DurableSubscriber::Create(o, ch->get(), nullptr), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("durable subscriber connects with its CT, selector and epoch", "[subscriber]") {

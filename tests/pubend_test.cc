@@ -289,6 +289,23 @@ TEST_CASE("a retried publish returns the original tick and logs nothing", "[pube
   REQUIRE(***other != ***first);
 }
 
+TEST_CASE("a publisher name too long for a storage key fails that publish alone", "[pubend]") {
+  // Before, the name reached the group commit's key and failed it: every publish of the group,
+  // and the pubend for good.
+  Harness h;
+  auto innocent = h.Publish(Order(1), "trader-1", 1);
+  auto bad = h.Publish(Order(2), std::string(600, 'p'), 1);
+  REQUIRE(bad->has_value());  // answered at once
+  REQUIRE_CODE(**bad, absl::StatusCode::kInvalidArgument);
+  REQUIRE_OK(h.phb->Flush());
+  REQUIRE_OK(**innocent);
+  REQUIRE_OK(h.pubend().status());
+  REQUIRE(h.StoredEvents() == 1);
+  auto longest = h.Publish(Order(3), std::string(Pubend::kMaxPublisherNameBytes, 'p'), 1);
+  REQUIRE_OK(h.phb->Flush());
+  REQUIRE_OK(**longest);
+}
+
 TEST_CASE("nacks are answered from the log in bounded messages", "[pubend]") {
   PubendOptions po{kP};
   po.max_spans_per_message = 16;

@@ -626,6 +626,29 @@ TEST_CASE("a CT ahead of the broker is OutOfRange", "[shb]") {
   REQUIRE(OnlyConnected(x.Take()) == ConnectedMessage{"x", Ct(10), 1});
 }
 
+TEST_CASE("a subscription name too long for a storage key is refused for that connection alone",
+          "[shb]") {
+  ShbTest t;
+  t.Open();
+  RawClient& a = t.AddRaw("a");
+  RawClient& b = t.AddRaw("b");
+  a.Send(ConnectMessage{"a", "", "", {}, 1, true});
+  t.Pump();
+  REQUIRE(std::holds_alternative<ConnectedMessage>(a.Take().at(0)));
+  // Longer than LMDB's 511-byte key limit: before, the commit failed and stopped the broker.
+  b.Send(ConnectMessage{std::string(600, 'n'), "", "", {}, 1, true});
+  t.Pump();
+  REQUIRE(OnlyError(b.Take(), std::string(600, 'n')) == absl::StatusCode::kInvalidArgument);
+  REQUIRE(t.shb().status().ok());
+  REQUIRE(t.shb().subscription_count() == 1);
+  t.Publish(Knowledge(1, 10, {{3, "red"}}));
+  REQUIRE(Deliveries(a.Take()) == Strings{"E3"});  // a's session goes on
+  b.Send(ConnectMessage{std::string(kMaxSubscriptionNameBytes, 'n'), "", "", {}, 1, true});
+  t.Pump();
+  REQUIRE(std::holds_alternative<ConnectedMessage>(b.Take().at(0)));
+  REQUIRE(t.shb().status().ok());
+}
+
 TEST_CASE("a lower epoch is refused and a higher one fences the older session", "[shb]") {
   ShbTest t;
   t.Open();

@@ -96,8 +96,9 @@ class DurableSubscriber {
     virtual void OnError(const absl::Status& status) = 0;
   };
 
-  // Validates the selector and topic filter (InvalidArgument). `channel` and `handler` must
-  // outlive the subscriber; it does not set itself as the channel's receiver: pass messages to
+  // Validates the options (InvalidArgument naming the option): a subscription name of 1 to
+  // kMaxSubscriptionNameBytes bytes, a broker, positive intervals, a selector and topic filter
+  // that parse, a channel and a handler. `channel` and `handler` must outlive the subscriber; it does not set itself as the channel's receiver: pass messages to
   // HandleMessage.
   static absl::StatusOr<std::unique_ptr<DurableSubscriber>> Create(DurableSubscriberOptions options,
                                                                    Channel* channel,

@@ -87,6 +87,8 @@ class Pubend {
  public:
   // How many of a publisher's latest sequences are remembered for retries.
   static constexpr size_t kSequenceWindow = 16;
+  // The longest publisher name, in bytes (it is part of a storage key).
+  static constexpr size_t kMaxPublisherNameBytes = 256;
   // Released events are deleted at most this many per commit (OnTimer), after the L prefix moved.
   static constexpr size_t kReclaimChunk = 4096;
 
@@ -104,8 +106,10 @@ class Pubend {
   // Logs `event` at a new tick and calls done(tick) once the commit holding it is durable, or
   // done(error) if it failed. With sequence > 0, a retry of one of the publisher's recent
   // sequences gets the original tick instead (see the header comment). Fails (through done) with
-  // InvalidArgument for a null event or a sequence below the publisher's latest that is not a
-  // retry, AlreadyExists for a retry older than the window, and the pubend's failure status.
+  // InvalidArgument for a null event, a publisher name over kMaxPublisherNameBytes or a sequence
+  // below the publisher's latest that is not a retry, AlreadyExists for a retry older than the
+  // window, and the pubend's failure status. None of these changes anything stored, nor the
+  // other publishes of the group.
   // The retry window: a publisher that crashed with publishes unacknowledged may retry the
   // latest kSequenceWindow sequences it sent; so it must not have more than that many
   // outstanding, or an older one could be logged twice under a new sequence.

@@ -29,6 +29,10 @@
 
 namespace gryph {
 
+// The longest durable subscription name, in bytes: names are storage keys at the SHB, which
+// refuses a longer one (InvalidArgument, for that connection alone).
+inline constexpr size_t kMaxSubscriptionNameBytes = 256;
+
 class Subscription {
  public:
   // The first byte of every encoded subscription. DO NOT CHANGE: stored on disk.

@@ -156,6 +156,11 @@ void Pubend::Publish(absl::string_view publisher, uint64_t sequence, EventRef ev
       immediate = status_;
     } else if (event == nullptr) {
       immediate = absl::InvalidArgumentError("publish of a null event");
+    } else if (publisher.size() > kMaxPublisherNameBytes) {
+      // Checked here, where it enters: in the group commit it would fail everyone's publishes.
+      immediate = absl::InvalidArgumentError(
+          absl::StrCat("publisher name of ", publisher.size(), " bytes; at most ",
+                       kMaxPublisherNameBytes));
     } else {
       Publisher* pub = sequence > 0 ? &publishers_[publisher] : nullptr;
       if (pub != nullptr && sequence <= pub->last_sequence) {

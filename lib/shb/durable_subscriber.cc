@@ -17,6 +17,28 @@ bool CallsForReconnect(absl::StatusCode code) {
 
 absl::StatusOr<std::unique_ptr<DurableSubscriber>> DurableSubscriber::Create(
     DurableSubscriberOptions options, Channel* channel, Handler* handler) {
+  if (options.subscription.empty() || options.subscription.size() > kMaxSubscriptionNameBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DurableSubscriberOptions::subscription must have 1 to ",
+                     kMaxSubscriptionNameBytes, " bytes; it has ", options.subscription.size()));
+  }
+  if (options.broker.empty()) {
+    return absl::InvalidArgumentError("DurableSubscriberOptions::broker is empty");
+  }
+  for (const auto& [value, name] :
+       {std::pair{options.ack_interval, "ack_interval"},
+        {options.keepalive_interval, "keepalive_interval"},
+        {options.connect_retry_interval, "connect_retry_interval"},
+        {options.reconnect_interval, "reconnect_interval"}}) {
+    if (value <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(absl::StrCat("DurableSubscriberOptions::", name, " is ",
+                                                     absl::FormatDuration(value),
+                                                     "; it must be positive"));
+    }
+  }
+  if (channel == nullptr || handler == nullptr) {
+    return absl::InvalidArgumentError("DurableSubscriber needs a channel and a handler");
+  }
   absl::StatusOr<Subscription> sub = Subscription::Create(options.selector, options.topic_filter);
   if (!sub.ok()) return sub.status();
   return std::unique_ptr<DurableSubscriber>(

@@ -680,6 +680,14 @@ void SubscriberHostingBroker::OnConnect(absl::string_view from, const ConnectMes
     SendError(from, m.subscription, absl::InvalidArgumentError("a subscription needs a name"));
     return;
   }
+  if (m.subscription.size() > kMaxSubscriptionNameBytes) {
+    // The name is a storage key: a commit that fails on it would stop the broker for everyone.
+    SendError(from, m.subscription,
+              absl::InvalidArgumentError(absl::StrCat("subscription name of ",
+                                                      m.subscription.size(), " bytes; at most ",
+                                                      kMaxSubscriptionNameBytes)));
+    return;
+  }
   // The CT must name pubends this broker serves and not be ahead of it.
   for (const auto& [p, t] : m.checkpoint.entries()) {
     auto it = pubends_.find(p);
