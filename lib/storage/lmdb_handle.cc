@@ -72,6 +72,12 @@ absl::StatusCode LmdbCode(int rc) {
     case MDB_PAGE_NOTFOUND:
     case MDB_INVALID:
     case EIO:
+    // Opening the store's files found something else there (a directory, a FIFO or socket, a
+    // file that should not exist): the data directory is damaged.
+    case EISDIR:
+    case ESPIPE:
+    case ENXIO:
+    case EEXIST:
       return absl::StatusCode::kDataLoss;
     case MDB_PANIC:
     case MDB_CURSOR_FULL:

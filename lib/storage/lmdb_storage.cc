@@ -22,6 +22,7 @@
 // Lock order: write_mu_ before the gate; dbi_mu_ and pool_mu_ are leaves.
 
 #include <lmdb.h>
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -214,6 +215,8 @@ class LmdbStorage final : public Storage {
 
   absl::Status Init();
   // Checks the meta table (writing it into a fresh store) and opens every table.
+  // DataLoss for a data file shorter than the environment's last page (see the definition).
+  absl::Status CheckDataFileSize(const MDB_envinfo& info);
   absl::Status CheckFormatAndOpenTables();
   absl::Status CheckSticky() const ABSL_LOCKS_EXCLUDED(sticky_mu_);
   std::optional<MDB_dbi> FindDbi(absl::string_view table) const ABSL_LOCKS_EXCLUDED(dbi_mu_);
@@ -379,12 +382,47 @@ absl::Status LmdbStorage::Init() {
   if ((rc = mdb_reader_check(env, &dead_readers)) != 0) return Fail("mdb_reader_check", rc);
   MDB_envinfo info;
   if ((rc = mdb_env_info(env, &info)) != 0) return Fail("mdb_env_info", rc);
+  GRYPH_RETURN_IF_ERROR(CheckDataFileSize(info));
   {
     absl::MutexLock lock(&write_mu_);
     map_bytes_ = info.me_mapsize;
     stats_.map_bytes = map_bytes_;
   }
   return CheckFormatAndOpenTables();
+}
+
+absl::Status LmdbStorage::CheckDataFileSize(const MDB_envinfo& info) {
+  // A data file shorter than the pages its meta page claims (cut by a copy, a full disk or an
+  // operator) would make the first read of a missing page a SIGBUS in the mapping. (LMDB reads
+  // the meta pages with read(), not through the map, so opening got this far.) A few pages may
+  // legitimately be missing at the end: pages a transaction allocated and freed again ("loose")
+  // count in the last page number but are never written. Up to kLooseTailPages of them are
+  // allocated as zeros — an unused page is never read, and a used one that is missing then
+  // reads as damage (MDB_CORRUPTED, DataLoss) instead of a crash; more is a truncated file.
+  // posix_fallocate only ever extends, so a writer in another process loses nothing.
+  constexpr uint64_t kLooseTailPages = 256;
+  MDB_stat env_stat;
+  int rc = mdb_env_stat(env_.get(), &env_stat);
+  if (rc != MDB_SUCCESS) return Fail("mdb_env_stat", rc);
+  const uint64_t page = env_stat.ms_psize;
+  const uint64_t used_bytes = (static_cast<uint64_t>(info.me_last_pgno) + 1) * page;
+  const std::string data = (std::filesystem::path(options_.path) / "data.mdb").string();
+  struct stat st;
+  if (::stat(data.c_str(), &st) != 0) return internal::LmdbStatus("stat", errno, data);
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size >= used_bytes) return absl::OkStatus();
+  if (used_bytes - size > kLooseTailPages * page) {
+    return absl::DataLossError(absl::StrCat("OpenLmdbStorage: ", data, " is ", size,
+                                            " bytes but its last page ends at ", used_bytes,
+                                            ": the file was truncated; restore it from a copy"));
+  }
+  const int fd = ::open(data.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return internal::LmdbStatus("open", errno, data);
+  const int err = ::posix_fallocate(fd, static_cast<off_t>(size),
+                                    static_cast<off_t>(used_bytes - size));
+  ::close(fd);
+  if (err != 0) return internal::LmdbStatus("posix_fallocate", err, data);
+  return absl::OkStatus();
 }
 
 absl::Status LmdbStorage::CheckFormatAndOpenTables() {
