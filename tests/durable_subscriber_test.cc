@@ -492,6 +492,14 @@ TEST_CASE("the subscriber reconnects by itself after the errors that always call
     REQUIRE(std::get<ConnectMessage>(sent[0]).checkpoint == Ct({{kP, 12}}));
     REQUIRE(t.ds().reconnects() == 1);
     REQUIRE(t.ds().connecting());
+    // Refused again: the wait doubles (a broker that stays stopped or behind is not flooded).
+    t.FromBroker(SessionErrorMessage{"s", code, "reconnect"});
+    t.ds().OnTimer(kT0 + absl::Seconds(1));
+    t.ds().OnTimer(kT0 + absl::Seconds(1) + absl::Milliseconds(399));
+    REQUIRE(t.Sent().empty());
+    t.ds().OnTimer(kT0 + absl::Seconds(1) + absl::Milliseconds(400));
+    REQUIRE(t.Sent().size() == 1);
+    REQUIRE(t.ds().reconnects() == 2);
   }
 }
 

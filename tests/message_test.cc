@@ -28,7 +28,7 @@ std::vector<Message> Samples() {
                         KnowledgeSpan::Data(105, Order(10)), KnowledgeSpan::Data(106, Order(20)),
                         KnowledgeSpan::Silence({107, kMaxTick})}},
       KnowledgeMessage{PubendId{0}, {}},
-      KnowledgeMessage{PubendId{3}, {KnowledgeSpan::Silence({1, 99})}, 100},  // version 2
+      KnowledgeMessage{PubendId{3}, {KnowledgeSpan::Silence({1, 99})}, {{100, 200}, {300, 300}}},
       CuriosityMessage{PubendId{7}, {{5, 9}, {12, 12}, {1000, 1u << 30}}},
       ReleaseMessage{{{PubendId{1}, 10, 20}, {PubendId{2}, 0, 0}}},
       ConnectMessage{"audit", "symbol = 'IBM' AND quantity > 1000", "orders/#", Ct(1, 500), 3,
@@ -53,13 +53,14 @@ TEST_CASE("every message kind round-trips through its encoding", "[message]") {
   }
 }
 
-TEST_CASE("version 2 carries only a knowledge message's more_from", "[message]") {
-  // A knowledge message without more_from, and every other message, is written as version 1.
+TEST_CASE("version 2 carries only a knowledge message's unanswered ranges", "[message]") {
+  // A knowledge message without them, and every other message, is written as version 1.
   REQUIRE(EncodeMessage(KnowledgeMessage{PubendId{3}, {}})[0] == 1);
   REQUIRE(EncodeMessage(DisconnectMessage{"a"})[0] == 1);
-  const std::string v2 = EncodeMessage(KnowledgeMessage{PubendId{3}, {}, 7});
+  const std::string v2 = EncodeMessage(KnowledgeMessage{PubendId{3}, {}, {{7, 9}}});
   REQUIRE(v2[0] == 2);
-  REQUIRE(std::get<KnowledgeMessage>(*DecodeMessage(v2)).more_from == 7);
+  REQUIRE(std::get<KnowledgeMessage>(*DecodeMessage(v2)).unanswered ==
+          std::vector<TickRange>{{7, 9}});
   std::string other = EncodeMessage(DisconnectMessage{"a"});
   other[0] = 2;
   REQUIRE_CODE(DecodeMessage(other), absl::StatusCode::kInvalidArgument);
@@ -67,10 +68,10 @@ TEST_CASE("version 2 carries only a knowledge message's more_from", "[message]")
   zero[0] = 2;
   zero.push_back(0);
   REQUIRE_CODE(DecodeMessage(zero), absl::StatusCode::kInvalidArgument);
-  // more_from must lie above every span.
-  REQUIRE_CODE(DecodeMessage(EncodeMessage(
-                   KnowledgeMessage{PubendId{3}, {KnowledgeSpan::Silence({1, 99})}, 99})),
-               absl::StatusCode::kInvalidArgument);
+  // As many ranges as announced (ranges are relative to the previous one: they ascend).
+  std::string bad = EncodeMessage(KnowledgeMessage{PubendId{3}, {}, {{7, 9}}});
+  bad[bad.size() - 3] = 2;  // two ranges announced, one there
+  REQUIRE_CODE(DecodeMessage(bad), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("every truncation of every message is rejected", "[message]") {

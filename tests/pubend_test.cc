@@ -36,7 +36,7 @@ struct Downstream {
       if (auto* k = std::get_if<KnowledgeMessage>(&m)) {
         ++messages;
         max_spans = std::max(max_spans, k->spans.size());
-        more_from = k->more_from;
+        unanswered = k->unanswered;
         for (const KnowledgeSpan& s : k->spans) {
           absl::Status st = knowledge.Accumulate(s);
           if (!st.ok()) errors.push_back(st);
@@ -49,7 +49,7 @@ struct Downstream {
   std::vector<absl::Status> errors;
   size_t messages = 0;
   size_t max_spans = 0;
-  Tick more_from = 0;  // of the last knowledge message
+  std::vector<TickRange> unanswered;  // of the last knowledge message
 };
 
 // A PHB with one pubend over a memory storage that survives Restart(), driven by hand.
@@ -354,9 +354,13 @@ TEST_CASE("a nack for a long span is answered in part, and asking again gets the
     REQUIRE(horizon > from - 1);
     REQUIRE((horizon == last ||
              std::find(ticks.begin(), ticks.end(), horizon + 1) != ticks.end()));
-    // The last message of a part says where it stopped, so that the nacker asks again at once;
-    // the one that completes the answer says nothing.
-    REQUIRE(nacker->more_from == (horizon == last ? 0 : horizon + 1));
+    // The last message of a part names what it left unanswered, so that the nacker asks again at
+    // once; the one that completes the answer names nothing.
+    if (horizon == last) {
+      REQUIRE(nacker->unanswered.empty());
+    } else {
+      REQUIRE(nacker->unanswered == std::vector<TickRange>{{horizon + 1, last}});
+    }
   }
   REQUIRE(nacks >= 100 * 80 / 1000 / 2);
   REQUIRE(nacker->errors.empty());

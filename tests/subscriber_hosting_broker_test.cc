@@ -649,6 +649,58 @@ TEST_CASE("a subscription name too long for a storage key is refused for that co
   REQUIRE(t.shb().status().ok());
 }
 
+TEST_CASE("a session that sends nothing for session_timeout is ended", "[shb]") {
+  // A subscriber that crashed, or moved to another broker, sends no more acks: its session must
+  // not hold the event cache and the PFS for ever.
+  ShbTest t;
+  t.options.session_timeout = absl::Seconds(10);
+  t.Open();
+  RawClient& gone = t.AddRaw("gone");
+  RawClient& live = t.AddRaw("live");
+  gone.Send(ConnectMessage{"gone", "", "", {}, 1, true});
+  live.Send(ConnectMessage{"live", "", "", {}, 1, true});
+  t.Pump();
+  gone.Take();
+  live.Take();
+  for (int i = 0; i < 12; ++i) {
+    t.Timer(absl::Seconds(1));
+    live.Send(AckMessage{"live", {}});  // a keepalive
+    t.Pump();
+  }
+  REQUIRE(OnlyError(gone.Take(), "gone") == absl::StatusCode::kUnavailable);
+  REQUIRE(live.Take().empty());
+  t.Publish(Knowledge(1, 10, {{3, "red"}}));
+  REQUIRE(gone.Take().empty());
+  REQUIRE(Deliveries(live.Take()) == Strings{"E3"});
+}
+
+TEST_CASE("the home broker ignores a pubend in the CT that it no longer serves", "[shb][restart]") {
+  ShbTest t;
+  t.options.pubends.push_back({kP2, "phb"});
+  t.Open();
+  RawClient& x = t.AddRaw("x");
+  x.Send(ConnectMessage{"s", "", "", {}, 1, true});
+  t.Pump();
+  x.Take();
+  t.Restart();
+  t.options.pubends.pop_back();  // pubend 2 is no longer served here
+  t.Open();
+  CheckpointToken ct = Ct(0);
+  ct.Set(kP2, 7);
+  x.Send(ConnectMessage{"s", "", "", ct, 1, true});
+  t.Pump();
+  std::vector<Message> got = x.Take();
+  REQUIRE(std::get<ConnectedMessage>(got.at(0)) == ConnectedMessage{"s", Ct(0), 1});
+  x.Send(AckMessage{"s", ct});  // acks carry it too: ignored, not an error
+  t.Publish(Knowledge(1, 10, {{3, "red"}}));
+  REQUIRE(Deliveries(x.Take()) == Strings{"E3"});
+  // A broker that never hosted the subscription still refuses it.
+  RawClient& y = t.AddRaw("y");
+  y.Send(ConnectMessage{"other", "", "", ct, 1, true});
+  t.Pump();
+  REQUIRE(OnlyError(y.Take(), "other") == absl::StatusCode::kInvalidArgument);
+}
+
 TEST_CASE("a lower epoch is refused and a higher one fences the older session", "[shb]") {
   ShbTest t;
   t.Open();
@@ -1057,14 +1109,23 @@ TEST_CASE("an answer that stopped short is followed by a nack for the rest at on
   t.Timer();
   t.Timer(absl::Milliseconds(20));
   REQUIRE(t.TakeCuriosity() == std::vector<CuriosityMessage>{{kP, {{11, 99}}}});
-  // Upstream answers (11, 40] and says it stopped at 41: the rest is asked for in the same
-  // Flush, long before the renack timer.
+  // Upstream answers (11, 40] and says it left (41, 99) unanswered: the rest is asked for in the
+  // same Flush, long before the renack timer.
   KnowledgeMessage part{kP, {KnowledgeSpan::Silence({11, 29}), KnowledgeSpan::Data(30, Ev(30, "red")),
                              KnowledgeSpan::Silence({31, 40})}};
-  part.more_from = 41;
+  part.unanswered = {{41, 99}};
   t.Publish(part);
   REQUIRE(t.TakeCuriosity() == std::vector<CuriosityMessage>{{kP, {{41, 99}}}});
   REQUIRE(t.shb().stats().nacks_followed_up == 1);
+  // The same answer again (a duplicate on the link), or a late one to the first nack, asks for
+  // nothing: the follow-up already asked from there.
+  t.Publish(part);
+  REQUIRE(t.TakeCuriosity().empty());
+  // The follow-up's answer makes progress and is followed up in turn.
+  KnowledgeMessage next{kP, {KnowledgeSpan::Silence({41, 60})}};
+  next.unanswered = {{61, 99}};
+  t.Publish(next);
+  REQUIRE(t.TakeCuriosity() == std::vector<CuriosityMessage>{{kP, {{61, 99}}}});
   // An answer that completes the request asks for nothing more.
   t.Publish(KnowledgeMessage{kP, {KnowledgeSpan::Silence({41, 99})}});
   REQUIRE(t.TakeCuriosity().empty());

@@ -52,9 +52,13 @@ class CuriosityStream {
 
   // The outstanding ranges in tick order, at most `max_ranges`: what to nack again after a timeout.
   std::vector<TickRange> Outstanding(size_t max_ranges = SIZE_MAX) const;
-  // The outstanding ticks at or above `from`, as ranges in tick order, at most `max_ranges`: what
-  // to nack again when an answer stopped short at `from` (KnowledgeMessage::more_from).
-  std::vector<TickRange> OutstandingFrom(Tick from, size_t max_ranges = SIZE_MAX) const;
+  // An answer stopped short, leaving `unanswered` (KnowledgeMessage::unanswered). Returns what to
+  // nack again now, in tick order, at most `max_ranges`: the parts still outstanding, except
+  // those asked for again already from the same tick or an earlier one — the answer is then a
+  // duplicate, or a late one to an older nack, and the newer nack's answer will follow it up.
+  // Each part returned is remembered (by its last tick) until its ticks are resolved.
+  std::vector<TickRange> FollowUp(const std::vector<TickRange>& unanswered,
+                                  size_t max_ranges = SIZE_MAX);
 
   bool empty() const { return outstanding_.empty(); }
   const TickRangeSet& outstanding() const { return outstanding_; }
@@ -62,6 +66,8 @@ class CuriosityStream {
  private:
   TickRangeSet outstanding_;                                // union of all requesters' ranges
   absl::btree_map<std::string, TickRangeSet> requesters_;  // never holds an empty set
+  // Follow-ups sent (FollowUp): last tick -> the first tick asked for.
+  absl::btree_map<Tick, Tick> followed_up_;
 };
 
 }  // namespace gryph

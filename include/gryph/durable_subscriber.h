@@ -73,7 +73,9 @@ struct DurableSubscriberOptions {
   // the time a busy broker takes to answer.
   absl::Duration connect_retry_interval = absl::Seconds(10);
   // Connect again by itself after the errors that always call for it (see the file comment),
-  // reconnect_interval after the error.
+  // reconnect_interval after the error, then twice as long after each error that follows, up to
+  // connect_retry_interval, until a connection succeeds (a broker that stays stopped or behind
+  // is not flooded).
   bool auto_reconnect = true;
   absl::Duration reconnect_interval = absl::Milliseconds(200);
   // Acks carry only what Stored() reported (at first `checkpoint`), never the CT of messages
@@ -173,6 +175,7 @@ class DurableSubscriber {
   // OnTimer after the error, which sets it).
   bool reconnect_pending_ = false;
   absl::Time reconnect_at_ = absl::InfinitePast();
+  absl::Duration reconnect_delay_;  // the next one; reset by a successful connection
   uint64_t duplicates_ = 0;
   uint64_t resyncs_ = 0;
   uint64_t reconnects_ = 0;

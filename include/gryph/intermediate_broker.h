@@ -7,7 +7,8 @@
 //     tick is simply unknown (Q) here again, and a nack for it goes upstream.
 //   - a CuriosityStream of the nacks it could not answer, by requester (the downstream node).
 //     Many downstream nacks for one range produce ONE upstream nack; when the answer arrives it
-//     goes to the requesters that wanted it. Outstanding nacks are sent again on a timer.
+//     goes to the requesters that wanted it. Outstanding nacks are sent again on a timer, and
+//     what an upstream answer leaves unanswered (its byte bound) is asked for again at once.
 //   - per registered downstream node, its latest ReleaseEntry (values only move forward).
 //
 // Knowledge flow. Knowledge from the pubend's upstream node (and only from it) is accumulated in
@@ -164,6 +165,7 @@ class IntermediateBroker {
   std::map<PubendId, PubendState> pubends_;
   absl::btree_map<std::string, DownstreamState> downstream_;
   absl::Time last_release_ = absl::InfinitePast();
+  absl::Time last_timer_ = absl::InfinitePast();  // the `now` of the last OnTimer
 };
 
 }  // namespace gryph

@@ -36,10 +36,11 @@ namespace gryph {
 struct KnowledgeMessage {
   PubendId pubend;
   std::vector<KnowledgeSpan> spans;
-  // Non-zero on the last message of a nack's answer that stopped short (the answerer's bound on
-  // one answer): what was asked from this tick on is not answered. The nacker asks again at
-  // once instead of waiting for its renack timer. Above every span.
-  Tick more_from = 0;
+  // On the last message of a nack's answer that stopped short (the answerer bounds the bytes of
+  // one answer): the parts of the nacked ranges it leaves unanswered, ascending and disjoint.
+  // The nacker asks for them again at once instead of waiting for its renack timer. Empty
+  // otherwise.
+  std::vector<TickRange> unanswered = {};
   friend bool operator==(const KnowledgeMessage&, const KnowledgeMessage&) = default;
 };
 
@@ -141,8 +142,8 @@ using Message = std::variant<KnowledgeMessage, CuriosityMessage, ReleaseMessage,
 // The name of the message's kind ("knowledge", "curiosity", ...), for logs.
 const char* MessageKindName(const Message& m);
 
-// Version 1: every message as first specified. Version 2: a Knowledge message with more_from
-// (docs/format.md); every other message is still written as version 1.
+// Version 1: every message as first specified. Version 2: a Knowledge message with unanswered
+// ranges (docs/format.md); every other message is still written as version 1.
 inline constexpr uint8_t kMessageEncodingVersion = 2;
 
 // Appends the encoding of `m` to *out. REQUIRES: m satisfies its type's REQUIRES.

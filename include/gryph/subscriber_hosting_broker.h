@@ -131,6 +131,11 @@ struct SubscriberHostingBrokerOptions {
   // Event messages of one pubend a session may have outstanding (sent, not acknowledged); see
   // the file comment. It must exceed what a healthy subscriber receives between two acks.
   uint64_t max_unacked_events = 50'000;
+  // A session from which nothing (an ack, a keepalive) arrived for this long is ended, with an
+  // Unavailable error in case its subscriber is still there: a crashed subscriber, or one that
+  // moved to another broker, must not hold the event cache and the PFS. Keep it well above the
+  // subscribers' keepalive_interval.
+  absl::Duration session_timeout = absl::Seconds(10);
   size_t pfs_checkpoint_interval = 1024;
   // The time source; absl::Now when empty.
   std::function<absl::Time()> clock;
@@ -224,6 +229,7 @@ class SubscriberHostingBroker {
     uint64_t epoch = 0;
     std::string session;  // the connected peer; empty when disconnected
     absl::btree_map<PubendId, Position> positions;
+    absl::Time last_heard = absl::InfinitePast();  // the session's connection or its last ack
   };
   struct PubendState {
     PubendId id;
@@ -240,9 +246,9 @@ class SubscriberHostingBroker {
     Tick recovered_lease = 0;  // the lease at Open: CTs up to it are not ahead of this broker
     absl::Time last_renack = absl::InfinitePast();
     absl::Time q_seen_since = absl::InfiniteFuture();
-    // An answer to a nack stopped short here (KnowledgeMessage::more_from): Flush asks for the
-    // rest. 0: none.
-    Tick more_from = 0;
+    // What answers to nacks left unanswered since the last Flush (KnowledgeMessage::unanswered):
+    // Flush asks for it again.
+    std::vector<TickRange> unanswered;
     // The subscriptions with a catchup stream here, by name (the order catchups step in): a
     // Flush costs what the catchups need, not a pass over every subscription.
     absl::btree_map<absl::string_view, SubscriptionState*> catchups;
@@ -267,7 +273,7 @@ class SubscriberHostingBroker {
                  std::vector<std::pair<SubscriptionState*, PubendState*>>& slow);
   // Drops cached events of `p` that no catchup needs, beyond the cache window.
   void Forget(PubendState& p);
-  // Nacks again what is outstanding from where an answer stopped short (p.more_from).
+  // Nacks again what answers left unanswered (p.unanswered) and is still outstanding.
   void AskForTheRest(PubendState& p);
   // Steps the catchup streams of `p` in rounds, each with one shared PFS read for the streams
   // that need matches (see max_catchup_messages_per_flush); returns whether they may have more

@@ -59,9 +59,29 @@ std::vector<TickRange> CuriosityStream::Outstanding(size_t max_ranges) const {
   return out;
 }
 
-std::vector<TickRange> CuriosityStream::OutstandingFrom(Tick from, size_t max_ranges) const {
-  std::vector<TickRange> out = outstanding_.Intersect({std::max(from, kFirstTick), kMaxTick});
-  if (out.size() > max_ranges) out.resize(max_ranges);
+std::vector<TickRange> CuriosityStream::FollowUp(const std::vector<TickRange>& unanswered,
+                                                 size_t max_ranges) {
+  // Forget follow-ups whose ticks are all resolved.
+  for (auto it = followed_up_.begin(); it != followed_up_.end();) {
+    if (outstanding_.Intersect({it->second, it->first}).empty()) {
+      it = followed_up_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  std::vector<TickRange> out;
+  for (TickRange u : unanswered) {
+    if (u.first < kFirstTick || u.first > u.last) continue;
+    for (TickRange part : outstanding_.Intersect(u)) {
+      if (out.size() >= max_ranges) break;
+      auto [it, fresh] = followed_up_.try_emplace(part.last, part.first);
+      // Asked again from here or from lower already: no progress since, nothing to add.
+      if (!fresh && it->second >= part.first) continue;
+      it->second = part.first;
+      out.push_back(part);
+    }
+  }
+  std::sort(out.begin(), out.end(), [](TickRange a, TickRange b) { return a.first < b.first; });
   return out;
 }
 

@@ -91,8 +91,12 @@ struct Encoder {
         PutLengthPrefixed(out, event);
       }
     }
-    // Only in version 2 (EncodeMessage), which only a Knowledge message with it set uses.
-    if (m.more_from != 0) PutVarint64(out, m.more_from);
+    // Only in version 2 (EncodeMessage), which only a Knowledge message with them uses.
+    if (!m.unanswered.empty()) {
+      PutVarint64(out, m.unanswered.size());
+      Tick at = kFirstTick;
+      for (TickRange r : m.unanswered) PutRange(out, &at, r);
+    }
   }
   void operator()(const CuriosityMessage& m) const {
     PutVarint64(out, m.pubend.value);
@@ -173,12 +177,17 @@ bool Decode(ByteReader& in, KnowledgeMessage* m) {
   return true;
 }
 
-// Version 2's field after a Knowledge message's spans.
-bool ReadMoreFrom(ByteReader& in, KnowledgeMessage* m) {
-  if (!in.ReadVarint64(&m->more_from, "more from")) return false;
-  if (m->more_from == 0) return in.Fail("more from is 0 (version 1 is written then)");
-  if (!m->spans.empty() && m->more_from <= m->spans.back().range.last) {
-    return in.Fail(absl::StrCat("more from ", m->more_from, " is not above every span"));
+// Version 2's field after a Knowledge message's spans: the unanswered ranges, at least one.
+bool ReadUnanswered(ByteReader& in, KnowledgeMessage* m) {
+  uint64_t count = 0;
+  if (!in.ReadVarintAtMost(in.remaining() / 2, &count, "unanswered range count")) return false;
+  if (count == 0) return in.Fail("no unanswered range (version 1 is written then)");
+  Tick next = kFirstTick;
+  bool at_end = false;
+  for (uint64_t i = 0; i < count; ++i) {
+    TickRange r;
+    if (!ReadRange(in, &next, &at_end, &r)) return false;
+    m->unanswered.push_back(r);
   }
   return true;
 }
@@ -330,7 +339,7 @@ const char* MessageKindName(const Message& m) {
 void EncodeMessage(const Message& m, std::string* out) {
   // Version 1 where it can hold the message, so that readers that know only it read it.
   const auto* k = std::get_if<KnowledgeMessage>(&m);
-  out->push_back(static_cast<char>(k != nullptr && k->more_from != 0 ? 2 : 1));
+  out->push_back(static_cast<char>(k != nullptr && !k->unanswered.empty() ? 2 : 1));
   out->push_back(static_cast<char>(kKindOf[m.index()]));
   std::visit(Encoder{out}, m);
 }
@@ -359,7 +368,7 @@ absl::StatusOr<Message> DecodeMessage(absl::string_view bytes) {
       in.Fail(absl::StrCat("version 2 is only for knowledge, not ", MessageKindName(m)));
       return in.status();
     }
-    if (!ReadMoreFrom(in, k)) return in.status();
+    if (!ReadUnanswered(in, k)) return in.status();
   }
   if (!in.ExpectEnd()) return in.status();
   return m;

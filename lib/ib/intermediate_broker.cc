@@ -155,19 +155,22 @@ void IntermediateBroker::OnKnowledge(absl::string_view from, const KnowledgeMess
     first = std::min(first, s.range.first);
     last = std::max(last, s.range.last);
   }
-  if (first > last) return;
-  p.highest_seen = std::max(p.highest_seen, last);
-  // Answers go to the nodes that asked for them (one upstream nack served them all).
-  SendResolved(p, p.curiosity.Prune(p.cache));
+  if (first <= last) {
+    p.highest_seen = std::max(p.highest_seen, last);
+    // Answers go to the nodes that asked for them (one upstream nack served them all).
+    SendResolved(p, p.curiosity.Prune(p.cache));
+  }
   // An answer that stopped short: ask upstream for the rest now, not at the next renack (the
   // requesters' curiosity is still here, and the rest goes to them when it comes).
-  if (m.more_from != 0) {
-    std::vector<TickRange> rest = p.curiosity.OutstandingFrom(m.more_from, 64);
+  if (!m.unanswered.empty()) {
+    std::vector<TickRange> rest = p.curiosity.FollowUp(m.unanswered, 64);
     if (!rest.empty()) {
+      p.last_renack = last_timer_;  // the renack timer need not send these again at once
       ++stats_.nacks_sent;
       Send(p.upstream, CuriosityMessage{p.id, std::move(rest)});
     }
   }
+  if (first > last) return;
   // The live stream goes to every downstream node. Below what was already forwarded, knowledge
   // is a repair: only requesters get it (above), the others nack what they miss.
   if (last > p.forwarded) {
@@ -234,6 +237,7 @@ void IntermediateBroker::OnRelease(absl::string_view from, const ReleaseMessage&
 }
 
 void IntermediateBroker::OnTimer(absl::Time now) {
+  last_timer_ = now;
   for (auto& [id, p] : pubends_) {
     // Retries: nacks (or their answers) may be lost.
     if (!p.curiosity.empty() && now - p.last_renack >= options_.renack_interval) {

@@ -519,17 +519,23 @@ absl::Status Pubend::HandleCuriosity(absl::string_view from, const CuriosityMess
     lost = l_prefix_;
   }
   std::vector<KnowledgeMessage> answers;
-  uint64_t budget = options_.max_nack_answer_bytes;
-  Tick stopped_at = 0;
-  for (TickRange r : nack.ranges) {
-    if (r.first > committed) break;
-    GRYPH_ASSIGN_OR_RETURN(
-        stopped_at, ReadKnowledge({r.first, std::min(r.last, committed)}, lost, &budget, &answers));
-    if (stopped_at != 0) break;
+  // Each range gets an equal part of what is left of the budget, so that a long range (a
+  // refilter's) does not leave the short ones after it (a lost live tick) unanswered.
+  size_t ranges = 0;
+  while (ranges < nack.ranges.size() && nack.ranges[ranges].first <= committed) ++ranges;
+  uint64_t left = options_.max_nack_answer_bytes;
+  std::vector<TickRange> unanswered;
+  for (size_t i = 0; i < ranges; ++i) {
+    const TickRange r{nack.ranges[i].first, std::min(nack.ranges[i].last, committed)};
+    const uint64_t share = left / (ranges - i);
+    uint64_t budget = share;
+    GRYPH_ASSIGN_OR_RETURN(const Tick stopped_at, ReadKnowledge(r, lost, &budget, &answers));
+    left -= share - budget;
+    if (stopped_at != 0) unanswered.push_back({stopped_at, r.last});
   }
-  // The last message says where the answer stopped short, so that the nacker asks again for the
-  // rest at once.
-  if (stopped_at != 0 && !answers.empty()) answers.back().more_from = stopped_at;
+  // The last message names what was left unanswered, so that the nacker asks for it at once.
+  // (Ranges above the committed tick are not unanswered: they come with the live stream.)
+  if (!unanswered.empty() && !answers.empty()) answers.back().unanswered = std::move(unanswered);
   // Events reclaimed while we read were released (durably) first: answer them as L.
   Tick lost_now;
   {

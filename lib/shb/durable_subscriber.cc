@@ -1,5 +1,7 @@
 #include "gryph/durable_subscriber.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace gryph {
@@ -54,7 +56,8 @@ DurableSubscriber::DurableSubscriber(DurableSubscriberOptions options, Subscript
       broker_(options_.broker),
       checkpoint_(options_.checkpoint),
       stored_(options_.checkpoint),
-      acked_(options_.checkpoint) {}
+      acked_(options_.checkpoint),
+      reconnect_delay_(options_.reconnect_interval) {}
 
 absl::Status DurableSubscriber::Connect() {
   connected_ = false;
@@ -109,6 +112,7 @@ void DurableSubscriber::HandleMessage(absl::string_view from, const Message& mes
     if (!connecting_) return;
     connected_ = true;
     connecting_ = false;
+    reconnect_delay_ = options_.reconnect_interval;
     last_ack_ = absl::InfinitePast();
     // A new subscription starts where the broker is; an existing one where we asked. The start
     // names every pubend (0 included), and so does the CT from now on: any broker can then tell
@@ -167,7 +171,10 @@ void DurableSubscriber::Deliver(const DeliveryMessage& d) {
 
 void DurableSubscriber::OnTimer(absl::Time now) {
   if (reconnect_pending_) {
-    if (reconnect_at_ == absl::InfinitePast()) reconnect_at_ = now + options_.reconnect_interval;
+    if (reconnect_at_ == absl::InfinitePast()) {
+      reconnect_at_ = now + reconnect_delay_;
+      reconnect_delay_ = std::min(2 * reconnect_delay_, options_.connect_retry_interval);
+    }
     if (now >= reconnect_at_) {
       ++reconnects_;
       (void)Connect();

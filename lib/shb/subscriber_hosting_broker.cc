@@ -77,6 +77,9 @@ absl::StatusOr<std::unique_ptr<SubscriberHostingBroker>> SubscriberHostingBroker
           absl::StrCat("SHB option ", name, " is ", value, "; it must be at least ", least));
     }
   }
+  if (options.session_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("SHB option session_timeout must be positive");
+  }
   if (!options.clock) options.clock = [] { return absl::Now(); };
   std::unique_ptr<SubscriberHostingBroker> shb(
       new SubscriberHostingBroker(std::move(options), storage, channel));
@@ -322,14 +325,14 @@ void SubscriberHostingBroker::OnKnowledge(absl::string_view from, const Knowledg
     }
   }
   p.curiosity.Prune(p.istream);
-  if (m.more_from != 0) p.more_from = std::max(p.more_from, m.more_from);
+  p.unanswered.insert(p.unanswered.end(), m.unanswered.begin(), m.unanswered.end());
   dirty_ = true;
 }
 
 void SubscriberHostingBroker::AskForTheRest(PubendState& p) {
-  if (p.more_from == 0) return;
-  std::vector<TickRange> rest = p.curiosity.OutstandingFrom(p.more_from, 64);
-  p.more_from = 0;
+  if (p.unanswered.empty()) return;
+  std::vector<TickRange> rest = p.curiosity.FollowUp(p.unanswered, 64);
+  p.unanswered.clear();
   if (rest.empty()) return;
   p.last_renack = Now();  // the renack timer need not send these again at once
   ++stats_.nacks_sent;
@@ -688,9 +691,12 @@ void SubscriberHostingBroker::OnConnect(absl::string_view from, const ConnectMes
                                                       kMaxSubscriptionNameBytes)));
     return;
   }
-  // The CT must name pubends this broker serves and not be ahead of it.
+  // The CT must name pubends this broker serves and not be ahead of it. (The home broker of a
+  // subscription ignores pubends it no longer serves: they may have been removed from it.)
+  const bool hosted = subscriptions_.contains(m.subscription);
   for (const auto& [p, t] : m.checkpoint.entries()) {
     auto it = pubends_.find(p);
+    if (it == pubends_.end() && hosted) continue;
     if (it == pubends_.end()) {
       SendError(from, m.subscription,
                 absl::InvalidArgumentError(absl::StrCat(
@@ -794,6 +800,7 @@ void SubscriberHostingBroker::OnConnect(absl::string_view from, const ConnectMes
   }
   SubscriptionState& s = it->second;
   s.session = std::string(from);
+  s.last_heard = Now();
   CheckpointToken start;
   for (auto& [id, p] : pubends_) {
     Position& pos = s.positions[id];
@@ -855,10 +862,13 @@ void SubscriberHostingBroker::OnAck(absl::string_view from, const AckMessage& m)
     return;
   }
   SubscriptionState& s = it->second;
-  // All or nothing: a bad entry leaves the others unapplied too.
+  s.last_heard = Now();
+  // All or nothing: a bad entry leaves the others unapplied too. (A pubend this broker does not
+  // serve, one removed from it, is ignored.)
   for (const auto& [p, t] : m.checkpoint.entries()) {
     auto pit = pubends_.find(p);
-    if (pit == pubends_.end() || t > AcceptableTick(pit->second)) {
+    if (pit == pubends_.end()) continue;
+    if (t > AcceptableTick(pit->second)) {
       SendError(from, s.name, absl::OutOfRangeError(absl::StrCat(
                                   "ack for pubend ", p.value, " tick ", t,
                                   " is beyond what this broker delivered")));
@@ -866,6 +876,7 @@ void SubscriberHostingBroker::OnAck(absl::string_view from, const AckMessage& m)
     }
   }
   for (const auto& [p, t] : m.checkpoint.entries()) {
+    if (!pubends_.contains(p)) continue;
     Position& pos = s.positions[p];
     while (!pos.sent_marks.empty() && pos.sent_marks.front().first <= t) {
       pos.acked = pos.sent_marks.front().second;
@@ -990,7 +1001,20 @@ void SubscriberHostingBroker::OnTimer(absl::Time now) {
       }
     }
   }
-  if (release_due) last_release_ = now;
+  if (release_due) {
+    last_release_ = now;
+    // A session that has sent nothing for session_timeout belongs to a process that is gone
+    // (crashed, or moved to another broker): its catchup, paused by flow control, would hold
+    // the event cache and the PFS chop for ever.
+    for (auto& [name, s] : subscriptions_) {
+      if (s.session.empty() || now - s.last_heard < options_.session_timeout) continue;
+      SendError(s.session, name,
+                absl::UnavailableError(absl::StrCat("no ack or keepalive for ",
+                                                    absl::FormatDuration(now - s.last_heard),
+                                                    "; the session ended; reconnect")));
+      EndSession(s);
+    }
+  }
   if (!wb.empty() || !dirty_released_.empty()) Submit(std::move(wb), {});
 }
 
