@@ -1,5 +1,6 @@
 #include "gryph/intermediate_broker.h"
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -100,6 +101,27 @@ KnowledgeMessage Stream(Tick from, Tick to) {
   return m;
 }
 
+TEST_CASE("absurd intermediate broker options are InvalidArgument at Open", "[intermediate]") {
+  using Options = IntermediateBrokerOptions;
+  const std::vector<std::pair<std::string, std::function<void(Options&)>>> cases = {
+      {"max_spans_per_message", [](Options& o) { o.max_spans_per_message = 0; }},
+      {"renack_interval", [](Options& o) { o.renack_interval = absl::ZeroDuration(); }},
+      {"release_interval", [](Options& o) { o.release_interval = -absl::Seconds(1); }},
+      {"upstream node", [](Options& o) { o.pubends[0].node = ""; }},
+      {"downstream node", [](Options& o) { o.downstream[0].node = ""; }},
+  };
+  for (const auto& [name, spoil] : cases) {
+    INFO(name);
+    InProcessNetwork net;
+    auto channel = *net.Connect("ib");
+    Options o = Fixture::Defaults();
+    spoil(o);
+    auto ib = IntermediateBroker::Open(o, channel.get());
+    REQUIRE_CODE(ib, absl::StatusCode::kInvalidArgument);
+    REQUIRE_THAT(std::string(ib.status().message()), Catch::Contains(name));
+  }
+}
+
 TEST_CASE("the intermediate forwards upstream knowledge to every downstream node",
           "[intermediate]") {
   Fixture f;
@@ -159,6 +181,31 @@ TEST_CASE("two downstream nacks for one range make one upstream nack and both ge
     REQUIRE(k.DoubtHorizon(10) == 20);
     REQUIRE(k.ValueAt(20) == TickValue::kD);
   }
+  REQUIRE(f.ib().outstanding(kP).empty());
+}
+
+TEST_CASE("what an upstream answer left unanswered is asked for again at once", "[intermediate]") {
+  Fixture f;
+  f.SendFrom("phb", Stream(1, 10));
+  f.SendFrom("phb", Stream(41, 50));  // 11..40 was lost on the way
+  f.Take<KnowledgeMessage>("a");
+  f.Take<KnowledgeMessage>("b");
+  f.SendFrom("a", CuriosityMessage{kP, {{11, 40}}});
+  REQUIRE(f.Take<CuriosityMessage>("phb").size() == 1);
+  // The PHB answers 11..20 and says 21..40 is left (its bound on one answer): the rest is asked
+  // for now, not at the renack timer, and the part answered goes to the requester.
+  KnowledgeMessage part = Stream(11, 20);
+  part.unanswered = {{21, 40}};
+  f.SendFrom("phb", part);
+  std::vector<CuriosityMessage> up = f.Take<CuriosityMessage>("phb");
+  REQUIRE(up.size() == 1);
+  REQUIRE(up[0].ranges == std::vector<TickRange>{{21, 40}});
+  REQUIRE(f.Knowledge("a").DoubtHorizon(10) == 20);
+  // The same answer again (duplicated on the link) asks for nothing more.
+  f.SendFrom("phb", part);
+  REQUIRE(f.Take<CuriosityMessage>("phb").empty());
+  f.SendFrom("phb", Stream(21, 40));
+  REQUIRE(f.Knowledge("a").DoubtHorizon(20) == 40);
   REQUIRE(f.ib().outstanding(kP).empty());
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <map>
 #include <optional>
 #include <thread>
@@ -287,6 +288,36 @@ TEST_CASE("a retried publish returns the original tick and logs nothing", "[pube
   REQUIRE_OK(h.phb->Flush());
   REQUIRE_OK(**other);
   REQUIRE(***other != ***first);
+}
+
+TEST_CASE("absurd pubend and PHB options are InvalidArgument at Open, naming the option",
+          "[pubend]") {
+  using Options = PublisherHostingBrokerOptions;
+  const std::vector<std::pair<std::string, std::function<void(Options&)>>> cases = {
+      {"max_retain", [](Options& o) { o.pubends[0].max_retain = -absl::Seconds(1); }},
+      {"heartbeat", [](Options& o) { o.pubends[0].heartbeat = absl::ZeroDuration(); }},
+      {"heartbeat", [](Options& o) { o.pubends[0].heartbeat = absl::InfiniteDuration(); }},
+      {"max_spans_per_message", [](Options& o) { o.pubends[0].max_spans_per_message = 0; }},
+      {"max_bytes_per_message", [](Options& o) { o.pubends[0].max_bytes_per_message = 0; }},
+      {"max_nack_answer_bytes", [](Options& o) { o.pubends[0].max_nack_answer_bytes = 0; }},
+      {"group_commit.max_records", [](Options& o) { o.group_commit.max_records = 0; }},
+      {"group_commit.max_delay", [](Options& o) { o.group_commit.max_delay = -absl::Seconds(1); }},
+      {"downstream", [](Options& o) { o.downstream = {"shb", ""}; }},
+  };
+  for (const auto& [name, spoil] : cases) {
+    INFO(name);
+    InProcessNetwork net;
+    auto channel = *net.Connect("phb");
+    MemoryStorage storage;
+    Options o;
+    o.pubends = {PubendOptions{kP}};
+    o.downstream = {"shb"};
+    o.commit_thread = false;
+    spoil(o);
+    auto phb = PublisherHostingBroker::Open(o, &storage, channel.get());
+    REQUIRE_CODE(phb, absl::StatusCode::kInvalidArgument);
+    REQUIRE_THAT(std::string(phb.status().message()), Catch::Contains(name));
+  }
 }
 
 TEST_CASE("a publisher name too long for a storage key fails that publish alone", "[pubend]") {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
@@ -718,6 +719,19 @@ TEST_CASE("bad LMDB options are rejected", "[storage]") {
   REQUIRE_CODE(OpenLmdbStorage(options), absl::StatusCode::kInvalidArgument);
   options.max_map_bytes = 4 * kMiB;
   options.max_tables = 0;
+  REQUIRE_CODE(OpenLmdbStorage(options), absl::StatusCode::kInvalidArgument);
+  // Sizes whose arithmetic overflows or whose files are absurd: a map that rounds up to
+  // nothing, a 128 GiB lock file, thousands of tables.
+  options.max_tables = 4;
+  options.initial_map_bytes = UINT64_MAX;
+  options.max_map_bytes = UINT64_MAX;
+  REQUIRE_CODE(OpenLmdbStorage(options), absl::StatusCode::kInvalidArgument);
+  options.initial_map_bytes = kMiB;
+  options.max_map_bytes = 4 * kMiB;
+  options.max_readers = INT_MAX;
+  REQUIRE_CODE(OpenLmdbStorage(options), absl::StatusCode::kInvalidArgument);
+  options.max_readers = 126;
+  options.max_tables = 5000;
   REQUIRE_CODE(OpenLmdbStorage(options), absl::StatusCode::kInvalidArgument);
   std::ofstream(dir.path() / "file") << "x";
   options.max_tables = 4;

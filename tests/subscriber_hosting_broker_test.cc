@@ -566,6 +566,13 @@ TEST_CASE("options that would stall every stream are InvalidArgument at Open", "
       {"catchup.max_buffered_matches", [](Options& o) { o.catchup.max_buffered_matches = 1; }},
       {"catchup.nack_window", [](Options& o) { o.catchup.nack_window = 0; }},
       {"catchup.max_deliveries_per_step", [](Options& o) { o.catchup.max_deliveries_per_step = 0; }},
+      {"renack_interval", [](Options& o) { o.renack_interval = absl::ZeroDuration(); }},
+      {"release_interval", [](Options& o) { o.release_interval = -absl::Seconds(1); }},
+      {"silence_interval", [](Options& o) { o.silence_interval = absl::ZeroDuration(); }},
+      {"session_timeout", [](Options& o) { o.session_timeout = absl::ZeroDuration(); }},
+      {"nack_delay", [](Options& o) { o.nack_delay = -absl::Milliseconds(1); }},
+      {"delivery_lease_ticks", [](Options& o) { o.delivery_lease_ticks = 0; }},
+      {"upstream node", [](Options& o) { o.pubends[0].node = ""; }},
   };
   for (const auto& [name, spoil] : cases) {
     INFO(name);

@@ -96,8 +96,10 @@ class Pubend {
 
   // Opens the pubend options.id stored in `storage`, recovering T(p), the L prefix, the release
   // table and the publisher sequences (a fresh pubend starts empty). `storage`, `committer` (which
-  // must commit to `storage`) and `channel` must outlive the pubend. Fails with the storage's
-  // status, or DataLoss when stored pubend state does not parse.
+  // must commit to `storage`) and `channel` must outlive the pubend. Fails with InvalidArgument,
+  // naming the option, for a negative max_retain, a heartbeat that is not positive and finite or
+  // a message or answer bound of 0; with the storage's status; or DataLoss when stored pubend
+  // state does not parse.
   static absl::StatusOr<std::unique_ptr<Pubend>> Open(const PubendOptions& options,
                                                       Storage* storage, GroupCommitter* committer,
                                                       Channel* channel);

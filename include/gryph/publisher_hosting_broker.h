@@ -48,8 +48,9 @@ struct PublisherHostingBrokerOptions {
 class PublisherHostingBroker {
  public:
   // Opens every pubend on `storage` (recovering them) and sets itself as `channel`'s receiver.
-  // `storage` and `channel` must outlive the broker. InvalidArgument for no pubend or repeated
-  // ids; otherwise the pubends' errors.
+  // `storage` and `channel` must outlive the broker. InvalidArgument, naming the option, for no
+  // pubend, repeated ids, group_commit.max_records 0, a negative group_commit.max_delay or an
+  // empty downstream name; otherwise the pubends' errors (Pubend::Open).
   static absl::StatusOr<std::unique_ptr<PublisherHostingBroker>> Open(
       PublisherHostingBrokerOptions options, Storage* storage, Channel* channel);
   // Stops the commit thread after committing what is pending.

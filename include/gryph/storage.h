@@ -66,7 +66,7 @@ struct StorageOptions {
   // larger) and doubled whenever a commit needs more, up to max_map_bytes. The map reserves
   // address space, not disk: the file grows only with the data.
   uint64_t initial_map_bytes = uint64_t{64} << 20;  // 64 MiB
-  uint64_t max_map_bytes = uint64_t{1} << 40;       // 1 TiB: growth ceiling
+  uint64_t max_map_bytes = uint64_t{1} << 40;       // 1 TiB: growth ceiling (at most 2^47)
 
   // The most tables the store may ever hold (LMDB named databases).
   int max_tables = 128;

@@ -162,8 +162,10 @@ class SubscriberHostingBroker {
 
   // Opens the broker's state in `storage` (recovering subscriptions, latestDelivered, released
   // and the PFS) and sets itself as `channel`'s receiver. Every session starts disconnected.
-  // `storage` and `channel` must outlive the broker. InvalidArgument: no pubend, or a count
-  // option below its least value (1; catchup.max_buffered_matches 2), which would stall streams.
+  // `storage` and `channel` must outlive the broker. InvalidArgument, naming the option: no
+  // pubend, an empty upstream node, a count option below its least value (1;
+  // catchup.max_buffered_matches 2), which would stall streams, an interval that is not
+  // positive (nack_delay and commit_interval: negative), a delivery lease of 0.
   static absl::StatusOr<std::unique_ptr<SubscriberHostingBroker>> Open(
       SubscriberHostingBrokerOptions options, Storage* storage, Channel* channel);
   ~SubscriberHostingBroker();

@@ -21,7 +21,26 @@ absl::StatusOr<std::unique_ptr<IntermediateBroker>> IntermediateBroker::Open(
   if (options.downstream.empty()) {
     return absl::InvalidArgumentError("an intermediate broker needs a downstream node");
   }
-  if (options.max_spans_per_message == 0) options.max_spans_per_message = 1;
+  if (options.max_spans_per_message == 0) {
+    return absl::InvalidArgumentError("intermediate broker option max_spans_per_message is 0");
+  }
+  if (options.renack_interval <= absl::ZeroDuration() ||
+      options.release_interval <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "intermediate broker options renack_interval and release_interval must be positive");
+  }
+  for (const auto& up : options.pubends) {
+    if (up.node.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("intermediate broker: pubend ", up.pubend.value, " has no upstream node"));
+    }
+  }
+  for (const auto& down : options.downstream) {
+    if (down.node.empty()) {
+      return absl::InvalidArgumentError("intermediate broker: a downstream node has no name");
+    }
+  }
+  if (channel == nullptr) return absl::InvalidArgumentError("an intermediate broker needs a channel");
   std::unique_ptr<IntermediateBroker> ib(new IntermediateBroker(options, channel));
   for (const auto& up : options.pubends) {
     if (ib->pubends_.contains(up.pubend)) {

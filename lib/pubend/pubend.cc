@@ -43,6 +43,23 @@ Pubend::~Pubend() = default;
 absl::StatusOr<std::unique_ptr<Pubend>> Pubend::Open(const PubendOptions& options,
                                                      Storage* storage, GroupCommitter* committer,
                                                      Channel* channel) {
+  const std::string what = absl::StrCat("pubend ", options.id.value, " option ");
+  if (options.max_retain < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, "max_retain is negative"));
+  }
+  if (options.heartbeat <= absl::ZeroDuration() || options.heartbeat == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, "heartbeat must be positive and finite"));
+  }
+  for (const auto& [value, name] : {std::pair<uint64_t, const char*>{options.max_spans_per_message,
+                                                                     "max_spans_per_message"},
+                                    {options.max_bytes_per_message, "max_bytes_per_message"},
+                                    {options.max_nack_answer_bytes, "max_nack_answer_bytes"}}) {
+    if (value == 0) return absl::InvalidArgumentError(absl::StrCat(what, name, " is 0"));
+  }
+  if (storage == nullptr || committer == nullptr || channel == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("pubend ", options.id.value,
+                                                   " needs a storage, a committer and a channel"));
+  }
   std::unique_ptr<Pubend> p(new Pubend(options, storage, committer, channel));
   GRYPH_RETURN_IF_ERROR(p->Recover());
   return p;

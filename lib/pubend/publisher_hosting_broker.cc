@@ -14,6 +14,18 @@ PublisherHostingBroker::PublisherHostingBroker(PublisherHostingBrokerOptions opt
 absl::StatusOr<std::unique_ptr<PublisherHostingBroker>> PublisherHostingBroker::Open(
     PublisherHostingBrokerOptions options, Storage* storage, Channel* channel) {
   if (options.pubends.empty()) return absl::InvalidArgumentError("a PHB needs a pubend");
+  if (options.group_commit.max_records == 0) {
+    return absl::InvalidArgumentError("PHB option group_commit.max_records is 0");
+  }
+  if (options.group_commit.max_delay < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("PHB option group_commit.max_delay is negative");
+  }
+  for (const std::string& node : options.downstream) {
+    if (node.empty()) return absl::InvalidArgumentError("PHB option downstream names an empty node");
+  }
+  if (storage == nullptr || channel == nullptr) {
+    return absl::InvalidArgumentError("a PHB needs a storage and a channel");
+  }
   if (!options.clock) options.clock = [] { return absl::Now(); };
   std::unique_ptr<PublisherHostingBroker> phb(
       new PublisherHostingBroker(std::move(options), channel));

@@ -77,8 +77,29 @@ absl::StatusOr<std::unique_ptr<SubscriberHostingBroker>> SubscriberHostingBroker
           absl::StrCat("SHB option ", name, " is ", value, "; it must be at least ", least));
     }
   }
-  if (options.session_timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("SHB option session_timeout must be positive");
+  for (const auto& [value, name] :
+       {std::pair{options.renack_interval, "renack_interval"},
+        {options.release_interval, "release_interval"},
+        {options.silence_interval, "silence_interval"},
+        {options.session_timeout, "session_timeout"}}) {
+    if (value <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(absl::StrCat("SHB option ", name, " must be positive"));
+    }
+  }
+  if (options.nack_delay < absl::ZeroDuration() || options.commit_interval < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("SHB options nack_delay and commit_interval must be >= 0");
+  }
+  if (options.delivery_lease_ticks == 0) {
+    return absl::InvalidArgumentError("SHB option delivery_lease_ticks is 0");
+  }
+  for (const auto& up : options.pubends) {
+    if (up.node.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SHB: pubend ", up.pubend.value, " has no upstream node"));
+    }
+  }
+  if (storage == nullptr || channel == nullptr) {
+    return absl::InvalidArgumentError("an SHB needs a storage and a channel");
   }
   if (!options.clock) options.clock = [] { return absl::Now(); };
   std::unique_ptr<SubscriberHostingBroker> shb(

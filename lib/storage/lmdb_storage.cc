@@ -325,8 +325,20 @@ absl::StatusOr<std::unique_ptr<Storage>> LmdbStorage::Open(const StorageOptions&
         "OpenLmdbStorage: need 0 < initial_map_bytes <= max_map_bytes, got ",
         options.initial_map_bytes, " and ", options.max_map_bytes));
   }
-  if (options.max_tables < 1 || options.max_readers < 1) {
-    return absl::InvalidArgumentError("OpenLmdbStorage: max_tables and max_readers must be >= 1");
+  // Bounds that keep the arithmetic and the files sane: a map beyond the address space (or one
+  // whose size overflows when rounded to pages), a lock file of gigabytes for the readers.
+  constexpr uint64_t kMaxMapBytes = uint64_t{1} << 47;  // x86-64's user address space
+  if (options.max_map_bytes > kMaxMapBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "OpenLmdbStorage: max_map_bytes is ", options.max_map_bytes, "; at most ", kMaxMapBytes));
+  }
+  if (options.max_tables < 1 || options.max_tables > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "OpenLmdbStorage: max_tables is ", options.max_tables, "; it must be 1 to 4096"));
+  }
+  if (options.max_readers < 1 || options.max_readers > 65536) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "OpenLmdbStorage: max_readers is ", options.max_readers, "; it must be 1 to 65536"));
   }
   std::error_code ec;
   if (std::filesystem::exists(options.path, ec) &&
