@@ -146,16 +146,12 @@ TEST_CASE("durable subscriber rejects absurd options, naming the option", "[subs
         [](DurableSubscriberOptions& o) { o.connect_retry_interval = absl::ZeroDuration(); }},
        {"reconnect_interval",
         [](DurableSubscriberOptions& o) { o.reconnect_interval = absl::ZeroDuration(); }}};
-  for (const auto& [name, spoil] : cases) {
-    INFO(name);
-    DurableSubscriberOptions o;
-    o.subscription = "s";
-    o.broker = "shb";
-    spoil(o);
-    auto ds = DurableSubscriber::Create(o, ch->get(), &rec);
-    REQUIRE_CODE(ds, absl::StatusCode::kInvalidArgument);
-    REQUIRE_THAT(std::string(ds.status().message()), Catch::Contains(name));
-  }
+  DurableSubscriberOptions base;
+  base.subscription = "s";
+  base.broker = "shb";
+  testing::RequireEachOptionRefused(base, cases, [&](const DurableSubscriberOptions& o) {
+    return DurableSubscriber::Create(o, ch->get(), &rec).status();
+  });
   DurableSubscriberOptions o;
   o.subscription = std::string(kMaxSubscriptionNameBytes, 's');
   o.broker = "shb";

@@ -304,20 +304,16 @@ TEST_CASE("absurd pubend and PHB options are InvalidArgument at Open, naming the
       {"group_commit.max_delay", [](Options& o) { o.group_commit.max_delay = -absl::Seconds(1); }},
       {"downstream", [](Options& o) { o.downstream = {"shb", ""}; }},
   };
-  for (const auto& [name, spoil] : cases) {
-    INFO(name);
+  Options base;
+  base.pubends = {PubendOptions{kP}};
+  base.downstream = {"shb"};
+  base.commit_thread = false;
+  testing::RequireEachOptionRefused(base, cases, [](const Options& o) {
     InProcessNetwork net;
     auto channel = *net.Connect("phb");
     MemoryStorage storage;
-    Options o;
-    o.pubends = {PubendOptions{kP}};
-    o.downstream = {"shb"};
-    o.commit_thread = false;
-    spoil(o);
-    auto phb = PublisherHostingBroker::Open(o, &storage, channel.get());
-    REQUIRE_CODE(phb, absl::StatusCode::kInvalidArgument);
-    REQUIRE_THAT(std::string(phb.status().message()), Catch::Contains(name));
-  }
+    return PublisherHostingBroker::Open(o, &storage, channel.get()).status();
+  });
 }
 
 TEST_CASE("a publisher name too long for a storage key fails that publish alone", "[pubend]") {

@@ -574,18 +574,14 @@ TEST_CASE("options that would stall every stream are InvalidArgument at Open", "
       {"delivery_lease_ticks", [](Options& o) { o.delivery_lease_ticks = 0; }},
       {"upstream node", [](Options& o) { o.pubends[0].node = ""; }},
   };
-  for (const auto& [name, spoil] : cases) {
-    INFO(name);
+  Options base;
+  base.pubends = {{kP, "phb"}};
+  testing::RequireEachOptionRefused(base, cases, [](const Options& o) {
     InProcessNetwork net;
     auto channel = *net.Connect("shb");
     MemoryStorage storage;
-    Options o;
-    o.pubends = {{kP, "phb"}};
-    spoil(o);
-    auto shb = SubscriberHostingBroker::Open(o, &storage, channel.get());
-    REQUIRE(shb.status().code() == absl::StatusCode::kInvalidArgument);
-    REQUIRE(shb.status().message().find(name) != std::string::npos);
-  }
+    return SubscriberHostingBroker::Open(o, &storage, channel.get()).status();
+  });
   // The least values work.
   ShbTest t;
   t.options.catchup.max_buffered_matches = 2;

@@ -7,8 +7,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -70,6 +73,23 @@ class Rng {
  private:
   std::mt19937_64 engine_;
 };
+
+// Each (option name, spoil) of `cases` applied to a copy of `base` makes `open` (which opens with
+// the options and returns the status) fail with InvalidArgument, with a message naming the option.
+template <typename Options, typename Open>
+void RequireEachOptionRefused(
+    const Options& base,
+    const std::vector<std::pair<std::string, std::function<void(Options&)>>>& cases, Open open) {
+  for (const auto& [name, spoil] : cases) {
+    INFO("option " << name);
+    Options o = base;
+    spoil(o);
+    const absl::Status st = open(o);
+    INFO(st.ToString());
+    REQUIRE(st.code() == absl::StatusCode::kInvalidArgument);
+    REQUIRE(st.message().find(name) != absl::string_view::npos);
+  }
+}
 
 // A fresh directory under the system temp dir, removed with everything in it on destruction.
 class TempDir {

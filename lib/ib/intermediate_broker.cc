@@ -5,6 +5,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "lib/util/option_checks.h"
+#include "lib/util/status_macros.h"
 
 namespace gryph {
 
@@ -24,11 +26,9 @@ absl::StatusOr<std::unique_ptr<IntermediateBroker>> IntermediateBroker::Open(
   if (options.max_spans_per_message == 0) {
     return absl::InvalidArgumentError("intermediate broker option max_spans_per_message is 0");
   }
-  if (options.renack_interval <= absl::ZeroDuration() ||
-      options.release_interval <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        "intermediate broker options renack_interval and release_interval must be positive");
-  }
+  GRYPH_RETURN_IF_ERROR(internal::CheckPositive(
+      "intermediate broker", {{options.renack_interval, "renack_interval"},
+                              {options.release_interval, "release_interval"}}));
   for (const auto& up : options.pubends) {
     if (up.node.empty()) {
       return absl::InvalidArgumentError(

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "lib/util/option_checks.h"
+#include "lib/util/status_macros.h"
 
 namespace gryph {
 
@@ -27,17 +29,11 @@ absl::StatusOr<std::unique_ptr<DurableSubscriber>> DurableSubscriber::Create(
   if (options.broker.empty()) {
     return absl::InvalidArgumentError("DurableSubscriberOptions::broker is empty");
   }
-  for (const auto& [value, name] :
-       {std::pair{options.ack_interval, "ack_interval"},
-        {options.keepalive_interval, "keepalive_interval"},
-        {options.connect_retry_interval, "connect_retry_interval"},
-        {options.reconnect_interval, "reconnect_interval"}}) {
-    if (value <= absl::ZeroDuration()) {
-      return absl::InvalidArgumentError(absl::StrCat("DurableSubscriberOptions::", name, " is ",
-                                                     absl::FormatDuration(value),
-                                                     "; it must be positive"));
-    }
-  }
+  GRYPH_RETURN_IF_ERROR(internal::CheckPositive(
+      "DurableSubscriber", {{options.ack_interval, "ack_interval"},
+                            {options.keepalive_interval, "keepalive_interval"},
+                            {options.connect_retry_interval, "connect_retry_interval"},
+                            {options.reconnect_interval, "reconnect_interval"}}));
   if (channel == nullptr || handler == nullptr) {
     return absl::InvalidArgumentError("DurableSubscriber needs a channel and a handler");
   }

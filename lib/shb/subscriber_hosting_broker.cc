@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "lib/util/coding.h"
+#include "lib/util/option_checks.h"
 #include "lib/util/status_macros.h"
 
 namespace gryph {
@@ -77,15 +78,11 @@ absl::StatusOr<std::unique_ptr<SubscriberHostingBroker>> SubscriberHostingBroker
           absl::StrCat("SHB option ", name, " is ", value, "; it must be at least ", least));
     }
   }
-  for (const auto& [value, name] :
-       {std::pair{options.renack_interval, "renack_interval"},
-        {options.release_interval, "release_interval"},
-        {options.silence_interval, "silence_interval"},
-        {options.session_timeout, "session_timeout"}}) {
-    if (value <= absl::ZeroDuration()) {
-      return absl::InvalidArgumentError(absl::StrCat("SHB option ", name, " must be positive"));
-    }
-  }
+  GRYPH_RETURN_IF_ERROR(internal::CheckPositive(
+      "SHB", {{options.renack_interval, "renack_interval"},
+              {options.release_interval, "release_interval"},
+              {options.silence_interval, "silence_interval"},
+              {options.session_timeout, "session_timeout"}}));
   if (options.nack_delay < absl::ZeroDuration() || options.commit_interval < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("SHB options nack_delay and commit_interval must be >= 0");
   }
