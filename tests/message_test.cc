@@ -68,6 +68,10 @@ TEST_CASE("version 2 carries only a knowledge message's unanswered ranges", "[me
   zero[0] = 2;
   zero.push_back(0);
   REQUIRE_CODE(DecodeMessage(zero), absl::StatusCode::kInvalidArgument);
+  // Unanswered ranges do not overlap the spans the message answers.
+  REQUIRE_CODE(DecodeMessage(EncodeMessage(
+                   KnowledgeMessage{PubendId{3}, {KnowledgeSpan::Silence({5, 10})}, {{9, 12}}})),
+               absl::StatusCode::kInvalidArgument);
   // As many ranges as announced (ranges are relative to the previous one: they ascend).
   std::string bad = EncodeMessage(KnowledgeMessage{PubendId{3}, {}, {{7, 9}}});
   bad[bad.size() - 3] = 2;  // two ranges announced, one there

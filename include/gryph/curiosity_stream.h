@@ -53,10 +53,11 @@ class CuriosityStream {
   // The outstanding ranges in tick order, at most `max_ranges`: what to nack again after a timeout.
   std::vector<TickRange> Outstanding(size_t max_ranges = SIZE_MAX) const;
   // An answer stopped short, leaving `unanswered` (KnowledgeMessage::unanswered). Returns what to
-  // nack again now, in tick order, at most `max_ranges`: the parts still outstanding, except
-  // those asked for again already from the same tick or an earlier one — the answer is then a
-  // duplicate, or a late one to an older nack, and the newer nack's answer will follow it up.
-  // Each part returned is remembered (by its last tick) until its ticks are resolved.
+  // nack again now, in tick order, disjoint, at most `max_ranges`: the parts still outstanding,
+  // except a part asked for again already from the same tick (the answer is a duplicate, or made
+  // no progress: the renack timer retries it); of a part that starts below what was asked last
+  // for it, only what lies below (the message that answered it was lost). Each part returned is
+  // remembered, by its last tick, until its ticks are resolved.
   std::vector<TickRange> FollowUp(const std::vector<TickRange>& unanswered,
                                   size_t max_ranges = SIZE_MAX);
 

@@ -125,7 +125,8 @@ class DurableSubscriber {
   void HandleMessage(absl::string_view from, const Message& message);
   // Sends an ack when the CT to ack moved and ack_interval passed since the last one, or a
   // keepalive; repeats an unanswered connection request; reconnects after an error that calls
-  // for it (auto_reconnect).
+  // for it (auto_reconnect). Call it at least every keepalive_interval, also while handlers are
+  // busy with a backlog: a broker ends a session it has not heard from for its session_timeout.
   void OnTimer(absl::Time now);
   // The application stored `ct` (a checkpoint() it had); with ack_stored_only, acks carry it.
   // InvalidArgument, changing nothing, for a CT ahead of checkpoint() at some pubend.

@@ -165,7 +165,6 @@ class IntermediateBroker {
   std::map<PubendId, PubendState> pubends_;
   absl::btree_map<std::string, DownstreamState> downstream_;
   absl::Time last_release_ = absl::InfinitePast();
-  absl::Time last_timer_ = absl::InfinitePast();  // the `now` of the last OnTimer
 };
 
 }  // namespace gryph

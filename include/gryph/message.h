@@ -32,7 +32,7 @@
 namespace gryph {
 
 // Knowledge about one pubend. REQUIRES (checked by decoding): spans in increasing tick order,
-// not overlapping, each S, D or L.
+// not overlapping, each S, D or L; unanswered ranges likewise, and overlapping no span.
 struct KnowledgeMessage {
   PubendId pubend;
   std::vector<KnowledgeSpan> spans;

@@ -281,7 +281,9 @@ class StorageWrapper : public Storage {
 // dead processes.
 //
 // Fails with kInvalidArgument for bad options (empty path, a path that is a file,
-// initial_map_bytes 0 or > max_map_bytes, max_tables or max_readers < 1), kFailedPrecondition if
+// initial_map_bytes 0 or > max_map_bytes, max_map_bytes > 2^47, max_tables not in 1..4096,
+// max_readers not in 1..65536), kDataLoss for a data file shorter than its last page (truncated)
+// or not a file, kFailedPrecondition if
 // this process already has the directory open (LMDB allows one environment per file per
 // process), kPermissionDenied, kDataLoss for a damaged file.
 //

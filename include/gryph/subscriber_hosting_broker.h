@@ -31,8 +31,9 @@
 // Nacks: the constream nacks what is Q below the highest tick seen, a catchup the matches it
 // lacks (a window at a time); the curiosity stream consolidates them, and they are sent again
 // every renack_interval until answered. An answer that stopped short (upstream bounds the bytes
-// of one answer) says so, and the rest is asked for in the next Flush, not at the next renack:
-// one part of an answer in flight per pubend, within what the nackers asked for.
+// of one answer) names what it left, and that is asked for in the next Flush, not at the next
+// renack: each nack's rest follows its answer, within what the nackers asked for, and a
+// duplicate or late answer asks for nothing (CuriosityStream::FollowUp).
 //
 // Acks move released(s,p); the broker sends released(p) = min(latestDelivered(p),
 // min_s released(s,p)) and latestDelivered(p) upstream periodically, and chops the PFS up to
@@ -134,8 +135,9 @@ struct SubscriberHostingBrokerOptions {
   // A session from which nothing (an ack, a keepalive) arrived for this long is ended, with an
   // Unavailable error in case its subscriber is still there: a crashed subscriber, or one that
   // moved to another broker, must not hold the event cache and the PFS. Keep it well above the
-  // subscribers' keepalive_interval.
-  absl::Duration session_timeout = absl::Seconds(10);
+  // subscribers' keepalive_interval (and their connect_retry_interval). A broker whose timer
+  // stalled for half of it first counts every session as heard (its acks may be waiting).
+  absl::Duration session_timeout = absl::Seconds(30);
   size_t pfs_checkpoint_interval = 1024;
   // The time source; absl::Now when empty.
   std::function<absl::Time()> clock;
@@ -337,6 +339,7 @@ class SubscriberHostingBroker {
   absl::flat_hash_map<uint64_t, std::string> names_;  // subscriber id -> subscription name
   absl::btree_map<std::string, std::vector<PubendId>> dirty_released_;
   absl::Time last_release_ = absl::InfinitePast();
+  absl::Time last_timer_ = absl::InfinitePast();  // the `now` of the previous OnTimer
   bool dirty_ = false;  // knowledge arrived (or a commit finished) since the last Flush
   // A constream round's deliveries of one pubend and, parallel to them, whom they go to
   // (AdvanceConStreams, SendRound). Empty between rounds, except after a failed one (the broker

@@ -69,20 +69,27 @@ std::vector<TickRange> CuriosityStream::FollowUp(const std::vector<TickRange>& u
       ++it;
     }
   }
-  std::vector<TickRange> out;
+  TickRangeSet out;  // disjoint however the answers overlap
   for (TickRange u : unanswered) {
     if (u.first < kFirstTick || u.first > u.last) continue;
     for (TickRange part : outstanding_.Intersect(u)) {
-      if (out.size() >= max_ranges) break;
       auto [it, fresh] = followed_up_.try_emplace(part.last, part.first);
-      // Asked again from here or from lower already: no progress since, nothing to add.
-      if (!fresh && it->second >= part.first) continue;
-      it->second = part.first;
-      out.push_back(part);
+      if (!fresh) {
+        const Tick asked = it->second;
+        // Asked again from exactly here already: a duplicate, or an answer that made no
+        // progress (the renack timer retries it).
+        if (part.first == asked) continue;
+        // Still outstanding below what was asked last (the message that answered it was
+        // lost): ask for that part too. Above it: the answer made progress.
+        if (part.first < asked) part.last = asked - 1;
+        it->second = part.first;
+      }
+      out.Add(part);
     }
   }
-  std::sort(out.begin(), out.end(), [](TickRange a, TickRange b) { return a.first < b.first; });
-  return out;
+  std::vector<TickRange> ranges = out.ToVector();
+  if (ranges.size() > max_ranges) ranges.resize(max_ranges);
+  return ranges;
 }
 
 }  // namespace gryph

@@ -184,9 +184,14 @@ bool ReadUnanswered(ByteReader& in, KnowledgeMessage* m) {
   if (count == 0) return in.Fail("no unanswered range (version 1 is written then)");
   Tick next = kFirstTick;
   bool at_end = false;
+  size_t span = 0;  // both ascend: one pass finds an overlap
   for (uint64_t i = 0; i < count; ++i) {
     TickRange r;
     if (!ReadRange(in, &next, &at_end, &r)) return false;
+    while (span < m->spans.size() && m->spans[span].range.last < r.first) ++span;
+    if (span < m->spans.size() && m->spans[span].range.first <= r.last) {
+      return in.Fail(absl::StrCat("unanswered range ", ToString(r), " overlaps a span"));
+    }
     m->unanswered.push_back(r);
   }
   return true;

@@ -184,7 +184,7 @@ void IntermediateBroker::OnKnowledge(absl::string_view from, const KnowledgeMess
   if (!m.unanswered.empty()) {
     std::vector<TickRange> rest = p.curiosity.FollowUp(m.unanswered, 64);
     if (!rest.empty()) {
-      p.last_renack = last_timer_;  // the renack timer need not send these again at once
+      // (The renack timer is not postponed: it retries what follow-ups do not cover.)
       ++stats_.nacks_sent;
       Send(p.upstream, CuriosityMessage{p.id, std::move(rest)});
     }
@@ -256,7 +256,6 @@ void IntermediateBroker::OnRelease(absl::string_view from, const ReleaseMessage&
 }
 
 void IntermediateBroker::OnTimer(absl::Time now) {
-  last_timer_ = now;
   for (auto& [id, p] : pubends_) {
     // Retries: nacks (or their answers) may be lost.
     if (!p.curiosity.empty() && now - p.last_renack >= options_.renack_interval) {

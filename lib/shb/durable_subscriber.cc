@@ -169,7 +169,8 @@ void DurableSubscriber::OnTimer(absl::Time now) {
   if (reconnect_pending_) {
     if (reconnect_at_ == absl::InfinitePast()) {
       reconnect_at_ = now + reconnect_delay_;
-      reconnect_delay_ = std::min(2 * reconnect_delay_, options_.connect_retry_interval);
+      reconnect_delay_ = std::min(
+          2 * reconnect_delay_, std::max(options_.connect_retry_interval, options_.reconnect_interval));
     }
     if (now >= reconnect_at_) {
       ++reconnects_;

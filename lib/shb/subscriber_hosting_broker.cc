@@ -352,7 +352,8 @@ void SubscriberHostingBroker::AskForTheRest(PubendState& p) {
   std::vector<TickRange> rest = p.curiosity.FollowUp(p.unanswered, 64);
   p.unanswered.clear();
   if (rest.empty()) return;
-  p.last_renack = Now();  // the renack timer need not send these again at once
+  // The renack timer is not postponed: it retries what follow-ups do not cover (a lost nack of a
+  // live tick, say), and a retry that overtakes a follow-up only takes its place (FollowUp).
   ++stats_.nacks_sent;
   ++stats_.nacks_followed_up;
   Send(p.upstream, CuriosityMessage{p.id, std::move(rest)});
@@ -960,6 +961,14 @@ void SubscriberHostingBroker::OnUnsubscribe(absl::string_view from,
 
 void SubscriberHostingBroker::OnTimer(absl::Time now) {
   if (!status_.ok()) return;
+  // A stalled broker (a long commit, a busy thread) has not read the acks that arrived
+  // meanwhile: no session counts as silent for it.
+  if (last_timer_ != absl::InfinitePast() && now - last_timer_ > options_.session_timeout / 2) {
+    for (auto& [name, s] : subscriptions_) {
+      if (!s.session.empty()) s.last_heard = now;
+    }
+  }
+  last_timer_ = now;
   // Rounds first: the chop below must follow every PFS write in commit order.
   dirty_ = true;
   Flush();

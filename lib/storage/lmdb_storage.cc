@@ -216,7 +216,7 @@ class LmdbStorage final : public Storage {
   absl::Status Init();
   // Checks the meta table (writing it into a fresh store) and opens every table.
   // DataLoss for a data file shorter than the environment's last page (see the definition).
-  absl::Status CheckDataFileSize(const MDB_envinfo& info);
+  absl::Status CheckDataFileSize() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   absl::Status CheckFormatAndOpenTables();
   absl::Status CheckSticky() const ABSL_LOCKS_EXCLUDED(sticky_mu_);
   std::optional<MDB_dbi> FindDbi(absl::string_view table) const ABSL_LOCKS_EXCLUDED(dbi_mu_);
@@ -394,7 +394,6 @@ absl::Status LmdbStorage::Init() {
   if ((rc = mdb_reader_check(env, &dead_readers)) != 0) return Fail("mdb_reader_check", rc);
   MDB_envinfo info;
   if ((rc = mdb_env_info(env, &info)) != 0) return Fail("mdb_env_info", rc);
-  GRYPH_RETURN_IF_ERROR(CheckDataFileSize(info));
   {
     absl::MutexLock lock(&write_mu_);
     map_bytes_ = info.me_mapsize;
@@ -403,7 +402,7 @@ absl::Status LmdbStorage::Init() {
   return CheckFormatAndOpenTables();
 }
 
-absl::Status LmdbStorage::CheckDataFileSize(const MDB_envinfo& info) {
+absl::Status LmdbStorage::CheckDataFileSize() {
   // A data file shorter than the pages its meta page claims (cut by a copy, a full disk or an
   // operator) would make the first read of a missing page a SIGBUS in the mapping. (LMDB reads
   // the meta pages with read(), not through the map, so opening got this far.) A few pages may
@@ -411,10 +410,14 @@ absl::Status LmdbStorage::CheckDataFileSize(const MDB_envinfo& info) {
   // count in the last page number but are never written. Up to kLooseTailPages of them are
   // allocated as zeros — an unused page is never read, and a used one that is missing then
   // reads as damage (MDB_CORRUPTED, DataLoss) instead of a crash; more is a truncated file.
-  // posix_fallocate only ever extends, so a writer in another process loses nothing.
+  // Called under the write transaction that checks the format, so no writer in another process
+  // runs meanwhile; fallocate only ever extends, so it would lose nothing anyway.
   constexpr uint64_t kLooseTailPages = 256;
+  MDB_envinfo info;
+  int rc = mdb_env_info(env_.get(), &info);
+  if (rc != MDB_SUCCESS) return Fail("mdb_env_info", rc);
   MDB_stat env_stat;
-  int rc = mdb_env_stat(env_.get(), &env_stat);
+  rc = mdb_env_stat(env_.get(), &env_stat);
   if (rc != MDB_SUCCESS) return Fail("mdb_env_stat", rc);
   const uint64_t page = env_stat.ms_psize;
   const uint64_t used_bytes = (static_cast<uint64_t>(info.me_last_pgno) + 1) * page;
@@ -430,10 +433,16 @@ absl::Status LmdbStorage::CheckDataFileSize(const MDB_envinfo& info) {
   }
   const int fd = ::open(data.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return internal::LmdbStatus("open", errno, data);
-  const int err = ::posix_fallocate(fd, static_cast<off_t>(size),
-                                    static_cast<off_t>(used_bytes - size));
+  // fallocate(2) itself, not glibc's emulation (which writes zeros over whatever is there):
+  // where the file system cannot, or the disk is full, the store opens as it is — the missing
+  // pages are most likely the unused ones.
+  const int rc_fallocate = ::fallocate(fd, 0, static_cast<off_t>(size),
+                                       static_cast<off_t>(used_bytes - size));
+  const int err = rc_fallocate == 0 ? 0 : errno;
   ::close(fd);
-  if (err != 0) return internal::LmdbStatus("posix_fallocate", err, data);
+  if (err != 0 && err != EOPNOTSUPP && err != ENOSPC && err != EDQUOT) {
+    return internal::LmdbStatus("fallocate", err, data);
+  }
   return absl::OkStatus();
 }
 
@@ -443,6 +452,7 @@ absl::Status LmdbStorage::CheckFormatAndOpenTables() {
   LmdbTxn txn;
   int rc = txn.Begin(env_.get(), 0);
   if (rc != MDB_SUCCESS) return Fail("mdb_txn_begin", rc);
+  GRYPH_RETURN_IF_ERROR(CheckDataFileSize());  // before anything reads a page through the map
   const std::string meta_name(internal::kMetaTable);
   MDB_dbi main_dbi;
   if ((rc = mdb_dbi_open(txn.get(), nullptr, 0, &main_dbi)) != 0) return Fail("mdb_dbi_open", rc);
