@@ -91,11 +91,15 @@ class TwoShbs {
     app_net_[endpoint]->SetReceiver(
         [raw](absl::string_view from, Message m) { raw->HandleMessage(from, m); });
     subs_.push_back(*std::move(ds));
+    endpoint_of_[raw] = endpoint;
     REQUIRE_OK(raw->Connect());
     return *raw;
   }
-  // The process crashes: it sends nothing more and hears nothing more.
+  // The process crashes: it sends nothing more and hears nothing more (its endpoint goes, with
+  // what was queued for it).
   void Crash(DurableSubscriber& ds) {
+    app_net_.erase(endpoint_of_.at(&ds));
+    endpoint_of_.erase(&ds);
     for (auto it = subs_.begin(); it != subs_.end(); ++it) {
       if (it->get() == &ds) {
         subs_.erase(it);
@@ -136,6 +140,7 @@ class TwoShbs {
   std::map<std::string, std::unique_ptr<SubscriberHostingBroker>> shb_;
   std::map<std::string, std::unique_ptr<Channel>> app_net_;
   std::vector<std::unique_ptr<DurableSubscriber>> subs_;
+  std::map<const DurableSubscriber*, std::string> endpoint_of_;
   uint64_t seq_ = 1;
   int processes_ = 0;
 };
