@@ -217,6 +217,8 @@ class LmdbStorage final : public Storage {
   // Checks the meta table (writing it into a fresh store) and opens every table.
   // DataLoss for a data file shorter than the environment's last page (see the definition).
   absl::Status CheckDataFileSize() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // Where the environment's last page ends, in bytes, and the page size.
+  absl::Status LastPageEnd(uint64_t* end, uint64_t* page);
   absl::Status CheckFormatAndOpenTables();
   absl::Status CheckSticky() const ABSL_LOCKS_EXCLUDED(sticky_mu_);
   std::optional<MDB_dbi> FindDbi(absl::string_view table) const ABSL_LOCKS_EXCLUDED(dbi_mu_);
@@ -413,14 +415,9 @@ absl::Status LmdbStorage::CheckDataFileSize() {
   // Called under the write transaction that checks the format, so no writer in another process
   // runs meanwhile; fallocate only ever extends, so it would lose nothing anyway.
   constexpr uint64_t kLooseTailPages = 256;
-  MDB_envinfo info;
-  int rc = mdb_env_info(env_.get(), &info);
-  if (rc != MDB_SUCCESS) return Fail("mdb_env_info", rc);
-  MDB_stat env_stat;
-  rc = mdb_env_stat(env_.get(), &env_stat);
-  if (rc != MDB_SUCCESS) return Fail("mdb_env_stat", rc);
-  const uint64_t page = env_stat.ms_psize;
-  const uint64_t used_bytes = (static_cast<uint64_t>(info.me_last_pgno) + 1) * page;
+  uint64_t used_bytes = 0;
+  uint64_t page = 0;
+  GRYPH_RETURN_IF_ERROR(LastPageEnd(&used_bytes, &page));
   const std::string data = (std::filesystem::path(options_.path) / "data.mdb").string();
   struct stat st;
   if (::stat(data.c_str(), &st) != 0) return internal::LmdbStatus("stat", errno, data);
@@ -661,13 +658,22 @@ absl::StatusOr<std::unique_ptr<Cursor>> LmdbStorage::NewCursor(absl::string_view
 absl::StatusOr<uint64_t> LmdbStorage::ApproximateBytesUsed() {
   GRYPH_RETURN_IF_ERROR(CheckSticky());
   GateEntry entry(&gate_);
+  uint64_t end = 0;
+  uint64_t page = 0;
+  GRYPH_RETURN_IF_ERROR(LastPageEnd(&end, &page));
+  return end;
+}
+
+absl::Status LmdbStorage::LastPageEnd(uint64_t* end, uint64_t* page) {
   MDB_envinfo info;
   int rc = mdb_env_info(env_.get(), &info);
   if (rc != MDB_SUCCESS) return Fail("mdb_env_info", rc);
   MDB_stat st;
   rc = mdb_env_stat(env_.get(), &st);
   if (rc != MDB_SUCCESS) return Fail("mdb_env_stat", rc);
-  return (static_cast<uint64_t>(info.me_last_pgno) + 1) * st.ms_psize;
+  *page = st.ms_psize;
+  *end = (static_cast<uint64_t>(info.me_last_pgno) + 1) * st.ms_psize;
+  return absl::OkStatus();
 }
 
 // ---- Writes --------------------------------------------------------------------------------------
