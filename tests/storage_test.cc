@@ -194,7 +194,7 @@ TEMPLATE_TEST_CASE("bad table names, keys and ranges are rejected", "[storage]",
   // Reading the reserved meta table is allowed, and shows the format version.
   auto version = storage->Get("gryph.meta", "format_version");
   REQUIRE_OK(version);
-  REQUIRE(*version == std::string("\0\0\0\1", 4));
+  REQUIRE(*version == std::string("\0\0\0\2", 4));
   REQUIRE(ReadTable(*storage, "t").size() == 1);
 }
 
@@ -559,16 +559,27 @@ TEST_CASE("a store with another format version is rejected and left unchanged", 
     batch.Put("log", Key(1), "e");
     REQUIRE_OK(storage->Commit(batch));
   }
-  const std::string version_2("\0\0\0\2", 4);
-  RawLmdbPut(kind.options.path, "gryph.meta", "format_version", version_2);
+  // Version 1 (before row checksums) and a version from the future.
+  const std::string version_1("\0\0\0\1", 4);
+  RawLmdbPut(kind.options.path, "gryph.meta", "format_version", version_1);
+  {
+    auto reopened = OpenLmdbStorage(kind.options);
+    REQUIRE_CODE(reopened, absl::StatusCode::kFailedPrecondition);
+    REQUIRE(absl::StrContains(reopened.status().message(), "format version 1"));
+  }
+  const std::string version_3("\0\0\0\3", 4);
+  RawLmdbPut(kind.options.path, "gryph.meta", "format_version", version_3);
   auto reopened = OpenLmdbStorage(kind.options);
   REQUIRE_CODE(reopened, absl::StatusCode::kFailedPrecondition);
   INFO(reopened.status().message());
-  REQUIRE(absl::StrContains(reopened.status().message(), "format version 2"));
-  REQUIRE(absl::StrContains(reopened.status().message(), "reads only version 1"));
-  // Nothing was changed: the version is still 2 and the data is there.
-  REQUIRE(RawLmdbGet(kind.options.path, "gryph.meta", "format_version") == version_2);
-  REQUIRE(RawLmdbGet(kind.options.path, "log", Key(1)) == "e");
+  REQUIRE(absl::StrContains(reopened.status().message(), "format version 3"));
+  REQUIRE(absl::StrContains(reopened.status().message(), "reads only version 2"));
+  // Nothing was changed: the version is still 3 and the data is there (with its checksum).
+  REQUIRE(RawLmdbGet(kind.options.path, "gryph.meta", "format_version") == version_3);
+  const std::optional<std::string> row = RawLmdbGet(kind.options.path, "log", Key(1));
+  REQUIRE(row);
+  REQUIRE(row->size() == 5);
+  REQUIRE(row->substr(0, 1) == "e");
   // Rejected again, and the directory is not left claimed by the failed open.
   REQUIRE_CODE(OpenLmdbStorage(kind.options), absl::StatusCode::kFailedPrecondition);
 }
@@ -699,6 +710,211 @@ TEST_CASE("a corrupted page is reported as data loss, and the error is sticky", 
   batch.Put("other", "k2", "v");
   REQUIRE_CODE(storage->Commit(batch), absl::StatusCode::kDataLoss);
   REQUIRE_CODE(storage->NewCursor("other"), absl::StatusCode::kDataLoss);
+}
+
+// Flips one bit of the byte at `offset` of the store's data file.
+void FlipBit(const std::string& store, size_t offset, int bit) {
+  std::fstream f(store + "/data.mdb", std::ios::in | std::ios::out | std::ios::binary);
+  REQUIRE(f.good());
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c = 0;
+  f.get(c);
+  c = static_cast<char>(c ^ (1 << bit));
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.put(c);
+}
+
+// Every place `needle` is in the store's data file (a page rewritten within one commit leaves its
+// old copy on a free page).
+std::vector<size_t> FindAllInDataFile(const std::string& store, const std::string& needle) {
+  std::ifstream in(store + "/data.mdb", std::ios::binary);
+  const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<size_t> out;
+  for (size_t at = data.find(needle); at != std::string::npos; at = data.find(needle, at + 1)) {
+    out.push_back(at);
+  }
+  REQUIRE(!out.empty());
+  return out;
+}
+
+// Where `needle` is in the store's data file (it must be there once).
+size_t FindInDataFile(const std::string& store, const std::string& needle) {
+  std::ifstream in(store + "/data.mdb", std::ios::binary);
+  const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t at = data.find(needle);
+  REQUIRE(at != std::string::npos);
+  REQUIRE(data.find(needle, at + 1) == std::string::npos);
+  return at;
+}
+
+TEST_CASE("a flipped bit in a value is a damaged row: reported, not returned, not sticky",
+          "[storage]") {
+  LmdbKind kind;
+  {
+    auto storage = kind.Open();
+    WriteBatch batch;
+    for (uint64_t n = 0; n < 5; ++n) batch.Put("log", Key(n), absl::StrCat("value-", n, "-abc"));
+    batch.Put("log", Key(2), "value-TWO-marker");
+    REQUIRE_OK(storage->Commit(batch));
+  }
+  FlipBit(kind.options.path, FindInDataFile(kind.options.path, "TWO-marker") + 1, 3);
+  auto storage = kind.Open();
+  // Get: DataLoss naming the row, with its key; before checksums this returned "value-TWO-marker"
+  // with one letter changed.
+  auto got = storage->Get("log", Key(2));
+  REQUIRE_CODE(got, absl::StatusCode::kDataLoss);
+  INFO(got.status().message());
+  REQUIRE(absl::StrContains(got.status().message(), "damaged row in table \"log\""));
+  REQUIRE(absl::StrContains(got.status().message(), "checksum mismatch"));
+  REQUIRE(DamagedRowKey(got.status()) == Key(2));
+  // Not sticky: other rows read and commits go on.
+  REQUIRE(GetOrDie(*storage, "log", Key(3)) == "value-3-abc");
+  WriteBatch more;
+  more.Put("log", Key(9), "nine");
+  REQUIRE_OK(storage->Commit(more));
+  // A cursor stops at the damaged row; a seek past it goes on.
+  auto cursor = storage->NewCursor("log");
+  REQUIRE_OK(cursor);
+  Cursor& c = **cursor;
+  std::vector<uint64_t> seen;
+  for (c.SeekToFirst(); c.Valid(); c.Next()) seen.push_back(KeyNumber(c.key()));
+  REQUIRE(seen == std::vector<uint64_t>{0, 1});
+  REQUIRE(DamagedRowKey(c.status()) == Key(2));
+  c.Seek(*KeyAfter(Key(2)));
+  REQUIRE_OK(c.status());
+  for (; c.Valid(); c.Next()) seen.push_back(KeyNumber(c.key()));
+  REQUIRE(seen == std::vector<uint64_t>{0, 1, 3, 4, 9});
+  REQUIRE_OK(c.status());
+  // Scan stops there with the same error.
+  auto scanned = storage->Scan("log", "", "", [](absl::string_view, absl::string_view) {
+    return true;
+  });
+  REQUIRE(DamagedRowKey(scanned) == Key(2));
+  // Overwriting the row repairs it.
+  cursor->reset();
+  WriteBatch repair;
+  repair.Put("log", Key(2), "rewritten");
+  REQUIRE_OK(storage->Commit(repair));
+  REQUIRE(GetOrDie(*storage, "log", Key(2)) == "rewritten");
+}
+
+TEST_CASE("every single-bit flip of a stored row's value, key or checksum is detected",
+          "[storage]") {
+  LmdbKind kind;
+  const std::string key = "key-" + std::string(8, 'K');
+  const std::string value = "an event of forty bytes, more or less..";
+  {
+    auto storage = kind.Open();
+    WriteBatch batch;
+    batch.Put("log", key, value);
+    REQUIRE_OK(storage->Commit(batch));
+  }
+  const size_t value_at = FindInDataFile(kind.options.path, value);
+  const size_t key_at = FindInDataFile(kind.options.path, key);
+  std::vector<size_t> offsets;
+  for (size_t i = 0; i < value.size() + 4; ++i) offsets.push_back(value_at + i);  // + checksum
+  for (size_t i = 0; i < key.size(); ++i) offsets.push_back(key_at + i);
+  int detected = 0;
+  for (size_t offset : offsets) {
+    for (int bit = 0; bit < 8; ++bit) {
+      FlipBit(kind.options.path, offset, bit);
+      {
+        auto storage = kind.Open();
+        auto report = VerifyStorage(*storage);
+        REQUIRE_OK(report);
+        INFO("offset " << offset << " bit " << bit);
+        REQUIRE(report->structure.ok());
+        // A flipped key is the row at another key: damaged either way, never silently changed.
+        REQUIRE(report->damaged.size() == 1);
+        REQUIRE(report->damaged[0].table == "log");
+        ++detected;
+      }
+      FlipBit(kind.options.path, offset, bit);
+    }
+  }
+  REQUIRE(detected == static_cast<int>(offsets.size() * 8));
+  auto storage = kind.Open();
+  auto report = VerifyStorage(*storage);
+  REQUIRE_OK(report);
+  REQUIRE(report->clean());
+  REQUIRE(report->rows == 1 + 2);  // the row and gryph.meta's two records
+}
+
+TEST_CASE("VerifyStorage lists every damaged row of every table", "[storage]") {
+  LmdbKind kind;
+  {
+    auto storage = kind.Open();
+    WriteBatch batch;
+    for (uint64_t n = 0; n < 1000; ++n) {
+      batch.Put("a", Key(n), absl::StrCat("row-a-", 10000 + n));
+      batch.Put("b", Key(n), absl::StrCat("row-b-", 10000 + n));
+    }
+    REQUIRE_OK(storage->Commit(batch));
+  }
+  for (const char* marker : {"row-a-10000", "row-a-10500", "row-a-10999", "row-b-10777"}) {
+    for (size_t at : FindAllInDataFile(kind.options.path, marker)) {
+      FlipBit(kind.options.path, at + 8, 0);
+    }
+  }
+  auto storage = kind.Open();
+  auto report = VerifyStorage(*storage);
+  REQUIRE_OK(report);
+  REQUIRE(report->tables == 3);
+  REQUIRE(report->rows == 2000 + 2);
+  REQUIRE(report->structure.ok());
+  std::vector<std::pair<std::string, uint64_t>> damaged;
+  for (const auto& d : report->damaged) damaged.emplace_back(d.table, KeyNumber(d.key));
+  REQUIRE(damaged == std::vector<std::pair<std::string, uint64_t>>{
+                         {"a", 0}, {"a", 500}, {"a", 999}, {"b", 777}});
+  // The memory storage has nothing to check and verifies clean.
+  MemoryStorage memory;
+  auto clean = VerifyStorage(memory);
+  REQUIRE_OK(clean);
+  REQUIRE(clean->clean());
+}
+
+TEST_CASE("KeyAfter is the least greater key within the key limit", "[storage]") {
+  REQUIRE(KeyAfter("a") == std::string("a\0", 2));
+  const std::string longest(Storage::kMaxKeyBytes, 'x');
+  REQUIRE(KeyAfter(longest) == std::string(Storage::kMaxKeyBytes - 1, 'x') + "y");
+  std::string tail = std::string(Storage::kMaxKeyBytes - 2, 'x') + "\xff\xff";
+  REQUIRE(KeyAfter(tail) == std::string(Storage::kMaxKeyBytes - 3, 'x') + "y");
+  REQUIRE(KeyAfter(std::string(Storage::kMaxKeyBytes, '\xff')) == std::nullopt);
+}
+
+TEMPLATE_TEST_CASE("ListTables names every table, the meta table included", "[storage]",
+                   LmdbKind, MemoryKind) {
+  TestType kind;
+  {
+    auto storage = kind.Open();
+    WriteBatch batch;
+    batch.Put("zeta", "k", "v");
+    batch.Put("alpha", "k", "v");
+    batch.Delete("never", "k");  // a delete creates no table
+    REQUIRE_OK(storage->Commit(batch));
+  }
+  auto storage = kind.Open();
+  auto tables = storage->ListTables();
+  REQUIRE_OK(tables);
+  REQUIRE(*tables == std::vector<std::string>{"alpha", "gryph.meta", "zeta"});
+}
+
+TEST_CASE("FaultInjectingStorage reports injected damage as LMDB reports a bad checksum",
+          "[storage]") {
+  MemoryStorage memory;
+  FaultInjectingStorage storage(&memory);
+  WriteBatch batch;
+  for (uint64_t n = 0; n < 4; ++n) batch.Put("t", Key(n), "v");
+  REQUIRE_OK(storage.Commit(batch));
+  storage.DamageRow("t", Key(1));
+  REQUIRE(DamagedRowKey(storage.Get("t", Key(1)).status()) == Key(1));
+  REQUIRE(GetOrDie(storage, "t", Key(2)) == "v");
+  auto report = VerifyStorage(storage);
+  REQUIRE_OK(report);
+  REQUIRE(report->damaged.size() == 1);
+  REQUIRE(report->rows == 4 + 2);
+  storage.ClearFaults();
+  REQUIRE(GetOrDie(storage, "t", Key(1)) == "v");
 }
 
 TEST_CASE("a directory is open once per process", "[storage]") {

@@ -6,6 +6,7 @@
 //     never reaches the target, so nothing of it is visible (as with a real failed commit);
 //   - report a full map (kResourceExhausted) on the next commit;
 //   - fail reads (Get, NewCursor, Scan) with a chosen status;
+//   - report chosen rows as damaged, as LMDB reports a row whose checksum fails;
 //   - simulate a crash, either now or right after the Nth commit reaches the target (the commit
 //     is durable but its caller sees an error, the "crash between commit and acknowledgement"
 //     case). After a crash every call fails with kUnavailable; recover by destroying the wrapper
@@ -25,7 +26,9 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -50,6 +53,10 @@ class FaultInjectingStorage : public StorageWrapper {
   void FailNextCommitWithMapFull() ABSL_LOCKS_EXCLUDED(mu_);
   // Get, NewCursor and Scan fail with `status` until ClearFaults(). REQUIRES: !status.ok().
   void FailReads(absl::Status status) ABSL_LOCKS_EXCLUDED(mu_);
+  // From now on reads of table[key] fail as a damaged row does (DamagedRowError: kDataLoss
+  // carrying the key; a Cursor stops there until its next seek), until ClearFaults(). Commits
+  // still reach the row.
+  void DamageRow(absl::string_view table, absl::string_view key) ABSL_LOCKS_EXCLUDED(mu_);
   // Removes every injected fault except a crash.
   void ClearFaults() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -87,6 +94,8 @@ class FaultInjectingStorage : public StorageWrapper {
   std::optional<uint64_t> fail_after_ ABSL_GUARDED_BY(mu_);
   absl::Status fail_after_status_ ABSL_GUARDED_BY(mu_);
   absl::Status read_status_ ABSL_GUARDED_BY(mu_);
+  // (table, key) of every row reported damaged.
+  std::set<std::pair<std::string, std::string>> damaged_ ABSL_GUARDED_BY(mu_);
   uint64_t crash_after_ ABSL_GUARDED_BY(mu_) = 0;  // 0: none
   bool crashed_ ABSL_GUARDED_BY(mu_) = false;
 };

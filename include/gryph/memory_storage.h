@@ -25,6 +25,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -54,6 +55,7 @@ class MemoryStorage final : public Storage {
   absl::StatusOr<std::optional<std::string>> Get(absl::string_view table,
                                                  absl::string_view key) override;
   absl::StatusOr<std::unique_ptr<Cursor>> NewCursor(absl::string_view table) override;
+  absl::StatusOr<std::vector<std::string>> ListTables() override;
   absl::StatusOr<uint64_t> ApproximateBytesUsed() override;
 
  private:

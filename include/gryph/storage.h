@@ -19,6 +19,16 @@
 // with "gryph." are reserved for the storage layer (its "gryph.meta" table, docs/format.md).
 // Because keys are never empty, an empty range bound means "unbounded".
 //
+// Damaged rows: LMDB keeps every value with a CRC-32C of its table, key and value
+// (docs/format.md, "Storage") and checks it on every read. A row whose check fails — a flipped
+// bit on disk or in memory, a value torn or moved — is never returned: Get fails with kDataLoss,
+// a Cursor stops there with kDataLoss, and the status names the table and carries the key
+// (DamagedRowKey). Unlike other damage this is not sticky: the rest of the store stays readable
+// and writable, so the owner of the row decides what the loss of that one row means. What the
+// checksum does not cover is LMDB's own page structure (branch pages, page headers, the free
+// list): damage there is MDB_CORRUPTED (kDataLoss, sticky) or, where LMDB follows a damaged
+// pointer without checking it, a crash. VerifyStorage below finds both kinds.
+//
 // Thread-safety: a Storage is thread-safe. Commits are serialized; reads run concurrently with
 // each other and with a commit. A Cursor is thread-compatible (one thread at a time, but it may
 // move between threads). A WriteBatch is thread-compatible.
@@ -157,7 +167,10 @@ class WriteBatch {
 //
 // A cursor starts unpositioned (!Valid()). A cursor over a table that does not exist is empty:
 // never Valid(), status() OK. Errors (rare: I/O, corruption) make the cursor !Valid() and are
-// reported by status().
+// reported by status(). A damaged row (see the file comment) stops the cursor the same way, with
+// kDataLoss carrying its key (DamagedRowKey); that error alone is cleared by the next Seek,
+// SeekToFirst or SeekToLast, so a caller that can do without the row steps over it with
+// Seek(*KeyAfter(key)).
 //
 // Thread-safety: thread-compatible. Must be destroyed before its Storage.
 class Cursor {
@@ -184,7 +197,8 @@ class Cursor {
   virtual absl::string_view key() const = 0;
   virtual absl::string_view value() const = 0;
 
-  // OK unless an operation failed; the first error is kept.
+  // OK unless an operation failed; the first error is kept (a damaged row's until the next
+  // seek).
   virtual absl::Status status() const = 0;
 };
 
@@ -195,11 +209,12 @@ class Cursor {
 //   kResourceExhausted  no room: the map is at max_map_bytes, the disk or file-size limit is
 //                       reached, or a limit (tables, readers, transaction size) is hit. Nothing
 //                       already committed is lost; a commit that failed this way applied nothing.
-//   kDataLoss           the store is damaged (corruption detected, I/O error).
+//   kDataLoss           the store is damaged (corruption detected, I/O error), or one row is
+//                       (DamagedRowKey says which).
 //   kInternal           the storage environment is unusable (LMDB MDB_PANIC): reopen it.
 //   kFailedPrecondition  misuse (e.g. store of another format, already open).
-// kDataLoss and kInternal are sticky: every later call fails with the same status; reopen the
-// storage to recover.
+// kDataLoss (but a damaged row's) and kInternal are sticky: every later call fails with the same
+// status; reopen the storage to recover.
 class Storage {
  public:
   // The longest key (LMDB's default maximum key size).
@@ -225,7 +240,7 @@ class Storage {
   virtual absl::Status Commit(const WriteBatch& batch) = 0;
 
   // The committed value of table[key], or nullopt if absent (including when the table does not
-  // exist).
+  // exist). A damaged row is kDataLoss with DamagedRowKey(status) == key.
   virtual absl::StatusOr<std::optional<std::string>> Get(absl::string_view table,
                                                          absl::string_view key) = 0;
 
@@ -238,6 +253,9 @@ class Storage {
   // kInvalidArgument. The default implementation walks NewCursor().
   virtual absl::Status Scan(absl::string_view table, absl::string_view begin,
                             absl::string_view end, ScanFn fn);
+
+  // The name of every table that exists, in byte order, the reserved ones included.
+  virtual absl::StatusOr<std::vector<std::string>> ListTables() = 0;
 
   // The bytes the store occupies: for LMDB the pages in use times the page size (the size the
   // data file has grown to, including free pages kept for reuse); for memory, the bytes of keys
@@ -265,6 +283,9 @@ class StorageWrapper : public Storage {
                     ScanFn fn) override {
     return target_->Scan(table, begin, end, fn);
   }
+  absl::StatusOr<std::vector<std::string>> ListTables() override {
+    return target_->ListTables();
+  }
   absl::StatusOr<uint64_t> ApproximateBytesUsed() override {
     return target_->ApproximateBytesUsed();
   }
@@ -272,6 +293,42 @@ class StorageWrapper : public Storage {
  private:
   Storage* const target_;
 };
+
+// The status of a damaged row: kDataLoss naming `table` and the key (escaped), with `detail`
+// (what was wrong), and carrying the key for DamagedRowKey. For Storage implementations and
+// wrappers.
+absl::Status DamagedRowError(absl::string_view table, absl::string_view key,
+                             absl::string_view detail);
+
+// The key of the damaged row that `status` reports, or nullopt if it reports no damaged row.
+std::optional<std::string> DamagedRowKey(const absl::Status& status);
+
+// The least valid key greater than `key` (at most Storage::kMaxKeyBytes bytes), or nullopt when
+// there is none (`key` is the greatest). REQUIRES: key.size() <= Storage::kMaxKeyBytes.
+std::optional<std::string> KeyAfter(absl::string_view key);
+
+// What VerifyStorage found.
+struct StorageVerifyReport {
+  struct DamagedRow {
+    std::string table;
+    std::string key;
+    absl::Status status;  // kDataLoss from DamagedRowError
+  };
+  uint64_t tables = 0;  // tables walked
+  uint64_t rows = 0;    // rows read whole and checked, damaged ones included
+  std::vector<DamagedRow> damaged;
+  // The first error that stopped the walk (LMDB page-structure damage, I/O), or OK when every
+  // table was walked to its end.
+  absl::Status structure;
+
+  bool clean() const { return damaged.empty() && structure.ok(); }
+};
+
+// Reads every row of every table of `storage` and checks it, stepping over damaged rows, so the
+// report lists each of them. Fails only when the tables cannot be listed; an error part-way is
+// the report's `structure`. A snapshot per table: run it on a quiet store, or expect to see rows
+// committed meanwhile in later tables. Memory storage has no checksums and always verifies clean.
+absl::StatusOr<StorageVerifyReport> VerifyStorage(Storage& storage);
 
 // Opens (creating if needed) the LMDB store in directory options.path.
 //

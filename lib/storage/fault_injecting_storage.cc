@@ -48,6 +48,7 @@ void FaultInjectingStorage::ClearFaults() {
   fail_after_status_ = absl::OkStatus();
   read_status_ = absl::OkStatus();
   crash_after_ = 0;
+  damaged_.clear();
 }
 
 void FaultInjectingStorage::SimulateCrash() {
@@ -102,21 +103,100 @@ absl::Status FaultInjectingStorage::ReadFault() const {
   return read_status_;
 }
 
+void FaultInjectingStorage::DamageRow(absl::string_view table, absl::string_view key) {
+  absl::MutexLock lock(&mu_);
+  damaged_.emplace(std::string(table), std::string(key));
+}
+
+namespace {
+
+// A cursor of the target that stops at the rows of `damaged` as at a failed checksum.
+class DamagingCursor final : public Cursor {
+ public:
+  DamagingCursor(std::unique_ptr<Cursor> target, std::string table, std::set<std::string> damaged)
+      : target_(std::move(target)), table_(std::move(table)), damaged_(std::move(damaged)) {}
+
+  bool Valid() const override { return damage_.ok() && target_->Valid(); }
+  void SeekToFirst() override { Moved(&Cursor::SeekToFirst); }
+  void SeekToLast() override { Moved(&Cursor::SeekToLast); }
+  void Seek(absl::string_view target) override {
+    damage_ = absl::OkStatus();
+    target_->Seek(target);
+    Check();
+  }
+  void Next() override {
+    target_->Next();
+    Check();
+  }
+  void Prev() override {
+    target_->Prev();
+    Check();
+  }
+  absl::string_view key() const override { return target_->key(); }
+  absl::string_view value() const override { return target_->value(); }
+  absl::Status status() const override {
+    return target_->status().ok() ? damage_ : target_->status();
+  }
+
+ private:
+  void Moved(void (Cursor::*move)()) {
+    damage_ = absl::OkStatus();
+    ((*target_).*move)();
+    Check();
+  }
+  void Check() {
+    if (target_->Valid() && damaged_.contains(std::string(target_->key()))) {
+      damage_ = DamagedRowError(table_, target_->key(), "injected damage");
+    }
+  }
+
+  std::unique_ptr<Cursor> target_;
+  const std::string table_;
+  const std::set<std::string> damaged_;
+  absl::Status damage_;
+};
+
+}  // namespace
+
 absl::StatusOr<std::optional<std::string>> FaultInjectingStorage::Get(absl::string_view table,
                                                                       absl::string_view key) {
   if (absl::Status s = ReadFault(); !s.ok()) return s;
-  return StorageWrapper::Get(table, key);
+  absl::StatusOr<std::optional<std::string>> value = StorageWrapper::Get(table, key);
+  if (value.ok() && value->has_value()) {
+    absl::MutexLock lock(&mu_);
+    if (damaged_.contains({std::string(table), std::string(key)})) {
+      return DamagedRowError(table, key, "injected damage");
+    }
+  }
+  return value;
 }
 
 absl::StatusOr<std::unique_ptr<Cursor>> FaultInjectingStorage::NewCursor(
     absl::string_view table) {
   if (absl::Status s = ReadFault(); !s.ok()) return s;
-  return StorageWrapper::NewCursor(table);
+  std::set<std::string> damaged;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [t, k] : damaged_) {
+      if (t == table) damaged.insert(k);
+    }
+  }
+  absl::StatusOr<std::unique_ptr<Cursor>> cursor = StorageWrapper::NewCursor(table);
+  if (!cursor.ok() || damaged.empty()) return cursor;
+  return std::unique_ptr<Cursor>(std::make_unique<DamagingCursor>(
+      *std::move(cursor), std::string(table), std::move(damaged)));
 }
 
 absl::Status FaultInjectingStorage::Scan(absl::string_view table, absl::string_view begin,
                                          absl::string_view end, ScanFn fn) {
   if (absl::Status s = ReadFault(); !s.ok()) return s;
+  bool any_damaged = false;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [t, k] : damaged_) any_damaged |= t == table;
+  }
+  // Through this wrapper's cursors when some row of the table is damaged.
+  if (any_damaged) return Storage::Scan(table, begin, end, fn);
   return StorageWrapper::Scan(table, begin, end, fn);
 }
 

@@ -2,6 +2,8 @@
 //
 // Layout: one LMDB environment per directory; each table is a named database (MDB_dbi), opened
 // once and cached by name; "gryph.meta" holds the magic and format version (docs/format.md).
+// Every value of a writable table is stored followed by its row checksum (RowChecksum), checked
+// on every read; the meta table's records are stored bare, so that any build can read them.
 //
 // Locking (see also the Invariants of LmdbStorage):
 //   write_mu_  serializes commits: LMDB allows one write transaction at a time, and map growth
@@ -31,6 +33,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -43,6 +46,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gryph/storage.h"
@@ -50,6 +54,7 @@
 #include "lib/storage/lmdb_storage.h"
 #include "lib/storage/storage_internal.h"
 #include "lib/util/coding.h"
+#include "lib/util/crc32c.h"
 #include "lib/util/status_macros.h"
 
 namespace gryph {
@@ -152,6 +157,50 @@ class GateEntry {
 
 uint64_t RoundUp(uint64_t n, uint64_t unit) { return (n + unit - 1) / unit * unit; }
 
+// ---- Row checksums ------------------------------------------------------------------------------
+
+constexpr size_t kChecksumBytes = 4;
+
+// The CRC-32C of a row: its table name, a NUL, the key's length (4 bytes, big-endian), the key
+// and the value. The table and key are covered so that a value read from the wrong place (a
+// damaged page pointer, a moved node) fails as surely as a flipped bit.
+uint32_t RowChecksum(absl::string_view table, absl::string_view key, absl::string_view value) {
+  char header[5] = {'\0'};
+  const auto n = static_cast<uint32_t>(key.size());
+  header[1] = static_cast<char>(n >> 24);
+  header[2] = static_cast<char>(n >> 16);
+  header[3] = static_cast<char>(n >> 8);
+  header[4] = static_cast<char>(n);
+  uint32_t crc = internal::Crc32c(table);
+  crc = internal::Crc32cExtend(crc, absl::string_view(header, sizeof(header)));
+  crc = internal::Crc32cExtend(crc, key);
+  return internal::Crc32cExtend(crc, value);
+}
+
+bool Checksummed(absl::string_view table) {
+  return !absl::StartsWith(table, Storage::kReservedTablePrefix);
+}
+
+// The value of a stored row of `table`, or the damaged-row error if its checksum fails.
+absl::StatusOr<absl::string_view> CheckRow(absl::string_view table, absl::string_view key,
+                                           absl::string_view stored) {
+  if (!Checksummed(table)) return stored;
+  if (stored.size() < kChecksumBytes) {
+    return DamagedRowError(table, key,
+                           absl::StrCat("a stored value of ", stored.size(),
+                                        " bytes cannot hold its checksum"));
+  }
+  const absl::string_view value = stored.substr(0, stored.size() - kChecksumBytes);
+  const uint32_t want = internal::DecodeFixed32BE(stored.data() + value.size());
+  const uint32_t got = RowChecksum(table, key, value);
+  if (want != got) {
+    return DamagedRowError(table, key,
+                           absl::StrCat("checksum mismatch (stored ", absl::Hex(want, absl::kZeroPad8),
+                                        ", computed ", absl::Hex(got, absl::kZeroPad8), ")"));
+  }
+  return value;
+}
+
 class LmdbStorage;
 
 // A read snapshot: a place in the gate plus a read transaction borrowed from the pool.
@@ -191,6 +240,7 @@ class LmdbStorage final : public Storage {
   absl::StatusOr<std::optional<std::string>> Get(absl::string_view table,
                                                  absl::string_view key) override;
   absl::StatusOr<std::unique_ptr<Cursor>> NewCursor(absl::string_view table) override;
+  absl::StatusOr<std::vector<std::string>> ListTables() override;
   absl::StatusOr<uint64_t> ApproximateBytesUsed() override;
 
   internal::LmdbStorageStats stats() ABSL_LOCKS_EXCLUDED(write_mu_) {
@@ -271,13 +321,24 @@ ReadSnapshot::~ReadSnapshot() {
 // A Cursor over one table of one read snapshot.
 class LmdbStorageCursor final : public Cursor {
  public:
-  LmdbStorageCursor(LmdbStorage* storage, ReadSnapshot snapshot, LmdbCursor cursor)
-      : storage_(storage), snapshot_(std::move(snapshot)), cursor_(std::move(cursor)) {}
+  LmdbStorageCursor(LmdbStorage* storage, std::string table, ReadSnapshot snapshot,
+                    LmdbCursor cursor)
+      : storage_(storage),
+        table_(std::move(table)),
+        snapshot_(std::move(snapshot)),
+        cursor_(std::move(cursor)) {}
 
   bool Valid() const override { return valid_; }
-  void SeekToFirst() override { Move(MDB_FIRST, {}); }
-  void SeekToLast() override { Move(MDB_LAST, {}); }
+  void SeekToFirst() override {
+    damage_ = absl::OkStatus();
+    Move(MDB_FIRST, {});
+  }
+  void SeekToLast() override {
+    damage_ = absl::OkStatus();
+    Move(MDB_LAST, {});
+  }
   void Seek(absl::string_view target) override {
+    damage_ = absl::OkStatus();
     if (target.empty()) {
       Move(MDB_FIRST, {});
     } else if (target.size() > Storage::kMaxKeyBytes) {
@@ -291,31 +352,38 @@ class LmdbStorageCursor final : public Cursor {
   void Prev() override { Move(MDB_PREV, {}); }
   absl::string_view key() const override { return key_; }
   absl::string_view value() const override { return value_; }
-  absl::Status status() const override { return status_; }
+  absl::Status status() const override { return status_.ok() ? damage_ : status_; }
 
  private:
   void Move(MDB_cursor_op op, absl::string_view target) {
     valid_ = false;
-    if (!status_.ok()) return;
+    if (!status_.ok() || !damage_.ok()) return;
     MDB_val k = ToMdbVal(target);
     MDB_val v{0, nullptr};
     const int rc = cursor_.Get(&k, &v, op);
     if (rc == MDB_SUCCESS) {
-      valid_ = true;
       key_ = FromMdbVal(k);
-      value_ = FromMdbVal(v);
+      absl::StatusOr<absl::string_view> value = CheckRow(table_, key_, FromMdbVal(v));
+      if (!value.ok()) {
+        damage_ = value.status();
+        return;
+      }
+      valid_ = true;
+      value_ = *value;
     } else if (rc != MDB_NOTFOUND) {
       status_ = storage_->Fail("mdb_cursor_get", rc);
     }
   }
 
   LmdbStorage* const storage_;
+  const std::string table_;
   ReadSnapshot snapshot_;
   LmdbCursor cursor_;  // declared after snapshot_: closed before the transaction is returned
   bool valid_ = false;
   absl::string_view key_;
   absl::string_view value_;
-  absl::Status status_;
+  absl::Status status_;  // kept: the first error of the snapshot
+  absl::Status damage_;  // the damaged row the cursor stopped at, until the next seek
 };
 
 // ---- Open and close -----------------------------------------------------------------------------
@@ -637,7 +705,8 @@ absl::StatusOr<std::optional<std::string>> LmdbStorage::Get(absl::string_view ta
   const int rc = mdb_get(snapshot.txn(), *dbi, &k, &v);
   if (rc == MDB_NOTFOUND) return std::nullopt;
   if (rc != MDB_SUCCESS) return Fail("mdb_get", rc);
-  return std::string(FromMdbVal(v));
+  GRYPH_ASSIGN_OR_RETURN(absl::string_view value, CheckRow(table, key, FromMdbVal(v)));
+  return std::string(value);
 }
 
 absl::StatusOr<std::unique_ptr<Cursor>> LmdbStorage::NewCursor(absl::string_view table) {
@@ -651,8 +720,19 @@ absl::StatusOr<std::unique_ptr<Cursor>> LmdbStorage::NewCursor(absl::string_view
   LmdbCursor cursor;
   const int rc = cursor.Open(snapshot.txn(), *dbi);
   if (rc != MDB_SUCCESS) return Fail("mdb_cursor_open", rc);
-  return std::unique_ptr<Cursor>(
-      std::make_unique<LmdbStorageCursor>(this, std::move(snapshot), std::move(cursor)));
+  return std::unique_ptr<Cursor>(std::make_unique<LmdbStorageCursor>(
+      this, std::string(table), std::move(snapshot), std::move(cursor)));
+}
+
+absl::StatusOr<std::vector<std::string>> LmdbStorage::ListTables() {
+  GRYPH_RETURN_IF_ERROR(CheckSticky());
+  std::vector<std::string> names;
+  {
+    absl::ReaderMutexLock lock(&dbi_mu_);
+    for (const auto& [name, dbi] : dbis_) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 absl::StatusOr<uint64_t> LmdbStorage::ApproximateBytesUsed() {
@@ -733,9 +813,18 @@ LmdbStorage::Outcome LmdbStorage::TryCommit(const WriteBatch& batch) {
     MDB_val key = ToMdbVal(op.key);
     switch (op.type) {
       case WriteBatch::OpType::kPut: {
-        MDB_val value = ToMdbVal(op.value);
-        rc = mdb_put(txn.get(), *dbi, &key, &value, 0);
+        // Reserved, then filled in place: the value and its checksum without a copy of both.
+        MDB_val value{op.value.size() + kChecksumBytes, nullptr};
+        rc = mdb_put(txn.get(), *dbi, &key, &value, MDB_RESERVE);
         if (rc != MDB_SUCCESS) return {rc, "mdb_put"};
+        char* out = static_cast<char*>(value.mv_data);
+        if (!op.value.empty()) std::memcpy(out, op.value.data(), op.value.size());
+        const uint32_t crc = RowChecksum(op.table, op.key, op.value);
+        out += op.value.size();
+        out[0] = static_cast<char>(crc >> 24);
+        out[1] = static_cast<char>(crc >> 16);
+        out[2] = static_cast<char>(crc >> 8);
+        out[3] = static_cast<char>(crc);
         break;
       }
       case WriteBatch::OpType::kDelete:

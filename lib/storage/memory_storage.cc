@@ -1,5 +1,6 @@
 #include "gryph/memory_storage.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>
@@ -205,6 +206,16 @@ absl::StatusOr<std::unique_ptr<Cursor>> MemoryStorage::NewCursor(absl::string_vi
   if (t == s.tables.end()) return internal::NewEmptyCursor();
   ++t->second->snapshots;
   return std::unique_ptr<Cursor>(std::make_unique<MemoryCursor>(state_, t->second));
+}
+
+absl::StatusOr<std::vector<std::string>> MemoryStorage::ListTables() {
+  std::vector<std::string> names;
+  {
+    absl::ReaderMutexLock lock(&state_->mu);
+    for (const auto& [name, table] : state_->tables) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 absl::StatusOr<uint64_t> MemoryStorage::ApproximateBytesUsed() {

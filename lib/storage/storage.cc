@@ -1,6 +1,9 @@
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -125,5 +128,69 @@ absl::Status Storage::Scan(absl::string_view table, absl::string_view begin,
 }
 
 std::unique_ptr<Storage> NewMemoryStorage() { return std::make_unique<MemoryStorage>(); }
+
+namespace {
+// The payload of a damaged row's status: its key, raw.
+constexpr absl::string_view kDamagedRowPayload = "gryph/damaged-row-key";
+}  // namespace
+
+absl::Status DamagedRowError(absl::string_view table, absl::string_view key,
+                             absl::string_view detail) {
+  absl::Status status = absl::DataLossError(
+      absl::StrCat("storage: damaged row in table \"", table, "\" at key \"",
+                   absl::CHexEscape(key), "\": ", detail));
+  status.SetPayload(kDamagedRowPayload, absl::Cord(key));
+  return status;
+}
+
+std::optional<std::string> DamagedRowKey(const absl::Status& status) {
+  if (status.code() != absl::StatusCode::kDataLoss) return std::nullopt;
+  auto key = status.GetPayload(kDamagedRowPayload);  // an absl::optional
+  if (!key) return std::nullopt;
+  return std::string(*key);
+}
+
+std::optional<std::string> KeyAfter(absl::string_view key) {
+  std::string next(key);
+  if (next.size() < Storage::kMaxKeyBytes) {
+    next.push_back('\0');
+    return next;
+  }
+  // Nothing longer fits: the next key is a shorter one, this key's last byte below 0xff raised.
+  while (!next.empty() && static_cast<unsigned char>(next.back()) == 0xff) next.pop_back();
+  if (next.empty()) return std::nullopt;
+  next.back() = static_cast<char>(static_cast<unsigned char>(next.back()) + 1);
+  return next;
+}
+
+absl::StatusOr<StorageVerifyReport> VerifyStorage(Storage& storage) {
+  GRYPH_ASSIGN_OR_RETURN(std::vector<std::string> tables, storage.ListTables());
+  StorageVerifyReport report;
+  for (const std::string& table : tables) {
+    absl::StatusOr<std::unique_ptr<Cursor>> cursor = storage.NewCursor(table);
+    if (!cursor.ok()) {
+      report.structure = cursor.status();
+      return report;
+    }
+    ++report.tables;
+    Cursor& c = **cursor;
+    c.SeekToFirst();
+    for (;;) {
+      for (; c.Valid(); c.Next()) ++report.rows;
+      std::optional<std::string> key = DamagedRowKey(c.status());
+      if (!key) break;
+      ++report.rows;
+      report.damaged.push_back({table, *key, c.status()});
+      const std::optional<std::string> after = KeyAfter(*key);
+      if (!after) break;
+      c.Seek(*after);
+    }
+    if (!c.status().ok() && !DamagedRowKey(c.status())) {
+      report.structure = c.status();
+      return report;
+    }
+  }
+  return report;
+}
 
 }  // namespace gryph

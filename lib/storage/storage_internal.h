@@ -21,7 +21,7 @@ inline constexpr absl::string_view kMetaMagic = "gryph-storage";
 inline constexpr absl::string_view kMetaFormatVersionKey = "format_version";
 // The storage format this build reads and writes. Bump it, with docs/format.md and a
 // compatibility test, whenever a stored layout changes.
-inline constexpr uint32_t kStorageFormatVersion = 1;
+inline constexpr uint32_t kStorageFormatVersion = 2;
 // The value of the format_version record: kStorageFormatVersion as 4 big-endian bytes.
 std::string EncodeFormatVersion();
 
