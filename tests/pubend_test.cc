@@ -1,6 +1,8 @@
 #include "gryph/pubend.h"
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <atomic>
 #include <functional>
 #include <map>
@@ -15,6 +17,7 @@
 #include "gryph/in_process_channel.h"
 #include "gryph/memory_storage.h"
 #include "gryph/publisher_hosting_broker.h"
+#include "lib/pubend/pubend_keys.h"
 #include "tests/gate_storage.h"
 #include "tests/test_util.h"
 
@@ -355,6 +358,105 @@ TEST_CASE("nacks are answered from the log in bounded messages", "[pubend]") {
   REQUIRE(events == 100);
   REQUIRE_CODE(h.phb->HandleMessage("nacker", CuriosityMessage{PubendId{9}, {{1, 2}}}),
                absl::StatusCode::kNotFound);
+}
+
+TEST_CASE("a damaged event is answered L, the ticks around it as usual, and reported",
+          "[pubend][damage]") {
+  Harness h;
+  std::vector<Tick> ticks;
+  for (int i = 0; i < 5; ++i) {
+    h.now += absl::Microseconds(10);
+    ticks.push_back(h.PublishAndCommit(Order(i)));
+  }
+  h.faults->DamageRow("pubend.events", internal::EventKey(kP, ticks[2]));
+  auto nacker = std::make_unique<Downstream>(*h.net.Connect("nacker"));
+  REQUIRE_OK(h.phb->HandleMessage("nacker", CuriosityMessage{kP, {{1, ticks[4]}}}));
+  h.net.DeliverAll();
+  REQUIRE(nacker->errors.empty());
+  // Before: the whole answer failed with DataLoss, nothing was sent, every nack through the tick
+  // went unanswered for good, and the pubend's status stayed OK.
+  REQUIRE(nacker->knowledge.DoubtHorizon(0) == ticks[4]);  // all answered
+  std::vector<Tick> data;
+  nacker->knowledge.ForEachData({1, ticks[4]}, [&](Tick t, const EventRef&) {
+    data.push_back(t);
+    return true;
+  });
+  REQUIRE(data == std::vector<Tick>{ticks[0], ticks[1], ticks[3], ticks[4]});
+  REQUIRE(nacker->knowledge.ValueAt(ticks[2]) == TickValue::kL);
+  REQUIRE(nacker->knowledge.ValueAt(ticks[2] - 1) == TickValue::kS);
+  REQUIRE(h.pubend().damaged_events() == 1);
+  REQUIRE(DamagedRowKey(h.pubend().damage()) == internal::EventKey(kP, ticks[2]));
+  REQUIRE_OK(h.pubend().status());  // the pubend serves on
+  // Asked again: the same answer, counted once.
+  REQUIRE_OK(h.phb->HandleMessage("nacker", CuriosityMessage{kP, {{ticks[2], ticks[2]}}}));
+  h.net.DeliverAll();
+  REQUIRE(h.pubend().damaged_events() == 1);
+  h.now += absl::Microseconds(10);
+  h.PublishAndCommit(Order(5));
+}
+
+TEST_CASE("a flipped bit in a logged event on disk reaches no subscriber as data",
+          "[pubend][damage]") {
+  testing::TempDir dir;
+  StorageOptions so;
+  so.path = (dir.path() / "store").string();
+  so.initial_map_bytes = uint64_t{1} << 20;
+  InProcessNetwork net;
+  auto nacker = std::make_unique<Downstream>(*net.Connect("nacker"));
+  PublisherHostingBrokerOptions o;
+  o.pubends = {PubendOptions{kP}};
+  o.commit_thread = false;
+  absl::Time now = kT0;
+  o.clock = [&now] { return now; };
+  std::vector<Tick> ticks;
+  {
+    auto storage = OpenLmdbStorage(so);
+    REQUIRE_OK(storage);
+    auto channel = *net.Connect("phb");
+    auto phb = PublisherHostingBroker::Open(o, storage->get(), channel.get());
+    REQUIRE_OK(phb);
+    for (int i = 0; i < 3; ++i) {
+      Event e;
+      e.SetInt64("id", i).SetPayload(i == 1 ? "PAYLOAD-TO-DAMAGE" : "an ordinary payload");
+      now += absl::Microseconds(10);
+      auto slot = std::make_shared<std::optional<absl::StatusOr<Tick>>>();
+      (*phb)->Publish(kP, "", 0, MakeEventRef(std::move(e)),
+                      [slot](absl::StatusOr<Tick> r) { *slot = r; });
+      REQUIRE_OK((*phb)->Flush());
+      REQUIRE(slot->has_value());
+      REQUIRE_OK(**slot);
+      ticks.push_back(***slot);
+    }
+  }
+  {
+    std::ifstream in(so.path + "/data.mdb", std::ios::binary);
+    const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::fstream f(so.path + "/data.mdb", std::ios::in | std::ios::out | std::ios::binary);
+    // Every copy (LMDB leaves old versions of pages on free pages).
+    int copies = 0;
+    for (size_t at = data.find("PAYLOAD-TO-DAMAGE"); at != std::string::npos;
+         at = data.find("PAYLOAD-TO-DAMAGE", at + 1), ++copies) {
+      f.seekp(static_cast<std::streamoff>(at + 3));
+      f.put('X');  // "PAYXOAD": before checksums, served as the event
+    }
+    REQUIRE(copies >= 1);
+  }
+  auto storage = OpenLmdbStorage(so);
+  REQUIRE_OK(storage);
+  auto channel = *net.Connect("phb");
+  auto phb = PublisherHostingBroker::Open(o, storage->get(), channel.get());
+  REQUIRE_OK(phb);
+  REQUIRE_OK((*phb)->HandleMessage("nacker", CuriosityMessage{kP, {{1, ticks[2]}}}));
+  net.DeliverAll();
+  REQUIRE(nacker->errors.empty());
+  REQUIRE(nacker->knowledge.ValueAt(ticks[0]) == TickValue::kD);
+  REQUIRE(nacker->knowledge.ValueAt(ticks[1]) == TickValue::kL);
+  REQUIRE(nacker->knowledge.ValueAt(ticks[2]) == TickValue::kD);
+  REQUIRE((*phb)->pubend(kP)->damaged_events() == 1);
+  auto report = VerifyStorage(**storage);
+  REQUIRE_OK(report);
+  REQUIRE(report->damaged.size() == 1);
+  REQUIRE(report->damaged[0].table == "pubend.events");
 }
 
 TEST_CASE("a nack for a long span is answered in part, and asking again gets the rest",

@@ -555,6 +555,33 @@ TEST_CASE("a CT below the PFS's chop point gets a Gap for exactly the chopped sp
   REQUIRE(t.shb().stats().gaps_delivered == 1);
 }
 
+TEST_CASE("an L tick above latestDelivered (an event upstream lost to damage) is a Gap for "
+          "every subscriber, live and catching up",
+          "[shb][damage]") {
+  ShbTest t;
+  t.Open();
+  Client& red = t.Subscribe("red", "color = 'red'");
+  Client& blue = t.Subscribe("blue", "color = 'blue'");
+  t.Publish(Knowledge(1, 10, {{2, "red"}, {3, "blue"}}));
+  blue.ds->OnTimer(t.now);  // acks CT 3
+  REQUIRE_OK(blue.ds->Disconnect());
+  t.Pump();
+  // Tick 12 was an event whose log row upstream is damaged: answered L. Before, the constream
+  // took it for silence and neither subscriber ever heard of it.
+  t.Publish(Knowledge(11, 11, {}));
+  t.Publish(KnowledgeMessage{kP, {KnowledgeSpan::Lost({12, 12})}});
+  t.Publish(Knowledge(13, 20, {{15, "red"}, {16, "blue"}}));
+  REQUIRE(red.rec.log == Strings{"E2", "G12", "E15"});
+  REQUIRE(t.shb().latest_delivered(kP) == 20);
+  // The subscriber that was away learns the same from the PFS on its catchup.
+  Client& back = t.AddSubscriber("blue", "color = 'blue'", blue.ds->checkpoint(), 2, "blue-2");
+  REQUIRE_OK(back.ds->Connect());
+  t.Pump();
+  REQUIRE(back.rec.log.size() >= 2);
+  REQUIRE(Strings(back.rec.log.begin(), back.rec.log.begin() + 2) == Strings{"G12", "E16"});
+  REQUIRE(t.shb().stats().gaps_delivered == 2);
+}
+
 // ---- Session errors ---------------------------------------------------------------------------
 
 TEST_CASE("options that would stall every stream are InvalidArgument at Open", "[shb]") {

@@ -38,7 +38,10 @@ namespace gryph {
 
 class ConStream {
  public:
-  // The next step: the D ticks in (latest_delivered(), through], in order.
+  // The next step: the D ticks and L spans in (latest_delivered(), through], in order. An L span
+  // there is an event upstream could not serve (its log row was damaged; early release never
+  // reaches past what this stream delivered): every subscriber may have matched it and gets a
+  // Gap.
   struct Batch {
     Tick through = 0;
     std::vector<KnowledgeSpan> data;
@@ -48,7 +51,7 @@ class ConStream {
       : pubend_(pubend), latest_delivered_(latest_delivered) {}
 
   // What can be delivered now: up to the doubt horizon and not beyond `limit`, stopping after
-  // `max_data` D ticks. through == latest_delivered() when nothing can.
+  // `max_data` D ticks and L spans. through == latest_delivered() when nothing can.
   Batch Next(const KnowledgeStream& knowledge, size_t max_data,
              Tick limit = std::numeric_limits<Tick>::max()) const;
   // The batch through `through` was sent and appended to the PFS.

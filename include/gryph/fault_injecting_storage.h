@@ -54,7 +54,7 @@ class FaultInjectingStorage : public StorageWrapper {
   // Get, NewCursor and Scan fail with `status` until ClearFaults(). REQUIRES: !status.ok().
   void FailReads(absl::Status status) ABSL_LOCKS_EXCLUDED(mu_);
   // From now on reads of table[key] fail as a damaged row does (DamagedRowError: kDataLoss
-  // carrying the key; a Cursor stops there until its next seek), until ClearFaults(). Commits
+  // carrying the key; a Cursor stops there until its next move), until ClearFaults(). Commits
   // still reach the row.
   void DamageRow(absl::string_view table, absl::string_view key) ABSL_LOCKS_EXCLUDED(mu_);
   // Removes every injected fault except a crash.

@@ -45,10 +45,12 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/btree_map.h"
+#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
@@ -156,6 +158,12 @@ class Pubend {
   std::vector<std::string> downstream() const;
   // OK, or the error that failed the pubend.
   absl::Status status() const;
+  // Logged events found damaged (their rows fail the storage's checksum, or do not decode) since
+  // open, and the first such damage (kDataLoss naming the row; OK when none). A damaged event is
+  // never sent: nacks for it are answered L, so subscribers that may have matched it get a Gap
+  // and the stream goes on; the pubend's status stays OK. VerifyStorage lists every damaged row.
+  uint64_t damaged_events() const;
+  absl::Status damage() const;
 
  private:
   struct Downstream {
@@ -210,8 +218,11 @@ class Pubend {
   // at or below `lost` are L. Events take their encoded size from *budget; once it is spent (and
   // something was answered) the knowledge stops before the next event, whose tick is the result;
   // 0 when the whole range was answered. Reads storage without holding mu_.
+  // Ticks whose rows are damaged are answered L and appended to *damaged with the reason.
   absl::StatusOr<Tick> ReadKnowledge(TickRange range, Tick lost, uint64_t* budget,
-                                     std::vector<KnowledgeMessage>* out) ABSL_LOCKS_EXCLUDED(mu_);
+                                     std::vector<KnowledgeMessage>* out,
+                                     std::vector<std::pair<Tick, absl::Status>>* damaged)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Constant after construction.
   const PubendOptions options_;
@@ -236,6 +247,8 @@ class Pubend {
   uint64_t open_group_ ABSL_GUARDED_BY(mu_) = 0;
   absl::btree_map<std::string, Downstream> downstream_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Publisher> publishers_ ABSL_GUARDED_BY(mu_);
+  absl::btree_set<Tick> damaged_events_ ABSL_GUARDED_BY(mu_);
+  absl::Status damage_ ABSL_GUARDED_BY(mu_);
 };
 
 // The pubend for `key` among `pubends`, by a hash that is stable across processes and restarts

@@ -168,9 +168,9 @@ class WriteBatch {
 // A cursor starts unpositioned (!Valid()). A cursor over a table that does not exist is empty:
 // never Valid(), status() OK. Errors (rare: I/O, corruption) make the cursor !Valid() and are
 // reported by status(). A damaged row (see the file comment) stops the cursor the same way, with
-// kDataLoss carrying its key (DamagedRowKey); that error alone is cleared by the next Seek,
-// SeekToFirst or SeekToLast, so a caller that can do without the row steps over it with
-// Seek(*KeyAfter(key)).
+// kDataLoss carrying its key (DamagedRowKey), but the cursor stays on that row: the next move
+// clears the error, so a caller that can do without the row steps over it with Next() (or
+// Prev()).
 //
 // Thread-safety: thread-compatible. Must be destroyed before its Storage.
 class Cursor {
@@ -187,9 +187,9 @@ class Cursor {
   // Positions at the first key >= target ("" is the first key). A target longer than
   // Storage::kMaxKeyBytes is an error (status() InvalidArgument).
   virtual void Seek(absl::string_view target) = 0;
-  // REQUIRES: Valid().
+  // REQUIRES: Valid(), or stopped at a damaged row.
   virtual void Next() = 0;
-  // REQUIRES: Valid().
+  // REQUIRES: Valid(), or stopped at a damaged row.
   virtual void Prev() = 0;
 
   // The current entry. REQUIRES: Valid(). The views stay valid until the cursor moves or is
@@ -198,7 +198,7 @@ class Cursor {
   virtual absl::string_view value() const = 0;
 
   // OK unless an operation failed; the first error is kept (a damaged row's until the next
-  // seek).
+  // move).
   virtual absl::Status status() const = 0;
 };
 
@@ -302,10 +302,6 @@ absl::Status DamagedRowError(absl::string_view table, absl::string_view key,
 
 // The key of the damaged row that `status` reports, or nullopt if it reports no damaged row.
 std::optional<std::string> DamagedRowKey(const absl::Status& status);
-
-// The least valid key greater than `key` (at most Storage::kMaxKeyBytes bytes), or nullopt when
-// there is none (`key` is the greatest). REQUIRES: key.size() <= Storage::kMaxKeyBytes.
-std::optional<std::string> KeyAfter(absl::string_view key);
 
 // What VerifyStorage found.
 struct StorageVerifyReport {

@@ -271,6 +271,10 @@ class SubscriberHostingBroker {
 
   // Advances every constream as far as knowledge allows, one commit per round for all pubends.
   absl::Status AdvanceConStreams();
+  // The constream of `p` passes `lost`, an L span above what it delivered (an event upstream
+  // could not serve): each member gets a Gap through its end, and a PFS record there naming
+  // every subscriber of the PFS makes each catching-up one ask for it and learn the same.
+  absl::Status LoseInConStream(PubendState& p, TickRange lost, WriteBatch* wb);
   // Sends the round's deliveries of `p` (round_deliveries_) with their bookkeeping at `now`, and
   // adds the members they left over the flow-control bound to `slow`.
   void SendRound(PubendState& p, absl::Time now,

@@ -1,6 +1,10 @@
 #include "gryph/pubend.h"
 
 #include <algorithm>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "lib/pubend/pubend_keys.h"
@@ -89,17 +93,18 @@ absl::Status Pubend::Recover() {
       c->SeekToLast();
     } else {
       c->Seek(end);
-      if (c->Valid()) {
+      if (c->Valid() || DamagedRowKey(c->status())) {
         c->Prev();
       } else {
         c->SeekToLast();
       }
     }
-    GRYPH_RETURN_IF_ERROR(c->status());
+    // Only the key matters here: a damaged last row still holds its tick.
+    const std::optional<std::string> damaged = DamagedRowKey(c->status());
+    if (!damaged) GRYPH_RETURN_IF_ERROR(c->status());
+    const absl::string_view key = c->Valid() ? c->key() : damaged.value_or("");
     const std::string prefix = internal::PubendPrefix(p);
-    if (c->Valid() && c->key().size() == 12 && c->key().substr(0, 4) == prefix) {
-      last_event = DecodeFixed64BE(c->key().data() + 4);
-    }
+    if (key.size() == 12 && key.substr(0, 4) == prefix) last_event = DecodeFixed64BE(key.data() + 4);
   }
   committed_ = assigned_ = std::max({announced, last_event, l_prefix_});
   releasing_ = l_prefix_;
@@ -368,15 +373,19 @@ void Pubend::ReclaimSome() {
   }
   Tick last = 0;
   size_t n = 0;
-  for ((*c)->Seek(EventKey(options_.id, reclaimed_ + 1)); (*c)->Valid() && n < kReclaimChunk;
-       (*c)->Next(), ++n) {
-    absl::string_view key = (*c)->key();
+  Cursor& cursor = **c;
+  // Only keys are read: a damaged row below the L prefix is deleted like any other.
+  std::optional<std::string> damaged;
+  for (cursor.Seek(EventKey(options_.id, reclaimed_ + 1));
+       n < kReclaimChunk && (cursor.Valid() || (damaged = DamagedRowKey(cursor.status())));
+       cursor.Next(), ++n) {
+    absl::string_view key = cursor.Valid() ? cursor.key() : absl::string_view(*damaged);
     if (key.size() != 12 || internal::DecodeFixed32BE(key.data()) != options_.id.value) break;
     const Tick t = DecodeFixed64BE(key.data() + 4);
     if (t > l_prefix_) break;
     last = t;
   }
-  if (absl::Status st = (*c)->status(); !st.ok()) {
+  if (absl::Status st = cursor.status(); !st.ok() && !DamagedRowKey(st)) {
     Fail(st);
     return;
   }
@@ -536,6 +545,7 @@ absl::Status Pubend::HandleCuriosity(absl::string_view from, const CuriosityMess
     lost = l_prefix_;
   }
   std::vector<KnowledgeMessage> answers;
+  std::vector<std::pair<Tick, absl::Status>> damaged;
   // Each range gets an equal part of what is left of the budget, so that a long range (a
   // refilter's) does not leave the short ones after it (a lost live tick) unanswered.
   size_t ranges = 0;
@@ -546,7 +556,8 @@ absl::Status Pubend::HandleCuriosity(absl::string_view from, const CuriosityMess
     const TickRange r{nack.ranges[i].first, std::min(nack.ranges[i].last, committed)};
     const uint64_t share = left / (ranges - i);
     uint64_t budget = share;
-    GRYPH_ASSIGN_OR_RETURN(const Tick stopped_at, ReadKnowledge(r, lost, &budget, &answers));
+    GRYPH_ASSIGN_OR_RETURN(const Tick stopped_at,
+                           ReadKnowledge(r, lost, &budget, &answers, &damaged));
     left -= share - budget;
     if (stopped_at != 0) unanswered.push_back({stopped_at, r.last});
   }
@@ -558,6 +569,9 @@ absl::Status Pubend::HandleCuriosity(absl::string_view from, const CuriosityMess
   {
     absl::MutexLock lock(&mu_);
     lost_now = l_prefix_;
+    for (auto& [t, why] : damaged) {
+      if (damaged_events_.insert(t).second && damage_.ok()) damage_ = std::move(why);
+    }
   }
   for (KnowledgeMessage& m : answers) {
     if (lost_now > lost) {
@@ -587,8 +601,9 @@ absl::Status Pubend::HandleCuriosity(absl::string_view from, const CuriosityMess
   return absl::OkStatus();
 }
 
-absl::StatusOr<Tick> Pubend::ReadKnowledge(TickRange range, Tick lost, uint64_t* budget,
-                                           std::vector<KnowledgeMessage>* out) {
+absl::StatusOr<Tick> Pubend::ReadKnowledge(
+    TickRange range, Tick lost, uint64_t* budget, std::vector<KnowledgeMessage>* out,
+    std::vector<std::pair<Tick, absl::Status>>* damaged) {
   auto message = [&]() -> KnowledgeMessage& {
     if (out->empty() || out->back().spans.size() >= options_.max_spans_per_message) {
       out->push_back(KnowledgeMessage{options_.id, {}});
@@ -613,7 +628,28 @@ absl::StatusOr<Tick> Pubend::ReadKnowledge(TickRange range, Tick lost, uint64_t*
   }
   GRYPH_ASSIGN_OR_RETURN(std::unique_ptr<Cursor> c, storage_->NewCursor(internal::kEventsTable));
   Tick next = range.first;
-  for (c->Seek(EventKey(options_.id, range.first)); c->Valid(); c->Next()) {
+  // A damaged event row is answered as L: it can never be served, and a Gap tells the subscribers
+  // that may have matched it so (an unanswered tick would stall them for good).
+  auto lose = [&](Tick t, absl::Status why) {
+    if (t > next) add(KnowledgeSpan::Silence({next, t - 1}));
+    add(KnowledgeSpan::Lost({t, t}));
+    damaged->push_back({t, std::move(why)});
+    next = t + 1;
+  };
+  c->Seek(EventKey(options_.id, range.first));
+  for (;;) {
+    if (!c->Valid()) {
+      // A damaged row stops the cursor on it; step over it and go on.
+      const std::optional<std::string> key = DamagedRowKey(c->status());
+      if (!key || key->size() != 12 || internal::DecodeFixed32BE(key->data()) != options_.id.value) {
+        break;
+      }
+      const Tick t = DecodeFixed64BE(key->data() + 4);
+      if (t > range.last) break;
+      lose(t, c->status());
+      c->Next();  // over the damaged row
+      continue;
+    }
     absl::string_view key = c->key();
     if (key.size() != 12 || internal::DecodeFixed32BE(key.data()) != options_.id.value) break;
     const Tick t = DecodeFixed64BE(key.data() + 4);
@@ -625,17 +661,29 @@ absl::StatusOr<Tick> Pubend::ReadKnowledge(TickRange range, Tick lost, uint64_t*
     }
     *budget -= std::min<uint64_t>(*budget, c->value().size());
     absl::StatusOr<Event> event = Event::Decode(c->value());
-    if (!event.ok()) {
-      return absl::DataLossError(absl::StrCat("pubend ", options_.id.value, " event at tick ", t,
-                                              ": ", event.status().message()));
+    if (event.ok()) {
+      if (t > next) add(KnowledgeSpan::Silence({next, t - 1}));
+      add(KnowledgeSpan::Data(t, MakeEventRef(*std::move(event))));
+      next = t + 1;
+    } else {  // intact as stored but not an event: as damaged
+      lose(t, absl::DataLossError(absl::StrCat("pubend ", options_.id.value, " event at tick ", t,
+                                               " does not decode: ", event.status().message())));
     }
-    if (t > next) add(KnowledgeSpan::Silence({next, t - 1}));
-    add(KnowledgeSpan::Data(t, MakeEventRef(*std::move(event))));
-    next = t + 1;
+    c->Next();
   }
-  GRYPH_RETURN_IF_ERROR(c->status());
+  if (!DamagedRowKey(c->status())) GRYPH_RETURN_IF_ERROR(c->status());
   if (next <= range.last) add(KnowledgeSpan::Silence({next, range.last}));
   return 0;
+}
+
+uint64_t Pubend::damaged_events() const {
+  absl::MutexLock lock(&mu_);
+  return damaged_events_.size();
+}
+
+absl::Status Pubend::damage() const {
+  absl::MutexLock lock(&mu_);
+  return damage_;
 }
 
 Tick Pubend::committed_tick() const {

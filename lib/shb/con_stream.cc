@@ -12,7 +12,7 @@ ConStream::Batch ConStream::Next(const KnowledgeStream& knowledge, size_t max_da
   batch.through = horizon;
   if (horizon == latest_delivered_) return batch;
   knowledge.ForEachSpan({latest_delivered_ + 1, horizon}, [&](const KnowledgeSpan& s) {
-    if (s.value != TickValue::kD) return true;
+    if (s.value != TickValue::kD && s.value != TickValue::kL) return true;
     if (batch.data.size() == max_data) {
       batch.through = s.range.first - 1;  // stop before the first D that does not fit
       return false;

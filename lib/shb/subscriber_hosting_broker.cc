@@ -420,6 +420,10 @@ absl::Status SubscriberHostingBroker::AdvanceConStreams() {
                            p.istream.DoubtHorizon(batch.through) > batch.through;
       if (batch.through == from && !starved) continue;
       for (const KnowledgeSpan& d : batch.data) {
+        if (d.value == TickValue::kL) {
+          GRYPH_RETURN_IF_ERROR(LoseInConStream(p, d.range, &wb));
+          continue;
+        }
         matched.clear();
         matcher_.Match(*d.event, &matched);
         // The matcher's order follows its layout; a fixed order keeps runs reproducible.
@@ -461,6 +465,30 @@ absl::Status SubscriberHostingBroker::AdvanceConStreams() {
     }
     Submit(std::move(wb), std::move(advances));
   }
+}
+
+absl::Status SubscriberHostingBroker::LoseInConStream(PubendState& p, TickRange lost,
+                                                      WriteBatch* wb) {
+  const Tick t = lost.last;
+  std::vector<SubscriberId> everyone = p.pfs->subscribers();
+  std::sort(everyone.begin(), everyone.end());
+  for (SubscriberId id : everyone) {
+    auto it = by_id_.find(id.value);
+    if (it == by_id_.end()) continue;
+    SubscriptionState& s = *it->second;
+    auto pos = s.positions.find(p.id);
+    if (pos == s.positions.end() || !pos->second.member || t <= pos->second.resume_after) {
+      continue;
+    }
+    round_deliveries_.push_back(Channel::Outgoing{
+        s.session, DeliveryMessage{s.name, p.id, DeliveryKind::kGap, t, nullptr}});
+    Stamp(pos->second, std::get<DeliveryMessage>(round_deliveries_.back().message));
+    round_delivered_to_.emplace_back(&s, &pos->second);
+    ++stats_.gaps_delivered;
+  }
+  if (everyone.empty()) return absl::OkStatus();
+  ++stats_.pfs_records;
+  return p.pfs->Write(t, everyone, wb);
 }
 
 void SubscriberHostingBroker::SendRound(

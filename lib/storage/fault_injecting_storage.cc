@@ -124,14 +124,9 @@ class DamagingCursor final : public Cursor {
     target_->Seek(target);
     Check();
   }
-  void Next() override {
-    target_->Next();
-    Check();
-  }
-  void Prev() override {
-    target_->Prev();
-    Check();
-  }
+  // From a damaged row too: the target stands on it.
+  void Next() override { Moved(&Cursor::Next); }
+  void Prev() override { Moved(&Cursor::Prev); }
   absl::string_view key() const override { return target_->key(); }
   absl::string_view value() const override { return target_->value(); }
   absl::Status status() const override {

@@ -329,16 +329,9 @@ class LmdbStorageCursor final : public Cursor {
         cursor_(std::move(cursor)) {}
 
   bool Valid() const override { return valid_; }
-  void SeekToFirst() override {
-    damage_ = absl::OkStatus();
-    Move(MDB_FIRST, {});
-  }
-  void SeekToLast() override {
-    damage_ = absl::OkStatus();
-    Move(MDB_LAST, {});
-  }
+  void SeekToFirst() override { Move(MDB_FIRST, {}); }
+  void SeekToLast() override { Move(MDB_LAST, {}); }
   void Seek(absl::string_view target) override {
-    damage_ = absl::OkStatus();
     if (target.empty()) {
       Move(MDB_FIRST, {});
     } else if (target.size() > Storage::kMaxKeyBytes) {
@@ -357,7 +350,8 @@ class LmdbStorageCursor final : public Cursor {
  private:
   void Move(MDB_cursor_op op, absl::string_view target) {
     valid_ = false;
-    if (!status_.ok() || !damage_.ok()) return;
+    damage_ = absl::OkStatus();  // the cursor stands on a damaged row; any move leaves it
+    if (!status_.ok()) return;
     MDB_val k = ToMdbVal(target);
     MDB_val v{0, nullptr};
     const int rc = cursor_.Get(&k, &v, op);
@@ -383,7 +377,7 @@ class LmdbStorageCursor final : public Cursor {
   absl::string_view key_;
   absl::string_view value_;
   absl::Status status_;  // kept: the first error of the snapshot
-  absl::Status damage_;  // the damaged row the cursor stopped at, until the next seek
+  absl::Status damage_;  // the damaged row the cursor stands on, until the next move
 };
 
 // ---- Open and close -----------------------------------------------------------------------------

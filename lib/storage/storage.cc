@@ -150,19 +150,6 @@ std::optional<std::string> DamagedRowKey(const absl::Status& status) {
   return std::string(*key);
 }
 
-std::optional<std::string> KeyAfter(absl::string_view key) {
-  std::string next(key);
-  if (next.size() < Storage::kMaxKeyBytes) {
-    next.push_back('\0');
-    return next;
-  }
-  // Nothing longer fits: the next key is a shorter one, this key's last byte below 0xff raised.
-  while (!next.empty() && static_cast<unsigned char>(next.back()) == 0xff) next.pop_back();
-  if (next.empty()) return std::nullopt;
-  next.back() = static_cast<char>(static_cast<unsigned char>(next.back()) + 1);
-  return next;
-}
-
 absl::StatusOr<StorageVerifyReport> VerifyStorage(Storage& storage) {
   GRYPH_ASSIGN_OR_RETURN(std::vector<std::string> tables, storage.ListTables());
   StorageVerifyReport report;
@@ -181,9 +168,7 @@ absl::StatusOr<StorageVerifyReport> VerifyStorage(Storage& storage) {
       if (!key) break;
       ++report.rows;
       report.damaged.push_back({table, *key, c.status()});
-      const std::optional<std::string> after = KeyAfter(*key);
-      if (!after) break;
-      c.Seek(*after);
+      c.Next();  // from the damaged row, which the cursor stands on
     }
     if (!c.status().ok() && !DamagedRowKey(c.status())) {
       report.structure = c.status();
