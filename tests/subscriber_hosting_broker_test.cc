@@ -211,6 +211,8 @@ class ShbTest {
 
   SubscriberHostingBroker& shb() { return *shb_; }
   FaultInjectingStorage& faults() { return *faults_; }
+  const std::shared_ptr<MemoryStorage::State>& state() const { return state_; }
+  Channel* shb_channel() { return shb_channel_.get(); }
 
   // A DurableSubscriber on endpoint `endpoint` (default: the subscription's name), not connected.
   Client& AddSubscriber(const std::string& name, const std::string& selector,
@@ -580,6 +582,29 @@ TEST_CASE("an L tick above latestDelivered (an event upstream lost to damage) is
   REQUIRE(back.rec.log.size() >= 2);
   REQUIRE(Strings(back.rec.log.begin(), back.rec.log.begin() + 2) == Strings{"G12", "E16"});
   REQUIRE(t.shb().stats().gaps_delivered == 2);
+}
+
+TEST_CASE("subscription rows that share an id are DataLoss at open, not AlreadyExists",
+          "[shb][damage]") {
+  ShbTest t;
+  t.Open();
+  t.Subscribe("red", "color = 'red'");
+  t.Subscribe("blue", "color = 'blue'");
+  t.Restart();
+  {
+    // Damage that a checksum cannot see (a row written whole with the wrong content): blue's row
+    // becomes a copy of red's, id included.
+    MemoryStorage storage(t.state());
+    auto red = storage.Get("shb.subscriptions", "red");
+    REQUIRE_OK(red);
+    REQUIRE(red->has_value());
+    WriteBatch batch;
+    batch.Put("shb.subscriptions", "blue", **red);
+    REQUIRE_OK(storage.Commit(batch));
+  }
+  auto shb = SubscriberHostingBroker::Open(t.options, &t.faults(), t.shb_channel());
+  REQUIRE_CODE(shb, absl::StatusCode::kDataLoss);
+  REQUIRE_THAT(std::string(shb.status().message()), Catch::Contains("damaged"));
 }
 
 // ---- Session errors ---------------------------------------------------------------------------

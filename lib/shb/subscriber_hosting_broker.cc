@@ -158,6 +158,16 @@ absl::Status SubscriberHostingBroker::Recover() {
                                                    "' no longer parses: ", sub.status().message()));
           return false;
         }
+        // Ids are unique and below next_id: anything else is damage that would surface later
+        // as another error (two subscriptions sharing PFS chains, a new one reusing an id).
+        if (id >= next_id_ || names_.contains(id)) {
+          parse = absl::DataLossError(absl::StrCat(
+              "stored subscription '", key, "' has id ", id,
+              names_.contains(id) ? absl::StrCat(", which '", names_[id], "' has too")
+                                  : absl::StrCat(", not below the next id ", next_id_),
+              ": the subscriptions table is damaged"));
+          return false;
+        }
         SubscriptionState s{SubscriberId{id}, std::string(key), std::string(selector),
                             std::string(topic), *std::move(sub), epoch, "", {}};
         names_[id] = s.name;
@@ -183,15 +193,25 @@ absl::Status SubscriberHostingBroker::Recover() {
   GRYPH_RETURN_IF_ERROR(parse);
   // A pubend added to the options since a subscription was created serves it from now on, as it
   // would a new subscription: registered in that pubend's PFS, starting at its latestDelivered.
+  // What fails here on stored state is damage (DataLoss), whatever code the callee uses for it.
+  auto damaged = [](const absl::Status& st, absl::string_view what) {
+    return absl::DataLossError(absl::StrCat("the stored subscriptions are inconsistent (", what,
+                                            "): ", st.message()));
+  };
   WriteBatch added;
   for (auto& [name, s] : subscriptions_) {
-    GRYPH_RETURN_IF_ERROR(matcher_.Add(s.id, s.subscription));
+    if (absl::Status st = matcher_.Add(s.id, s.subscription); !st.ok()) {
+      return damaged(st, name);
+    }
     by_id_[s.id.value] = &s;
     for (auto& [id, p] : pubends_) {
       if (s.positions.contains(id)) continue;
       Position& pos = s.positions[id];
       pos.created = pos.released = p.committed;
-      GRYPH_RETURN_IF_ERROR(p.pfs->AddSubscriber(s.id, &added));
+      if (absl::Status st = p.pfs->AddSubscriber(s.id, &added); !st.ok()) {
+        return damaged(st, absl::StrCat(name, " has no position at pubend ", id.value,
+                                        " but is in its PFS"));
+      }
       PutPosition(s, id, added);
     }
   }
