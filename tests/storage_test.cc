@@ -1051,6 +1051,48 @@ TEST_CASE("at the map ceiling a commit fails with ResourceExhausted and loses no
   check(*storage);
 }
 
+TEST_CASE("at a full map a batch that frees space commits from the reserve, and makes room",
+          "[storage]") {
+  LmdbKind kind;
+  kind.options.initial_map_bytes = kMiB;
+  kind.options.max_map_bytes = 2 * kMiB;  // reserve: max / 8 = 256 KiB
+  auto storage = kind.Open();
+  const std::string value(1000, 'v');
+  uint64_t n = 0;
+  absl::Status full;
+  while (full.ok() && n < 100000) {
+    WriteBatch batch;
+    for (int i = 0; i < 20; ++i) batch.Put("log", Key(n++), value);
+    full = storage->Commit(batch);
+  }
+  REQUIRE_CODE(full, absl::StatusCode::kResourceExhausted);
+  INFO(full.message());
+  REQUIRE(absl::StrContains(full.message(), "reserve"));
+  n -= 20;  // the last batch was not applied
+  internal::LmdbStorageStats stats;
+  REQUIRE(internal::GetLmdbStorageStats(storage.get(), &stats));
+  REQUIRE(stats.map_bytes <= 2 * kMiB - 256 * 1024);
+  // Releasing the older half, marked: it may commit from the reserve.
+  WriteBatch release;
+  release.DeleteRange("log", Key(0), Key(n / 2));
+  release.set_frees_space(true);
+  REQUIRE_OK(storage->Commit(release));
+  REQUIRE(GetOrDie(*storage, "log", Key(n / 2 - 1)) == std::nullopt);
+  REQUIRE(GetOrDie(*storage, "log", Key(n - 1)) == value);
+  // The reserve is given back, and ordinary batches fit again in the freed pages.
+  REQUIRE(internal::GetLmdbStorageStats(storage.get(), &stats));
+  REQUIRE(stats.map_bytes < 2 * kMiB);
+  for (int round = 0; round < 5; ++round) {
+    WriteBatch batch;
+    for (int i = 0; i < 20; ++i) batch.Put("log", Key(n++), value);
+    REQUIRE_OK(storage->Commit(batch));
+  }
+  // A reopened full store keeps the same rule.
+  storage.reset();
+  storage = kind.Open();
+  REQUIRE(GetOrDie(*storage, "log", Key(n - 1)) == value);
+}
+
 TEST_CASE("a full disk fails the commit with ResourceExhausted and loses nothing", "[storage]") {
   LmdbKind kind;
   auto storage = kind.Open();

@@ -83,6 +83,12 @@ struct StorageOptions {
 
   // The most concurrent read snapshots (Get, Scan, open Cursors) across the process.
   int max_readers = 126;
+
+  // Room at the top of the map kept for batches that free space (WriteBatch::set_frees_space:
+  // releases, reclaims): other commits fail with kResourceExhausted once the map would grow past
+  // max_map_bytes - reserve, so that at a full map a release can still commit and make room. At
+  // most max_map_bytes / 8 is kept, whatever this says; 0 keeps none.
+  uint64_t reserve_bytes = uint64_t{64} << 20;  // 64 MiB
 };
 
 // An ordered list of writes to named tables, applied atomically by Storage::Commit in order
@@ -125,10 +131,17 @@ class WriteBatch {
   // costs time proportional to the number of keys removed.
   void DeleteRange(absl::string_view table, absl::string_view begin, absl::string_view end);
 
-  // Appends a copy of every operation of `other`, after this batch's own (group commit).
+  // Appends a copy of every operation of `other`, after this batch's own (group commit). This
+  // batch's frees_space() is unchanged.
   void Append(const WriteBatch& other);
-  // Removes every operation.
+  // Removes every operation and clears frees_space().
   void Clear();
+
+  // Marks a batch whose purpose is to free space (it deletes or releases more than it writes):
+  // it may use the storage's reserve (StorageOptions::reserve_bytes), so that it commits even
+  // when ordinary batches no longer fit.
+  void set_frees_space(bool frees) { frees_space_ = frees; }
+  bool frees_space() const { return frees_space_; }
 
   size_t count() const { return ops_.size(); }
   bool empty() const { return ops_.empty(); }
@@ -157,6 +170,7 @@ class WriteBatch {
   std::vector<Rec> ops_;
   std::string bytes_;  // every key and value, back to back
   uint32_t last_table_ = 0;
+  bool frees_space_ = false;
 };
 
 // An ordered walk over one table of one read snapshot, in the style of leveldb's Iterator.
@@ -346,7 +360,8 @@ absl::StatusOr<StorageVerifyReport> VerifyStorage(Storage& storage);
 // a mutex, and the resize waits until no read snapshot is open (open Cursors and running Gets and
 // Scans finish; new reads are not held back while it waits, and are held only during the remap
 // itself). Hence the rule that a thread must not Commit while holding a Cursor. At the ceiling
-// the commit fails with kResourceExhausted; so does a full disk (ENOSPC, EDQUOT, EFBIG, or an EIO
+// the commit fails with kResourceExhausted (for a batch that does not free space, already at
+// max_map_bytes - reserve_bytes: see StorageOptions::reserve_bytes); so does a full disk (ENOSPC, EDQUOT, EFBIG, or an EIO
 // short write when the disk or file-size limit is nearly exhausted). Neither is sticky and
 // neither loses anything committed before.
 absl::StatusOr<std::unique_ptr<Storage>> OpenLmdbStorage(const StorageOptions& options);

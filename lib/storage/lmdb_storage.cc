@@ -284,7 +284,13 @@ class LmdbStorage final : public Storage {
   // disk (or the file-size limit) is nearly full is a full disk.
   absl::Status CommitFailure(const Outcome& outcome, const WriteBatch& batch);
   // Doubles the map (up to the ceiling) after `operation` returned MDB_MAP_FULL.
-  absl::Status GrowMap(absl::string_view operation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  absl::Status GrowMap(absl::string_view operation, bool frees_space)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // Rewrites gryph.meta's "freed" record in a transaction of its own (see Commit).
+  absl::Status CommitFreedMark() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // How far the map may grow for a batch that does (not) free space: max_map_bytes, less the
+  // reserve for the others (StorageOptions::reserve_bytes), in whole OS pages.
+  uint64_t Ceiling(bool frees_space) const;
   // Adopts a map size grown by another process (after MDB_MAP_RESIZED).
   absl::Status AdoptMapSize() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   // Sets the map size with no transaction active; updates map_bytes_.
@@ -298,6 +304,7 @@ class LmdbStorage final : public Storage {
 
   absl::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(dbi_mu_, pool_mu_);
   uint64_t map_bytes_ ABSL_GUARDED_BY(write_mu_) = 0;
+  uint64_t freed_marks_ ABSL_GUARDED_BY(write_mu_) = 0;  // CommitFreedMark's since open
   internal::LmdbStorageStats stats_ ABSL_GUARDED_BY(write_mu_);
 
   MapGate gate_;
@@ -444,7 +451,7 @@ absl::Status LmdbStorage::Init() {
   os_page_bytes_ = page > 0 ? static_cast<uint64_t>(page) : 4096;
   // Start at least as large as the data already there, so reopening a grown store does not
   // regrow it step by step.
-  uint64_t map_bytes = options_.initial_map_bytes;
+  uint64_t map_bytes = std::min(options_.initial_map_bytes, Ceiling(false));
   struct stat st;
   if (::stat((std::filesystem::path(path) / "data.mdb").c_str(), &st) == 0) {
     map_bytes = std::max(map_bytes, static_cast<uint64_t>(st.st_size));
@@ -760,10 +767,21 @@ absl::Status LmdbStorage::Commit(const WriteBatch& batch) {
   int resized = 0;
   for (;;) {
     const Outcome outcome = TryCommit(batch);
-    if (outcome.rc == MDB_SUCCESS) return absl::OkStatus();
+    if (outcome.rc == MDB_SUCCESS) {
+      if (batch.frees_space() && map_bytes_ >= Ceiling(false)) {
+        // LMDB lets a transaction reuse only the pages freed two commits before it (the one
+        // just before may still be read): commit once more, so that what this batch freed is
+        // room for the next ordinary batch at once, not after another commit that may not fit.
+        GRYPH_RETURN_IF_ERROR(CommitFreedMark());
+        // The reserve is given back: the map returns to the others' ceiling (or to the data's
+        // size, if that is larger; LMDB never maps less than the data).
+        if (map_bytes_ > Ceiling(false)) GRYPH_RETURN_IF_ERROR(SetMapSize(Ceiling(false)));
+      }
+      return absl::OkStatus();
+    }
     if (outcome.rc == MDB_MAP_FULL) {
       // The transaction is gone (aborted); grow and replay the whole batch.
-      GRYPH_RETURN_IF_ERROR(GrowMap(outcome.operation));
+      GRYPH_RETURN_IF_ERROR(GrowMap(outcome.operation, batch.frees_space()));
     } else if (outcome.rc == MDB_MAP_RESIZED && ++resized <= kMaxMapResizedRetries) {
       GRYPH_RETURN_IF_ERROR(AdoptMapSize());
     } else {
@@ -911,10 +929,56 @@ absl::Status LmdbStorage::SetMapSize(uint64_t bytes) {
   return absl::OkStatus();
 }
 
-absl::Status LmdbStorage::GrowMap(absl::string_view operation) {
-  const uint64_t ceiling =
+absl::Status LmdbStorage::CommitFreedMark() {
+  for (int attempt = 0;; ++attempt) {
+    GateEntry entry(&gate_);
+    LmdbTxn txn;
+    int rc = txn.Begin(env_.get(), 0);
+    if (rc == MDB_SUCCESS) {
+      MDB_dbi meta;
+      const std::string meta_name(internal::kMetaTable);
+      rc = mdb_dbi_open(txn.get(), meta_name.c_str(), 0, &meta);
+      if (rc == MDB_SUCCESS) {
+        ++freed_marks_;
+        std::string count;
+        internal::PutFixed64BE(&count, freed_marks_);
+        MDB_val key = ToMdbVal(internal::kMetaFreedKey);
+        MDB_val value = ToMdbVal(count);
+        rc = mdb_put(txn.get(), meta, &key, &value, 0);
+      }
+      if (rc == MDB_SUCCESS) rc = txn.Commit();
+    }
+    if (rc == MDB_SUCCESS) return absl::OkStatus();
+    // It needs a page or two: from the reserve if the map has none left.
+    if (rc == MDB_MAP_FULL && attempt == 0) {
+      { GateEntry leave = std::move(entry); }
+      GRYPH_RETURN_IF_ERROR(GrowMap("mdb_put", /*frees_space=*/true));
+      continue;
+    }
+    return Fail("mdb_txn_commit", rc);
+  }
+}
+
+uint64_t LmdbStorage::Ceiling(bool frees_space) const {
+  const uint64_t hard =
       std::max(options_.max_map_bytes / os_page_bytes_ * os_page_bytes_, os_page_bytes_);
+  if (frees_space) return hard;
+  const uint64_t reserve =
+      std::min(options_.reserve_bytes, options_.max_map_bytes / 8) / os_page_bytes_ *
+      os_page_bytes_;
+  return std::max(hard - reserve, os_page_bytes_);
+}
+
+absl::Status LmdbStorage::GrowMap(absl::string_view operation, bool frees_space) {
+  const uint64_t ceiling = Ceiling(frees_space);
   if (map_bytes_ >= ceiling) {
+    if (!frees_space && Ceiling(true) > ceiling) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          operation, ": MDB_MAP_FULL: the map is at its ceiling of ", map_bytes_,
+          " bytes (StorageOptions::max_map_bytes = ", options_.max_map_bytes,
+          ", less the reserve kept for batches that free space); the batch was not applied (",
+          options_.path, ")"));
+    }
     return absl::ResourceExhaustedError(absl::StrCat(
         operation, ": MDB_MAP_FULL: the map is at its ceiling of ", map_bytes_,
         " bytes (StorageOptions::max_map_bytes = ", options_.max_map_bytes,

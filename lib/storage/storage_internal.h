@@ -19,6 +19,9 @@ inline constexpr absl::string_view kMetaTable = "gryph.meta";
 inline constexpr absl::string_view kMetaMagicKey = "magic";
 inline constexpr absl::string_view kMetaMagic = "gryph-storage";
 inline constexpr absl::string_view kMetaFormatVersionKey = "format_version";
+// Rewritten after a batch that frees space at a full map (lmdb_storage.cc, Commit): a uint64,
+// big-endian, counting such rewrites since the store was last opened. Carries no meaning.
+inline constexpr absl::string_view kMetaFreedKey = "freed";
 // The storage format this build reads and writes. Bump it, with docs/format.md and a
 // compatibility test, whenever a stored layout changes.
 inline constexpr uint32_t kStorageFormatVersion = 2;

@@ -81,6 +81,7 @@ void WriteBatch::Clear() {
   ops_.clear();
   bytes_.clear();
   last_table_ = 0;
+  frees_space_ = false;
 }
 
 size_t WriteBatch::ApproximateBytes() const {
