@@ -158,10 +158,11 @@ class Pubend {
   std::vector<std::string> downstream() const;
   // OK, or the error that failed the pubend.
   absl::Status status() const;
-  // Logged events found damaged (their rows fail the storage's checksum, or do not decode) since
+  // Rows of the log found damaged (they fail the storage's checksum, or do not decode) since
   // open, and the first such damage (kDataLoss naming the row; OK when none). A damaged event is
-  // never sent: nacks for it are answered L, so subscribers that may have matched it get a Gap
-  // and the stream goes on; the pubend's status stays OK. VerifyStorage lists every damaged row.
+  // never sent: nacks are answered L from the good row before it to the good row after it (its
+  // key may be what was damaged), so subscribers that may have matched it get a Gap and the
+  // stream goes on; the pubend's status stays OK. VerifyStorage lists every damaged row.
   uint64_t damaged_events() const;
   absl::Status damage() const;
 
@@ -218,10 +219,11 @@ class Pubend {
   // at or below `lost` are L. Events take their encoded size from *budget; once it is spent (and
   // something was answered) the knowledge stops before the next event, whose tick is the result;
   // 0 when the whole range was answered. Reads storage without holding mu_.
-  // Ticks whose rows are damaged are answered L and appended to *damaged with the reason.
+  // Damaged rows are not served: the ticks between the good rows around one are answered L, and
+  // its key is appended to *damaged with the reason.
   absl::StatusOr<Tick> ReadKnowledge(TickRange range, Tick lost, uint64_t* budget,
                                      std::vector<KnowledgeMessage>* out,
-                                     std::vector<std::pair<Tick, absl::Status>>* damaged)
+                                     std::vector<std::pair<std::string, absl::Status>>* damaged)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Constant after construction.
@@ -247,7 +249,7 @@ class Pubend {
   uint64_t open_group_ ABSL_GUARDED_BY(mu_) = 0;
   absl::btree_map<std::string, Downstream> downstream_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Publisher> publishers_ ABSL_GUARDED_BY(mu_);
-  absl::btree_set<Tick> damaged_events_ ABSL_GUARDED_BY(mu_);
+  absl::btree_set<std::string> damaged_events_ ABSL_GUARDED_BY(mu_);  // their row keys
   absl::Status damage_ ABSL_GUARDED_BY(mu_);
 };
 

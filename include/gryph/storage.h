@@ -27,7 +27,11 @@
 // and writable, so the owner of the row decides what the loss of that one row means. What the
 // checksum does not cover is LMDB's own page structure (branch pages, page headers, the free
 // list): damage there is MDB_CORRUPTED (kDataLoss, sticky) or, where LMDB follows a damaged
-// pointer without checking it, a crash. VerifyStorage below finds both kinds.
+// pointer without checking it, a crash. gryph checks what LMDB does not where it can: a value or
+// key that would lie outside the data file is a damaged row (or, for a key, damaged structure);
+// a seek that lands below its target or passes over keys at it, and a lookup whose neighbours
+// contradict its "not found", are damaged structure (kDataLoss, sticky). VerifyStorage below
+// finds both kinds.
 //
 // Thread-safety: a Storage is thread-safe. Commits are serialized; reads run concurrently with
 // each other and with a commit. A Cursor is thread-compatible (one thread at a time, but it may
@@ -271,6 +275,14 @@ class Storage {
   // The name of every table that exists, in byte order, the reserved ones included.
   virtual absl::StatusOr<std::vector<std::string>> ListTables() = 0;
 
+  // How many rows the storage's own bookkeeping says `table` holds (LMDB keeps a count apart
+  // from the pages), or nullopt where it keeps none (the default). VerifyStorage compares it
+  // with what a walk finds: a damaged page header can drop rows from a page with no other sign.
+  virtual absl::StatusOr<std::optional<uint64_t>> RecordedRowCount(absl::string_view table) {
+    (void)table;
+    return std::nullopt;
+  }
+
   // The bytes the store occupies: for LMDB the pages in use times the page size (the size the
   // data file has grown to, including free pages kept for reuse); for memory, the bytes of keys
   // and values plus a fixed per-entry overhead. For benchmarks reporting bytes per event.
@@ -299,6 +311,9 @@ class StorageWrapper : public Storage {
   }
   absl::StatusOr<std::vector<std::string>> ListTables() override {
     return target_->ListTables();
+  }
+  absl::StatusOr<std::optional<uint64_t>> RecordedRowCount(absl::string_view table) override {
+    return target_->RecordedRowCount(table);
   }
   absl::StatusOr<uint64_t> ApproximateBytesUsed() override {
     return target_->ApproximateBytesUsed();
@@ -334,9 +349,11 @@ struct StorageVerifyReport {
   bool clean() const { return damaged.empty() && structure.ok(); }
 };
 
-// Reads every row of every table of `storage` and checks it, stepping over damaged rows, so the
-// report lists each of them. Fails only when the tables cannot be listed; an error part-way is
-// the report's `structure`. A snapshot per table: run it on a quiet store, or expect to see rows
+// Reads every row of every table of `storage` and checks it — its checksum, that keys come in
+// order, and that a lookup of its key finds it (damage to a key of a branch page misleads
+// lookups while every row reads intact) — stepping over damaged rows, so the report lists each
+// of them. Fails only when the tables cannot be listed; an error part-way is the report's
+// `structure`. A snapshot per table: run it on a quiet store, or expect to see rows
 // committed meanwhile in later tables. Memory storage has no checksums and always verifies clean.
 absl::StatusOr<StorageVerifyReport> VerifyStorage(Storage& storage);
 

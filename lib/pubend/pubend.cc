@@ -545,7 +545,7 @@ absl::Status Pubend::HandleCuriosity(absl::string_view from, const CuriosityMess
     lost = l_prefix_;
   }
   std::vector<KnowledgeMessage> answers;
-  std::vector<std::pair<Tick, absl::Status>> damaged;
+  std::vector<std::pair<std::string, absl::Status>> damaged;
   // Each range gets an equal part of what is left of the budget, so that a long range (a
   // refilter's) does not leave the short ones after it (a lost live tick) unanswered.
   size_t ranges = 0;
@@ -569,8 +569,8 @@ absl::Status Pubend::HandleCuriosity(absl::string_view from, const CuriosityMess
   {
     absl::MutexLock lock(&mu_);
     lost_now = l_prefix_;
-    for (auto& [t, why] : damaged) {
-      if (damaged_events_.insert(t).second && damage_.ok()) damage_ = std::move(why);
+    for (auto& [key, why] : damaged) {
+      if (damaged_events_.insert(std::move(key)).second && damage_.ok()) damage_ = std::move(why);
     }
   }
   for (KnowledgeMessage& m : answers) {
@@ -603,7 +603,7 @@ absl::Status Pubend::HandleCuriosity(absl::string_view from, const CuriosityMess
 
 absl::StatusOr<Tick> Pubend::ReadKnowledge(
     TickRange range, Tick lost, uint64_t* budget, std::vector<KnowledgeMessage>* out,
-    std::vector<std::pair<Tick, absl::Status>>* damaged) {
+    std::vector<std::pair<std::string, absl::Status>>* damaged) {
   auto message = [&]() -> KnowledgeMessage& {
     if (out->empty() || out->back().spans.size() >= options_.max_spans_per_message) {
       out->push_back(KnowledgeMessage{options_.id, {}});
@@ -628,26 +628,31 @@ absl::StatusOr<Tick> Pubend::ReadKnowledge(
   }
   GRYPH_ASSIGN_OR_RETURN(std::unique_ptr<Cursor> c, storage_->NewCursor(internal::kEventsTable));
   Tick next = range.first;
-  // A damaged event row is answered as L: it can never be served, and a Gap tells the subscribers
-  // that may have matched it so (an unanswered tick would stall them for good).
-  auto lose = [&](Tick t, absl::Status why) {
-    if (t > next) add(KnowledgeSpan::Silence({next, t - 1}));
-    add(KnowledgeSpan::Lost({t, t}));
-    damaged->push_back({t, std::move(why)});
-    next = t + 1;
+  // A damaged row is never served. Its key may be damaged too, so which tick it held is known
+  // only as "between the rows around it": the ticks from the last good row to the next are
+  // answered L, and a Gap tells every subscriber that may have matched it (an unanswered tick
+  // would stall them for good; an S would be a silent loss).
+  bool damage_pending = false;
+  auto answer_through = [&](Tick last) {  // [next, last] holds no good row
+    if (last < next) return;
+    if (damage_pending) {
+      add(KnowledgeSpan::Lost({next, last}));
+      damage_pending = false;
+    } else {
+      add(KnowledgeSpan::Silence({next, last}));
+    }
+  };
+  auto note_damage = [&](std::string key, absl::Status why) {
+    damaged->emplace_back(std::move(key), std::move(why));
+    damage_pending = true;
   };
   c->Seek(EventKey(options_.id, range.first));
   for (;;) {
     if (!c->Valid()) {
-      // A damaged row stops the cursor on it; step over it and go on.
-      const std::optional<std::string> key = DamagedRowKey(c->status());
-      if (!key || key->size() != 12 || internal::DecodeFixed32BE(key->data()) != options_.id.value) {
-        break;
-      }
-      const Tick t = DecodeFixed64BE(key->data() + 4);
-      if (t > range.last) break;
-      lose(t, c->status());
-      c->Next();  // over the damaged row
+      std::optional<std::string> damaged_key = DamagedRowKey(c->status());
+      if (!damaged_key) break;
+      note_damage(*std::move(damaged_key), c->status());
+      c->Next();  // the cursor stands on the damaged row: step over it
       continue;
     }
     absl::string_view key = c->key();
@@ -656,23 +661,25 @@ absl::StatusOr<Tick> Pubend::ReadKnowledge(
     if (t > range.last) break;
     if (*budget == 0 && !out->empty()) {
       // Spent: answer what lies before this event, and no further.
-      if (t > next) add(KnowledgeSpan::Silence({next, t - 1}));
+      answer_through(t - 1);
       return t;
     }
     *budget -= std::min<uint64_t>(*budget, c->value().size());
     absl::StatusOr<Event> event = Event::Decode(c->value());
     if (event.ok()) {
-      if (t > next) add(KnowledgeSpan::Silence({next, t - 1}));
+      answer_through(t - 1);
+      damage_pending = false;  // (a damaged row with no tick free around it hid nothing)
       add(KnowledgeSpan::Data(t, MakeEventRef(*std::move(event))));
       next = t + 1;
     } else {  // intact as stored but not an event: as damaged
-      lose(t, absl::DataLossError(absl::StrCat("pubend ", options_.id.value, " event at tick ", t,
-                                               " does not decode: ", event.status().message())));
+      note_damage(std::string(key), absl::DataLossError(absl::StrCat("pubend ", options_.id.value,
+                                                   " event at tick ", t, " does not decode: ",
+                                                   event.status().message())));
     }
     c->Next();
   }
   if (!DamagedRowKey(c->status())) GRYPH_RETURN_IF_ERROR(c->status());
-  if (next <= range.last) add(KnowledgeSpan::Silence({next, range.last}));
+  answer_through(range.last);
   return 0;
 }
 

@@ -27,13 +27,16 @@
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -46,6 +49,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -157,6 +161,17 @@ class GateEntry {
 
 uint64_t RoundUp(uint64_t n, uint64_t unit) { return (n + unit - 1) / unit * unit; }
 
+// A magic record a few flipped bits away from gryph's: damage, not another program's store.
+bool NearlyMagic(absl::string_view value) {
+  const absl::string_view magic = internal::kMetaMagic;
+  if (value.size() != magic.size() || value == magic) return false;
+  int bits = 0;
+  for (size_t i = 0; i < value.size(); ++i) {
+    bits += __builtin_popcount(static_cast<unsigned char>(value[i] ^ magic[i]));
+  }
+  return bits <= 4;
+}
+
 // ---- Row checksums ------------------------------------------------------------------------------
 
 constexpr size_t kChecksumBytes = 4;
@@ -241,6 +256,7 @@ class LmdbStorage final : public Storage {
                                                  absl::string_view key) override;
   absl::StatusOr<std::unique_ptr<Cursor>> NewCursor(absl::string_view table) override;
   absl::StatusOr<std::vector<std::string>> ListTables() override;
+  absl::StatusOr<std::optional<uint64_t>> RecordedRowCount(absl::string_view table) override;
   absl::StatusOr<uint64_t> ApproximateBytesUsed() override;
 
   internal::LmdbStorageStats stats() ABSL_LOCKS_EXCLUDED(write_mu_) {
@@ -271,6 +287,32 @@ class LmdbStorage final : public Storage {
   absl::Status LastPageEnd(uint64_t* end, uint64_t* page);
   absl::Status CheckFormatAndOpenTables();
   absl::Status CheckSticky() const ABSL_LOCKS_EXCLUDED(sticky_mu_);
+
+ public:
+  // Whether `v` lies within the pages committed so far. A node whose size or offset is damaged
+  // can point past the data file, where reading it would be a SIGBUS or SIGSEGV, not an error.
+  bool InData(const MDB_val& v);
+  // The sticky DataLoss of a damaged page structure found by gryph's own checks.
+  absl::Status FailStructure(absl::string_view table, absl::string_view what)
+      ABSL_LOCKS_EXCLUDED(sticky_mu_);
+
+ private:
+  // Records where the committed pages end now (for InData).
+  void NoteDataEnd();
+  // Where the data file is mapped in this process, or null if that cannot be found.
+  const char* FindMapAddress() const;
+  // After mdb_get found no `key`: checks that its neighbours agree (the entry at or after it is
+  // after it, the one before is before it). A damaged branch key makes the search look in the
+  // wrong page and report an existing key absent, with no error.
+  absl::Status ConfirmAbsent(MDB_txn* txn, MDB_dbi dbi, absl::string_view table,
+                             absl::string_view key);
+
+ public:
+  // OK if the entry (k, v) of `table` is intact: the damaged-row error if its value is, the
+  // sticky structure error if its key lies outside the data file.
+  absl::Status CheckEntry(absl::string_view table, const MDB_val& k, const MDB_val& v);
+
+ private:
   std::optional<MDB_dbi> FindDbi(absl::string_view table) const ABSL_LOCKS_EXCLUDED(dbi_mu_);
 
   absl::StatusOr<ReadSnapshot> BeginRead() ABSL_LOCKS_EXCLUDED(write_mu_, pool_mu_);
@@ -305,6 +347,10 @@ class LmdbStorage final : public Storage {
   absl::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(dbi_mu_, pool_mu_);
   uint64_t map_bytes_ ABSL_GUARDED_BY(write_mu_) = 0;
   uint64_t freed_marks_ ABSL_GUARDED_BY(write_mu_) = 0;  // CommitFreedMark's since open
+  // The memory map's address and where its committed pages end (InData). The address changes
+  // only in a remap, when no read is active; the end only grows.
+  std::atomic<const char*> map_addr_{nullptr};
+  std::atomic<uint64_t> data_end_{0};
   internal::LmdbStorageStats stats_ ABSL_GUARDED_BY(write_mu_);
 
   MapGate gate_;
@@ -346,10 +392,11 @@ class LmdbStorageCursor final : public Cursor {
       if (status_.ok()) status_ = internal::ValidateKey(target);
     } else {
       Move(MDB_SET_RANGE, target);
+      if (valid_) CheckOrder(target);
     }
   }
-  void Next() override { Move(MDB_NEXT, {}); }
-  void Prev() override { Move(MDB_PREV, {}); }
+  void Next() override { Step(MDB_NEXT); }
+  void Prev() override { Step(MDB_PREV); }
   absl::string_view key() const override { return key_; }
   absl::string_view value() const override { return value_; }
   absl::Status status() const override { return status_.ok() ? damage_ : status_; }
@@ -358,12 +405,21 @@ class LmdbStorageCursor final : public Cursor {
   void Move(MDB_cursor_op op, absl::string_view target) {
     valid_ = false;
     damage_ = absl::OkStatus();  // the cursor stands on a damaged row; any move leaves it
+    if (op != MDB_NEXT && op != MDB_PREV) last_good_ = {};
     if (!status_.ok()) return;
     MDB_val k = ToMdbVal(target);
     MDB_val v{0, nullptr};
     const int rc = cursor_.Get(&k, &v, op);
     if (rc == MDB_SUCCESS) {
+      if (!storage_->InData(k)) {
+        status_ = storage_->FailStructure(table_, "a key outside the data file");
+        return;
+      }
       key_ = FromMdbVal(k);
+      if (!storage_->InData(v)) {
+        damage_ = DamagedRowError(table_, key_, "its value lies outside the data file");
+        return;
+      }
       absl::StatusOr<absl::string_view> value = CheckRow(table_, key_, FromMdbVal(v));
       if (!value.ok()) {
         damage_ = value.status();
@@ -371,8 +427,77 @@ class LmdbStorageCursor final : public Cursor {
       }
       valid_ = true;
       value_ = *value;
+      last_good_ = key_;
     } else if (rc != MDB_NOTFOUND) {
       status_ = storage_->Fail("mdb_cursor_get", rc);
+    }
+  }
+
+  // Next or Prev. The walk follows the leaves through their parents, and a damaged page number
+  // in a branch page sends it into the wrong subtree with no error: each step must move past the
+  // last good key, else the table's structure is damaged. (A damaged entry's own key may be out
+  // of order — it is reported as a damaged row — so the comparison is with the last good one.)
+  void Step(MDB_cursor_op op) {
+    const absl::string_view last_good = last_good_;
+    Move(op, {});
+    if (last_good.empty()) return;
+    const absl::string_view now = valid_ ? key_ : (damage_.ok() ? absl::string_view() : key_);
+    if (now.empty()) return;
+    if (op == MDB_NEXT ? now > last_good : now < last_good) return;
+    if (!valid_) return;  // a damaged row out of place: reported as such
+    valid_ = false;
+    status_ = storage_->FailStructure(table_, "a walk came back to keys it had passed");
+  }
+
+  // After a seek to `target` found key_: LMDB's search trusts the keys of branch and leaf pages,
+  // and a damaged one sends it to the wrong place with no error — the key it returns is below
+  // the target, or the entry before it is not (an event the seek skipped would be answered as
+  // silence). Both are checked; either is damage to the table's page structure.
+  void CheckOrder(absl::string_view target) {
+    if (key_ < target) {
+      valid_ = false;
+      status_ = storage_->FailStructure(table_, "a seek landed below its target");
+      return;
+    }
+    MDB_val k{0, nullptr};
+    MDB_val v{0, nullptr};
+    int rc = cursor_.Get(&k, &v, MDB_PREV);
+    if (rc == MDB_SUCCESS) {
+      // A damaged entry just before may be one whose key the damage moved below the target
+      // (the search took it for smaller and passed it): stand on it, reported, so that a walk
+      // from here does not skip what it held.
+      if (absl::Status row = storage_->CheckEntry(table_, k, v); !row.ok()) {
+        valid_ = false;
+        key_ = FromMdbVal(k);
+        last_good_ = {};
+        if (DamagedRowKey(row)) {
+          damage_ = std::move(row);
+        } else {
+          status_ = std::move(row);
+        }
+        return;
+      }
+      const bool wrong = FromMdbVal(k) >= target;
+      rc = cursor_.Get(&k, &v, MDB_NEXT);  // back to key_
+      if (wrong || rc != MDB_SUCCESS || !storage_->InData(k) || FromMdbVal(k) != key_) {
+        valid_ = false;
+        status_ = storage_->FailStructure(table_, "a seek passed over keys at its target");
+      }
+      return;
+    }
+    if (rc != MDB_NOTFOUND) {
+      valid_ = false;
+      status_ = storage_->Fail("mdb_cursor_get", rc);
+      return;
+    }
+    // key_ is the first entry; stand on it again.
+    k = ToMdbVal(key_);
+    rc = cursor_.Get(&k, &v, MDB_SET_KEY);
+    if (rc != MDB_SUCCESS) {
+      valid_ = false;
+      status_ = rc == MDB_NOTFOUND
+                    ? storage_->FailStructure(table_, "a key found once is not found again")
+                    : storage_->Fail("mdb_cursor_get", rc);
     }
   }
 
@@ -385,6 +510,7 @@ class LmdbStorageCursor final : public Cursor {
   absl::string_view value_;
   absl::Status status_;  // kept: the first error of the snapshot
   absl::Status damage_;  // the damaged row the cursor stands on, until the next move
+  absl::string_view last_good_;  // the last intact key a move stood on (empty after none)
 };
 
 // ---- Open and close -----------------------------------------------------------------------------
@@ -470,7 +596,113 @@ absl::Status LmdbStorage::Init() {
     map_bytes_ = info.me_mapsize;
     stats_.map_bytes = map_bytes_;
   }
-  return CheckFormatAndOpenTables();
+  map_addr_.store(FindMapAddress(), std::memory_order_release);
+  GRYPH_RETURN_IF_ERROR(CheckFormatAndOpenTables());
+  NoteDataEnd();
+  return absl::OkStatus();
+}
+
+absl::Status LmdbStorage::ConfirmAbsent(MDB_txn* txn, MDB_dbi dbi, absl::string_view table,
+                                        absl::string_view key) {
+  LmdbCursor cursor;
+  int rc = cursor.Open(txn, dbi);
+  if (rc != MDB_SUCCESS) return Fail("mdb_cursor_open", rc);
+  MDB_val k = ToMdbVal(key);
+  MDB_val v{0, nullptr};
+  rc = cursor.Get(&k, &v, MDB_SET_RANGE);
+  // A damaged entry beside the place of `key` may be `key` itself, its key damaged (the search
+  // took it for another): then `key` is not known to be absent.
+  if (rc == MDB_NOTFOUND) {
+    rc = cursor.Get(&k, &v, MDB_LAST);  // every key should be below `key`
+    if (rc == MDB_NOTFOUND) return absl::OkStatus();
+    if (rc != MDB_SUCCESS) return Fail("mdb_cursor_get", rc);
+    GRYPH_RETURN_IF_ERROR(CheckEntry(table, k, v));
+    if (FromMdbVal(k) >= key) {
+      return FailStructure(table, "a lookup missed a key at or after its target");
+    }
+    return absl::OkStatus();
+  }
+  if (rc != MDB_SUCCESS) return Fail("mdb_cursor_get", rc);
+  GRYPH_RETURN_IF_ERROR(CheckEntry(table, k, v));
+  if (FromMdbVal(k) <= key) {
+    return FailStructure(table, "a lookup and a seek disagree about a key");
+  }
+  rc = cursor.Get(&k, &v, MDB_PREV);
+  if (rc == MDB_NOTFOUND) return absl::OkStatus();
+  if (rc != MDB_SUCCESS) return Fail("mdb_cursor_get", rc);
+  GRYPH_RETURN_IF_ERROR(CheckEntry(table, k, v));
+  if (FromMdbVal(k) >= key) {
+    return FailStructure(table, "a lookup passed over keys at its target");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LmdbStorage::CheckEntry(absl::string_view table, const MDB_val& k,
+                                     const MDB_val& v) {
+  if (!InData(k)) return FailStructure(table, "a key outside the data file");
+  if (!InData(v)) {
+    return DamagedRowError(table, FromMdbVal(k), "its value lies outside the data file");
+  }
+  return CheckRow(table, FromMdbVal(k), FromMdbVal(v)).status();
+}
+
+void LmdbStorage::NoteDataEnd() {
+  uint64_t end = 0;
+  uint64_t page = 0;
+  if (!LastPageEnd(&end, &page).ok()) return;
+  uint64_t seen = data_end_.load(std::memory_order_relaxed);
+  while (end > seen && !data_end_.compare_exchange_weak(seen, end, std::memory_order_release)) {
+  }
+}
+
+const char* LmdbStorage::FindMapAddress() const {
+  // LMDB does not say where it mapped the data file (MDB_envinfo::me_mapaddr is the address
+  // asked for with MDB_FIXEDMAP, else null): find the mapping of data.mdb at offset 0.
+  const std::string data = (std::filesystem::path(options_.path) / "data.mdb").string();
+  struct stat st;
+  if (::stat(data.c_str(), &st) != 0) return nullptr;
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    // start-end perms offset dev inode path
+    unsigned long long start = 0, end = 0, offset = 0, inode = 0;
+    char perms[8] = {0};
+    unsigned dev_major = 0, dev_minor = 0;
+    if (std::sscanf(line.c_str(), "%llx-%llx %7s %llx %x:%x %llu", &start, &end, perms, &offset,
+                    &dev_major, &dev_minor, &inode) != 7) {
+      continue;
+    }
+    if (offset == 0 && inode == static_cast<unsigned long long>(st.st_ino) &&
+        makedev(dev_major, dev_minor) == st.st_dev) {
+      return reinterpret_cast<const char*>(static_cast<uintptr_t>(start));
+    }
+  }
+  return nullptr;
+}
+
+bool LmdbStorage::InData(const MDB_val& v) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const char* base = map_addr_.load(std::memory_order_acquire);
+    if (base == nullptr) return true;  // not found: no check
+    const uint64_t end = data_end_.load(std::memory_order_acquire);
+    const char* p = static_cast<const char*>(v.mv_data);
+    if (v.mv_size == 0 ||
+        (p >= base && v.mv_size <= end && static_cast<uint64_t>(p - base) <= end - v.mv_size)) {
+      return true;
+    }
+    NoteDataEnd();  // another process may have committed since
+  }
+  return false;
+}
+
+absl::Status LmdbStorage::FailStructure(absl::string_view table, absl::string_view what) {
+  absl::Status status = absl::DataLossError(absl::StrCat(
+      "storage: the page structure of table \"", table, "\" is damaged (", what, ") in ",
+      options_.path, "; restore the store from a copy"));
+  absl::MutexLock lock(&sticky_mu_);
+  if (sticky_.ok()) sticky_ = status;
+  failed_.store(true, std::memory_order_release);
+  return sticky_;
 }
 
 absl::Status LmdbStorage::CheckDataFileSize() {
@@ -551,6 +783,11 @@ absl::Status LmdbStorage::CheckFormatAndOpenTables() {
     MDB_val value;
     rc = mdb_get(txn.get(), meta, &key, &value);
     if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) return Fail("mdb_get", rc);
+    if (rc == MDB_SUCCESS && NearlyMagic(FromMdbVal(value))) {
+      return absl::DataLossError(absl::StrCat(
+          "OpenLmdbStorage: ", path, ": the magic record of ", internal::kMetaTable,
+          " is damaged (\"", absl::CHexEscape(FromMdbVal(value)), "\"); restore the store"));
+    }
     if (rc == MDB_NOTFOUND || FromMdbVal(value) != internal::kMetaMagic) {
       return absl::FailedPreconditionError(
           absl::StrCat("OpenLmdbStorage: ", path, " is not a gryph store: its ",
@@ -590,11 +827,13 @@ absl::Status LmdbStorage::CheckFormatAndOpenTables() {
   std::vector<std::pair<std::string, MDB_dbi>> opened;
   for (const std::string& name : names) {
     MDB_dbi dbi;
+    // The magic and version are a gryph store's: a name that is not a table is damage.
     if (name.find('\0') != std::string::npos ||
-        (rc = mdb_dbi_open(txn.get(), name.c_str(), 0, &dbi)) == MDB_INCOMPATIBLE) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "OpenLmdbStorage: ", path, " is not a gryph store: its main database holds \"", name,
-          "\", which is not a table"));
+        (rc = mdb_dbi_open(txn.get(), name.c_str(), 0, &dbi)) == MDB_INCOMPATIBLE ||
+        rc == MDB_NOTFOUND) {
+      return absl::DataLossError(absl::StrCat(
+          "OpenLmdbStorage: ", path, ": the table directory is damaged: it holds \"",
+          absl::CHexEscape(name), "\", which is not a table; restore the store from a copy"));
     }
     if (rc != MDB_SUCCESS) return Fail("mdb_dbi_open", rc);
     opened.emplace_back(name, dbi);
@@ -704,8 +943,12 @@ absl::StatusOr<std::optional<std::string>> LmdbStorage::Get(absl::string_view ta
   MDB_val k = ToMdbVal(key);
   MDB_val v;
   const int rc = mdb_get(snapshot.txn(), *dbi, &k, &v);
-  if (rc == MDB_NOTFOUND) return std::nullopt;
+  if (rc == MDB_NOTFOUND) {
+    GRYPH_RETURN_IF_ERROR(ConfirmAbsent(snapshot.txn(), *dbi, table, key));
+    return std::nullopt;
+  }
   if (rc != MDB_SUCCESS) return Fail("mdb_get", rc);
+  if (!InData(v)) return DamagedRowError(table, key, "its value lies outside the data file");
   GRYPH_ASSIGN_OR_RETURN(absl::string_view value, CheckRow(table, key, FromMdbVal(v)));
   return std::string(value);
 }
@@ -723,6 +966,20 @@ absl::StatusOr<std::unique_ptr<Cursor>> LmdbStorage::NewCursor(absl::string_view
   if (rc != MDB_SUCCESS) return Fail("mdb_cursor_open", rc);
   return std::unique_ptr<Cursor>(std::make_unique<LmdbStorageCursor>(
       this, std::string(table), std::move(snapshot), std::move(cursor)));
+}
+
+absl::StatusOr<std::optional<uint64_t>> LmdbStorage::RecordedRowCount(absl::string_view table) {
+  GRYPH_RETURN_IF_ERROR(internal::ValidateTableName(table));
+  const std::optional<MDB_dbi> dbi = FindDbi(table);
+  if (!dbi) {
+    GRYPH_RETURN_IF_ERROR(CheckSticky());
+    return std::optional<uint64_t>(0);
+  }
+  GRYPH_ASSIGN_OR_RETURN(ReadSnapshot snapshot, BeginRead());
+  MDB_stat st;
+  const int rc = mdb_stat(snapshot.txn(), *dbi, &st);
+  if (rc != MDB_SUCCESS) return Fail("mdb_stat", rc);
+  return std::optional<uint64_t>(st.ms_entries);
 }
 
 absl::StatusOr<std::vector<std::string>> LmdbStorage::ListTables() {
@@ -768,6 +1025,7 @@ absl::Status LmdbStorage::Commit(const WriteBatch& batch) {
   for (;;) {
     const Outcome outcome = TryCommit(batch);
     if (outcome.rc == MDB_SUCCESS) {
+      NoteDataEnd();
       if (batch.frees_space() && map_bytes_ >= Ceiling(false)) {
         // LMDB lets a transaction reuse only the pages freed two commits before it (the one
         // just before may still be read): commit once more, so that what this batch freed is
@@ -911,7 +1169,12 @@ absl::Status LmdbStorage::CommitFailure(const Outcome& outcome, const WriteBatch
 }
 
 absl::Status LmdbStorage::SetMapSize(uint64_t bytes) {
-  const int rc = gate_.Exclusive([&] { return mdb_env_set_mapsize(env_.get(), bytes); });
+  // The new address is published before any read can start in the new map.
+  const int rc = gate_.Exclusive([&] {
+    const int set = mdb_env_set_mapsize(env_.get(), bytes);
+    map_addr_.store(set == MDB_SUCCESS ? FindMapAddress() : nullptr, std::memory_order_release);
+    return set;
+  });
   if (rc != MDB_SUCCESS) {
     // A failed remap may leave the environment without a map: make the failure sticky.
     absl::Status status = internal::LmdbStatus("mdb_env_set_mapsize", rc, options_.path);
@@ -948,7 +1211,10 @@ absl::Status LmdbStorage::CommitFreedMark() {
       }
       if (rc == MDB_SUCCESS) rc = txn.Commit();
     }
-    if (rc == MDB_SUCCESS) return absl::OkStatus();
+    if (rc == MDB_SUCCESS) {
+      NoteDataEnd();
+      return absl::OkStatus();
+    }
     // It needs a page or two: from the reserve if the map has none left.
     if (rc == MDB_MAP_FULL && attempt == 0) {
       { GateEntry leave = std::move(entry); }

@@ -160,10 +160,35 @@ absl::StatusOr<StorageVerifyReport> VerifyStorage(Storage& storage) {
       return report;
     }
     ++report.tables;
+    const uint64_t rows_before = report.rows;
     Cursor& c = **cursor;
     c.SeekToFirst();
+    std::string previous;
     for (;;) {
-      for (; c.Valid(); c.Next()) ++report.rows;
+      for (; c.Valid(); c.Next()) {
+        ++report.rows;
+        // The walk follows the leaves; a lookup descends from the root. Damage to a key makes
+        // the two disagree (the walk sees keys out of order, or a lookup misses a row) while
+        // every row's checksum holds.
+        const absl::string_view key = c.key();
+        if (report.rows > 1 && !previous.empty() && key <= previous) {
+          report.structure = absl::DataLossError(absl::StrCat(
+              "storage: table \"", table, "\" has key \"", absl::CHexEscape(key),
+              "\" after \"", absl::CHexEscape(previous), "\": its page structure is damaged"));
+          return report;
+        }
+        previous.assign(key.data(), key.size());
+        absl::StatusOr<std::optional<std::string>> looked_up = storage.Get(table, key);
+        if (!looked_up.ok() || !looked_up->has_value() || **looked_up != c.value()) {
+          report.structure =
+              looked_up.ok()
+                  ? absl::DataLossError(absl::StrCat(
+                        "storage: a lookup of key \"", absl::CHexEscape(key), "\" in table \"",
+                        table, "\" disagrees with a walk: its page structure is damaged"))
+                  : looked_up.status();
+          return report;
+        }
+      }
       std::optional<std::string> key = DamagedRowKey(c.status());
       if (!key) break;
       ++report.rows;
@@ -172,6 +197,17 @@ absl::StatusOr<StorageVerifyReport> VerifyStorage(Storage& storage) {
     }
     if (!c.status().ok() && !DamagedRowKey(c.status())) {
       report.structure = c.status();
+      return report;
+    }
+    absl::StatusOr<std::optional<uint64_t>> recorded = storage.RecordedRowCount(table);
+    if (!recorded.ok()) {
+      report.structure = recorded.status();
+      return report;
+    }
+    if (recorded->has_value() && **recorded != report.rows - rows_before) {
+      report.structure = absl::DataLossError(absl::StrCat(
+          "storage: table \"", table, "\" records ", **recorded, " rows but a walk finds ",
+          report.rows - rows_before, ": its page structure is damaged"));
       return report;
     }
   }
