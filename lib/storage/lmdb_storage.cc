@@ -179,27 +179,33 @@ constexpr size_t kChecksumBytes = 4;
 // The CRC-32C of a row: its table name, a NUL, the key's length (4 bytes, big-endian), the key
 // and the value. The table and key are covered so that a value read from the wrong place (a
 // damaged page pointer, a moved node) fails as surely as a flipped bit.
-uint32_t RowChecksum(absl::string_view table, absl::string_view key, absl::string_view value) {
-  char header[5] = {'\0'};
+// What a table contributes to its rows' checksums, computed once per table and cursor.
+struct TableSeed {
+  bool checksummed;  // false for the reserved tables, whose records are bare
+  uint32_t crc;      // the CRC-32C of the table name and a NUL
+};
+
+TableSeed SeedOf(absl::string_view table) {
+  return {!absl::StartsWith(table, Storage::kReservedTablePrefix),
+          internal::Crc32cExtend(internal::Crc32c(table), absl::string_view("\0", 1))};
+}
+
+uint32_t RowChecksum(const TableSeed& seed, absl::string_view key, absl::string_view value) {
+  char length[4];
   const auto n = static_cast<uint32_t>(key.size());
-  header[1] = static_cast<char>(n >> 24);
-  header[2] = static_cast<char>(n >> 16);
-  header[3] = static_cast<char>(n >> 8);
-  header[4] = static_cast<char>(n);
-  uint32_t crc = internal::Crc32c(table);
-  crc = internal::Crc32cExtend(crc, absl::string_view(header, sizeof(header)));
+  length[0] = static_cast<char>(n >> 24);
+  length[1] = static_cast<char>(n >> 16);
+  length[2] = static_cast<char>(n >> 8);
+  length[3] = static_cast<char>(n);
+  uint32_t crc = internal::Crc32cExtend(seed.crc, absl::string_view(length, sizeof(length)));
   crc = internal::Crc32cExtend(crc, key);
   return internal::Crc32cExtend(crc, value);
 }
 
-bool Checksummed(absl::string_view table) {
-  return !absl::StartsWith(table, Storage::kReservedTablePrefix);
-}
-
 // The value of a stored row of `table`, or the damaged-row error if its checksum fails.
-absl::StatusOr<absl::string_view> CheckRow(absl::string_view table, absl::string_view key,
-                                           absl::string_view stored) {
-  if (!Checksummed(table)) return stored;
+absl::StatusOr<absl::string_view> CheckRow(absl::string_view table, const TableSeed& seed,
+                                           absl::string_view key, absl::string_view stored) {
+  if (!seed.checksummed) return stored;
   if (stored.size() < kChecksumBytes) {
     return DamagedRowError(table, key,
                            absl::StrCat("a stored value of ", stored.size(),
@@ -207,7 +213,7 @@ absl::StatusOr<absl::string_view> CheckRow(absl::string_view table, absl::string
   }
   const absl::string_view value = stored.substr(0, stored.size() - kChecksumBytes);
   const uint32_t want = internal::DecodeFixed32BE(stored.data() + value.size());
-  const uint32_t got = RowChecksum(table, key, value);
+  const uint32_t got = RowChecksum(seed, key, value);
   if (want != got) {
     return DamagedRowError(table, key,
                            absl::StrCat("checksum mismatch (stored ", absl::Hex(want, absl::kZeroPad8),
@@ -378,6 +384,7 @@ class LmdbStorageCursor final : public Cursor {
                     LmdbCursor cursor)
       : storage_(storage),
         table_(std::move(table)),
+        seed_(SeedOf(table_)),
         snapshot_(std::move(snapshot)),
         cursor_(std::move(cursor)) {}
 
@@ -392,7 +399,8 @@ class LmdbStorageCursor final : public Cursor {
       if (status_.ok()) status_ = internal::ValidateKey(target);
     } else {
       Move(MDB_SET_RANGE, target);
-      if (valid_) CheckOrder(target);
+      // An exact hit found what was asked for; nothing lies between.
+      if (valid_ && key_ != target) CheckOrder(target);
     }
   }
   void Next() override { Step(MDB_NEXT); }
@@ -420,7 +428,7 @@ class LmdbStorageCursor final : public Cursor {
         damage_ = DamagedRowError(table_, key_, "its value lies outside the data file");
         return;
       }
-      absl::StatusOr<absl::string_view> value = CheckRow(table_, key_, FromMdbVal(v));
+      absl::StatusOr<absl::string_view> value = CheckRow(table_, seed_, key_, FromMdbVal(v));
       if (!value.ok()) {
         damage_ = value.status();
         return;
@@ -503,6 +511,7 @@ class LmdbStorageCursor final : public Cursor {
 
   LmdbStorage* const storage_;
   const std::string table_;
+  const TableSeed seed_;
   ReadSnapshot snapshot_;
   LmdbCursor cursor_;  // declared after snapshot_: closed before the transaction is returned
   bool valid_ = false;
@@ -643,7 +652,7 @@ absl::Status LmdbStorage::CheckEntry(absl::string_view table, const MDB_val& k,
   if (!InData(v)) {
     return DamagedRowError(table, FromMdbVal(k), "its value lies outside the data file");
   }
-  return CheckRow(table, FromMdbVal(k), FromMdbVal(v)).status();
+  return CheckRow(table, SeedOf(table), FromMdbVal(k), FromMdbVal(v)).status();
 }
 
 void LmdbStorage::NoteDataEnd() {
@@ -949,7 +958,8 @@ absl::StatusOr<std::optional<std::string>> LmdbStorage::Get(absl::string_view ta
   }
   if (rc != MDB_SUCCESS) return Fail("mdb_get", rc);
   if (!InData(v)) return DamagedRowError(table, key, "its value lies outside the data file");
-  GRYPH_ASSIGN_OR_RETURN(absl::string_view value, CheckRow(table, key, FromMdbVal(v)));
+  GRYPH_ASSIGN_OR_RETURN(absl::string_view value,
+                         CheckRow(table, SeedOf(table), key, FromMdbVal(v)));
   return std::string(value);
 }
 
@@ -1063,6 +1073,9 @@ LmdbStorage::Outcome LmdbStorage::TryCommit(const WriteBatch& batch) {
     const WriteBatch::Op op = batch.op(i);
     if (op.type == WriteBatch::OpType::kPut) has_put[op.table_index] = true;
   }
+  std::vector<TableSeed> seeds;
+  seeds.reserve(names.size());
+  for (const std::string& name : names) seeds.push_back(SeedOf(name));
   std::vector<std::optional<MDB_dbi>> dbis(names.size());
   std::vector<std::pair<std::string, MDB_dbi>> created;
   for (size_t t = 0; t < names.size(); ++t) {
@@ -1089,7 +1102,7 @@ LmdbStorage::Outcome LmdbStorage::TryCommit(const WriteBatch& batch) {
         if (rc != MDB_SUCCESS) return {rc, "mdb_put"};
         char* out = static_cast<char*>(value.mv_data);
         if (!op.value.empty()) std::memcpy(out, op.value.data(), op.value.size());
-        const uint32_t crc = RowChecksum(op.table, op.key, op.value);
+        const uint32_t crc = RowChecksum(seeds[op.table_index], op.key, op.value);
         out += op.value.size();
         out[0] = static_cast<char>(crc >> 24);
         out[1] = static_cast<char>(crc >> 16);
