@@ -233,23 +233,85 @@ TEST_CASE("every submission of a failed group gets the error, and so do later on
   committer.Submit(OneRecord(1), 1, results.Callback(0));
   REQUIRE_OK(committer.Flush());
 
-  storage.FailCommitNumber(2, absl::ResourceExhaustedError("map full"));
+  storage.FailCommitNumber(2, absl::DataLossError("disk damaged"));
   committer.Submit(OneRecord(2), 1, results.Callback(1));
   committer.Submit(OneRecord(3), 1, results.Callback(2));
-  REQUIRE_CODE(committer.Flush(), absl::StatusCode::kResourceExhausted);
-  REQUIRE(results.status(1).code() == absl::StatusCode::kResourceExhausted);
-  REQUIRE(results.status(2).code() == absl::StatusCode::kResourceExhausted);
+  REQUIRE_CODE(committer.Flush(), absl::StatusCode::kDataLoss);
+  REQUIRE(results.status(1).code() == absl::StatusCode::kDataLoss);
+  REQUIRE(results.status(2).code() == absl::StatusCode::kDataLoss);
   REQUIRE(Get(base, 2) == std::nullopt);
   REQUIRE(Get(base, 3) == std::nullopt);
 
   // The committer is failed: a later submission is not committed (it would follow a hole).
   committer.Submit(OneRecord(4), 1, results.Callback(3));
-  REQUIRE_CODE(committer.Flush(), absl::StatusCode::kResourceExhausted);
-  REQUIRE(results.status(3).code() == absl::StatusCode::kResourceExhausted);
+  REQUIRE_CODE(committer.Flush(), absl::StatusCode::kDataLoss);
+  REQUIRE(results.status(3).code() == absl::StatusCode::kDataLoss);
   REQUIRE(Get(base, 4) == std::nullopt);
   REQUIRE(storage.commits_attempted() == 2);
-  REQUIRE_CODE(committer.status(), absl::StatusCode::kResourceExhausted);
+  REQUIRE_CODE(committer.status(), absl::StatusCode::kDataLoss);
   REQUIRE(results.status(0).ok());
+}
+
+TEST_CASE("a full store fails that group and what was submitted before its callbacks ran, then "
+          "goes on",
+          "[group_commit]") {
+  MemoryStorage base;
+  FaultInjectingStorage storage(&base);
+  GroupCommitter committer(&storage, Options(100, absl::Hours(1)));
+  Results results;
+  storage.FailNextCommitWithMapFull();
+  committer.Submit(OneRecord(1), 1, [&](absl::Status s) {
+    // While the failed group's callbacks run, a submitter that has not heard yet submits more,
+    // built on what just failed: that must not commit either.
+    committer.Submit(OneRecord(2), 1, results.Callback(1));
+    results.Callback(0)(std::move(s));
+  });
+  REQUIRE_CODE(committer.Flush(), absl::StatusCode::kResourceExhausted);
+  REQUIRE(results.status(0).code() == absl::StatusCode::kResourceExhausted);
+  REQUIRE(results.status(1).code() == absl::StatusCode::kResourceExhausted);
+  // Not sticky: what comes after commits.
+  REQUIRE_OK(committer.status());
+  committer.Submit(OneRecord(3), 1, results.Callback(2));
+  REQUIRE_OK(committer.Flush());
+  REQUIRE_OK(results.status(2));
+  REQUIRE(Get(base, 1) == std::nullopt);
+  REQUIRE(Get(base, 2) == std::nullopt);
+  REQUIRE(Get(base, 3) == "event 3");
+  REQUIRE(results.count() == 3);
+}
+
+TEST_CASE("a batch that frees space commits on its own, ahead of the pending group, marked",
+          "[group_commit]") {
+  MemoryStorage base;
+  // Records what each commit looked like.
+  class Recording : public StorageWrapper {
+   public:
+    using StorageWrapper::StorageWrapper;
+    absl::Status Commit(const WriteBatch& batch) override {
+      marks.push_back(batch.frees_space());
+      sizes.push_back(batch.count());
+      return StorageWrapper::Commit(batch);
+    }
+    std::vector<bool> marks;
+    std::vector<size_t> sizes;
+  } storage(&base);
+  FakeClock clock;
+  GroupCommitter committer(&storage, Options(100, absl::Hours(1), clock.fn()));
+  Results results;
+  committer.Submit(OneRecord(1), 1, results.Callback(0));
+  committer.Submit(OneRecord(2), 1, results.Callback(1));
+  REQUIRE(committer.NextDeadline() == clock.now + absl::Hours(1));
+  WriteBatch release;
+  release.Delete("log", Key(1));
+  release.set_frees_space(true);
+  committer.Submit(std::move(release), 0, results.Callback(2));
+  // Due at once, and first.
+  REQUIRE(committer.NextDeadline() == absl::InfinitePast());
+  REQUIRE_OK(committer.FlushIfDue(clock.now));
+  REQUIRE(storage.marks == std::vector<bool>{true, false});
+  REQUIRE(storage.sizes == std::vector<size_t>{1, 2});
+  REQUIRE(results.order() == std::vector<size_t>{2, 0, 1});
+  REQUIRE(Get(base, 1) == "event 1");  // the delete ran before the put
 }
 
 TEST_CASE("destroying the committer drops pending submissions like a crash", "[group_commit]") {

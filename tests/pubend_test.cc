@@ -462,6 +462,90 @@ TEST_CASE("a flipped bit in a logged event on disk reaches no subscriber as data
   REQUIRE(report->damaged[0].table == "pubend.events");
 }
 
+TEST_CASE("a pubend at a full store fails those publishes, releases from the reserve, and "
+          "publishes again, also after a reopen",
+          "[pubend][release]") {
+  testing::TempDir dir;
+  StorageOptions so;
+  so.path = (dir.path() / "store").string();
+  so.initial_map_bytes = uint64_t{1} << 20;
+  so.max_map_bytes = uint64_t{4} << 20;  // a reserve of 512 KiB
+  InProcessNetwork net;
+  auto shb = *net.Connect("shb");
+  shb->SetReceiver([](absl::string_view, Message) {});
+  PublisherHostingBrokerOptions o;
+  o.pubends = {PubendOptions{kP}};
+  o.downstream = {"shb"};
+  o.commit_thread = false;
+  absl::Time now = kT0;
+  o.clock = [&now] { return now; };
+  std::unique_ptr<Storage> storage;
+  std::unique_ptr<Channel> channel;
+  std::unique_ptr<PublisherHostingBroker> phb;
+  auto open = [&] {
+    phb.reset();
+    channel.reset();
+    storage.reset();
+    auto s = OpenLmdbStorage(so);
+    REQUIRE_OK(s);
+    storage = *std::move(s);
+    channel = *net.Connect("phb");
+    auto p = PublisherHostingBroker::Open(o, storage.get(), channel.get());
+    REQUIRE_OK(p);
+    phb = *std::move(p);
+  };
+  uint64_t sequence = 0;
+  auto publish = [&]() -> absl::StatusOr<Tick> {
+    Event e;
+    e.SetInt64("id", static_cast<int64_t>(sequence)).SetPayload(std::string(1000, 'p'));
+    now += absl::Microseconds(10);
+    auto slot = std::make_shared<std::optional<absl::StatusOr<Tick>>>();
+    phb->Publish(kP, "writer", ++sequence, MakeEventRef(std::move(e)),
+                 [slot](absl::StatusOr<Tick> r) { *slot = r; });
+    (void)phb->Flush();
+    net.DeliverAll();
+    REQUIRE(slot->has_value());
+    return **slot;
+  };
+  open();
+  absl::Status full;
+  Tick last = 0;
+  for (int i = 0; i < 20000 && full.ok(); ++i) {
+    absl::StatusOr<Tick> t = publish();
+    if (t.ok()) {
+      last = *t;
+    } else {
+      full = t.status();
+    }
+  }
+  REQUIRE_CODE(full, absl::StatusCode::kResourceExhausted);
+  REQUIRE(last > 0);
+  // Before: the failed commit failed the pubend for good.
+  REQUIRE_OK(phb->pubend(kP)->status());
+  // The failed sequence may be retried (it was not logged): it fails the same way, not as
+  // "below its latest and never logged".
+  --sequence;
+  REQUIRE_CODE(publish(), absl::StatusCode::kResourceExhausted);
+
+  // The wedge: reopened full, one publish before the release.
+  open();
+  REQUIRE_CODE(publish(), absl::StatusCode::kResourceExhausted);
+  REQUIRE_OK(phb->HandleMessage("shb", ReleaseMessage{{{kP, last, last}}}));
+  absl::StatusOr<Tick> again = absl::UnknownError("not tried");
+  for (int round = 0; round < 200 && !again.ok(); ++round) {
+    now += absl::Milliseconds(10);
+    phb->OnTimer(now);
+    (void)phb->Flush();
+    net.DeliverAll();
+    again = publish();
+  }
+  REQUIRE_OK(again);
+  REQUIRE(phb->pubend(kP)->l_prefix() == last);
+  REQUIRE_OK(phb->pubend(kP)->status());
+  // And it keeps publishing into the room the release made.
+  for (int i = 0; i < 100; ++i) REQUIRE_OK(publish());
+}
+
 TEST_CASE("a nack for a long span is answered in part, and asking again gets the rest",
           "[pubend]") {
   PubendOptions po{kP};

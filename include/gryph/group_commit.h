@@ -16,6 +16,16 @@
 //     submission's callback gets the same error without touching storage. (A log whose record i
 //     failed must not commit record i+1.) Build a new GroupCommitter, after re-reading what was
 //     committed, to continue.
+//   - Except when the storage is full (kResourceExhausted, which applies nothing): then the
+//     group's submissions get the error, and so does every submission made before their
+//     callbacks have all run — made before its submitter could know, it may build on the failed
+//     ones — and later submissions commit as usual. A submitter that holds its own lock around
+//     Submit and in its callback (as the Pubend does) thus never has a submission commit that
+//     was built on a failed one.
+//   - A batch marked frees_space (WriteBatch::set_frees_space: a release, a reclaim) commits in a
+//     group of its own, ahead of the ordinary group pending with it, and may use the storage's
+//     reserve: so that a full store can make room. Such a batch must not depend on ordinary
+//     submissions still pending (a release names only committed ticks).
 //
 // Two ways to drive it:
 //   - Manual (sans-I/O), for the deterministic simulator and single-threaded owners: call
@@ -143,8 +153,14 @@ class GroupCommitter {
   void CountLocked(size_t records) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool DueLocked(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Group TakePendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether anything (ordinary or freeing) is pending.
+  bool HasPendingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Commits `group` (unless the committer has failed) and runs its callbacks.
-  absl::Status CommitGroupLocked(Group group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(commit_mu_)
+  absl::Status CommitGroupLocked(Group group, bool frees_space)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(commit_mu_) ABSL_LOCKS_EXCLUDED(mu_);
+  // Takes both pending groups and commits them: the freeing one first. Returns the ordinary
+  // group's status (the freeing one's if there is no ordinary one).
+  absl::Status CommitPendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(commit_mu_)
       ABSL_LOCKS_EXCLUDED(mu_);
   void ThreadMain() ABSL_LOCKS_EXCLUDED(mu_, commit_mu_);
   // Stops the thread, committing what is pending iff `flush`.
@@ -164,6 +180,12 @@ class GroupCommitter {
   // tests/tsan_absl_mutex.cc.)
   absl::CondVar work_;
   Group pending_ ABSL_GUARDED_BY(mu_);
+  // The frees_space submissions pending, committed ahead of pending_; due at once.
+  Group freeing_ ABSL_GUARDED_BY(mu_);
+  // While the callbacks of a group that failed for want of room run: ordinary submissions made
+  // meanwhile fail too; their callbacks wait in late_failed_ until those callbacks are done.
+  bool failing_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<Done> late_failed_ ABSL_GUARDED_BY(mu_);
   uint64_t pending_number_ ABSL_GUARDED_BY(mu_) = 1;  // pending_'s number (SubmitInto)
   absl::Time first_pending_ ABSL_GUARDED_BY(mu_);  // when pending_ got its first submission
   absl::Status status_ ABSL_GUARDED_BY(mu_);       // sticky failure

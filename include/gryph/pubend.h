@@ -31,7 +31,11 @@
 //
 // Failure: a failed commit fails the pubend for good (status()): the failed publishes and every
 // later one get the error, and nothing that was not committed is acknowledged or sent downstream.
-// Reopen the storage and the pubend to continue; what was acknowledged is still there.
+// Reopen the storage and the pubend to continue; what was acknowledged is still there. A full
+// store (kResourceExhausted) is the exception: the publishes of that commit (and those submitted
+// with them) fail with it, their sequences may be retried, and the pubend goes on — its release
+// and reclaim commit from the storage's reserve (StorageOptions::reserve_bytes), so releasing
+// what downstream acknowledged (or maxRetain) makes room and publishing resumes.
 //
 // Thread-safety: thread-safe. Publish may be called from any thread; acknowledgements and
 // knowledge sends happen on the thread that runs the GroupCommitter's commits. Callbacks must not

@@ -102,7 +102,8 @@ absl::Status Pubend::Recover() {
     // Only the key matters here: a damaged last row still holds its tick.
     const std::optional<std::string> damaged = DamagedRowKey(c->status());
     if (!damaged) GRYPH_RETURN_IF_ERROR(c->status());
-    const absl::string_view key = c->Valid() ? c->key() : damaged.value_or("");
+    const absl::string_view key =
+        c->Valid() ? c->key() : (damaged ? absl::string_view(*damaged) : absl::string_view());
     const std::string prefix = internal::PubendPrefix(p);
     if (key.size() == 12 && key.substr(0, 4) == prefix) last_event = DecodeFixed64BE(key.data() + 4);
   }
@@ -161,6 +162,9 @@ Tick Pubend::NowTick(absl::Time now) const {
 }
 
 void Pubend::Fail(const absl::Status& status) {
+  // A full store applied nothing and the committer goes on (GroupCommitter): the submission's
+  // own callback undoes what it had reserved, and a later one (after a release) succeeds.
+  if (absl::IsResourceExhausted(status)) return;
   if (status_.ok()) status_ = status;
 }
 
@@ -269,6 +273,11 @@ void Pubend::OnCommitted(CommitBatch& batch, absl::Status status) {
         if (status.ok()) {
           pub.committed.push_back({e.sequence, e.tick});
           if (pub.committed.size() > kSequenceWindow) pub.committed.pop_front();
+        } else {
+          // Not logged: the publisher may retry the sequence (every later pending one of this
+          // publisher fails too, see GroupCommitter, and moves it back further).
+          pub.last_sequence = std::max(pub.committed.empty() ? 0 : pub.committed.back().sequence,
+                                       pub.pending.empty() ? 0 : pub.pending.rbegin()->first);
         }
       }
       if (!status.ok()) {
@@ -397,6 +406,7 @@ void Pubend::ReclaimSome() {
   WriteBatch batch;
   batch.DeleteRange(internal::kEventsTable, EventKey(options_.id, reclaimed_ + 1),
                     EventKey(options_.id, last + 1));
+  batch.set_frees_space(true);  // it may use the storage's reserve: at a full store it makes room
   reclaiming_ = true;
   SubmitOtherLocked(std::move(batch), [this, last](absl::Status s) {
     absl::MutexLock l(&mu_);
@@ -433,11 +443,15 @@ void Pubend::MaybeRelease(absl::Time now) {
   WriteBatch batch;
   batch.Put(internal::kPubendMetaTable, MetaKey(options_.id, internal::kMetaLPrefix),
             EncodeFixed64(target));
+  // It names committed ticks only, so it may commit ahead of pending publishes, and from the
+  // storage's reserve: at a full store the release is what makes room.
+  batch.set_frees_space(true);
   releasing_ = target;  // the L prefix being committed; nack answers wait for l_prefix_
   SubmitOtherLocked(std::move(batch), [this, target](absl::Status s) {
     absl::MutexLock l(&mu_);
     if (!s.ok()) {
       Fail(s);
+      releasing_ = l_prefix_;  // tried again at the next timer
       return;
     }
     l_prefix_ = std::max(l_prefix_, target);

@@ -22,6 +22,23 @@ absl::Time GroupCommitter::Now() const {
 void GroupCommitter::Submit(WriteBatch batch, size_t records, Done done) {
   const absl::Time now = Now();
   absl::MutexLock lock(&mu_);
+  if (batch.frees_space()) {
+    const bool idle = !HasPendingLocked();
+    if (freeing_.callbacks.empty()) {
+      freeing_.batch = std::move(batch);
+    } else {
+      freeing_.batch.Append(batch);
+    }
+    freeing_.records += records;
+    freeing_.callbacks.push_back(std::move(done));
+    if (idle) first_pending_ = now;
+    work_.Signal();  // due at once
+    return;
+  }
+  if (failing_) {
+    late_failed_.push_back(std::move(done));
+    return;
+  }
   const bool was_empty = pending_.callbacks.empty();
   if (was_empty) {
     pending_.batch = std::move(batch);
@@ -35,6 +52,12 @@ uint64_t GroupCommitter::SubmitInto(size_t records, absl::FunctionRef<void(Write
                                     Done done) {
   const absl::Time now = Now();
   absl::MutexLock lock(&mu_);
+  if (failing_) {
+    WriteBatch discarded;
+    fill(discarded);
+    late_failed_.push_back(std::move(done));
+    return 0;  // no group: JoinPending fails
+  }
   const bool was_empty = pending_.callbacks.empty();
   fill(pending_.batch);
   AddedLocked(now, was_empty, records, std::move(done));
@@ -51,7 +74,7 @@ bool GroupCommitter::JoinPending(uint64_t group, size_t records,
 }
 
 void GroupCommitter::AddedLocked(absl::Time now, bool was_empty, size_t records, Done done) {
-  if (was_empty) first_pending_ = now;
+  if (was_empty && freeing_.callbacks.empty()) first_pending_ = now;
   pending_.callbacks.push_back(std::move(done));
   if (was_empty) work_.Signal();  // a new group to time
   CountLocked(records);
@@ -63,7 +86,12 @@ void GroupCommitter::CountLocked(size_t records) {
   if (!was_full && pending_.records >= options_.max_records) work_.Signal();  // it filled up
 }
 
+bool GroupCommitter::HasPendingLocked() const {
+  return !pending_.callbacks.empty() || !freeing_.callbacks.empty();
+}
+
 bool GroupCommitter::DueLocked(absl::Time now) const {
+  if (!freeing_.callbacks.empty()) return true;
   if (pending_.callbacks.empty()) return false;
   return pending_.records >= options_.max_records || now >= first_pending_ + options_.max_delay;
 }
@@ -75,23 +103,56 @@ GroupCommitter::Group GroupCommitter::TakePendingLocked() {
   return group;
 }
 
-absl::Status GroupCommitter::CommitGroupLocked(Group group) {
+absl::Status GroupCommitter::CommitGroupLocked(Group group, bool frees_space) {
   absl::Status status;
   {
     absl::MutexLock lock(&mu_);
     status = status_;
   }
+  bool full = false;
   if (status.ok()) {
+    group.batch.set_frees_space(frees_space);
     status = storage_->Commit(group.batch);
     absl::MutexLock lock(&mu_);
     ++stats_.groups;
-    if (!status.ok() && status_.ok()) status_ = status;
+    full = absl::IsResourceExhausted(status);
+    if (!status.ok() && !full && status_.ok()) status_ = status;
+    if (full && !frees_space) {
+      // Everything pending was submitted before its submitter could know: it fails too, and so
+      // does what comes before the callbacks below are done.
+      failing_ = true;
+      for (Done& done : pending_.callbacks) late_failed_.push_back(std::move(done));
+      stats_.records += pending_.records;
+      TakePendingLocked();
+    }
   }
   for (Done& done : group.callbacks) std::move(done)(status);
+  std::vector<Done> late;
+  if (full && !frees_space) {
+    absl::MutexLock lock(&mu_);
+    failing_ = false;
+    late.swap(late_failed_);
+  }
+  for (Done& done : late) std::move(done)(status);
   if (options_.after_group) options_.after_group();
   absl::MutexLock lock(&mu_);
-  stats_.submissions += group.callbacks.size();
+  stats_.submissions += group.callbacks.size() + late.size();
   stats_.records += group.records;
+  return status;
+}
+
+absl::Status GroupCommitter::CommitPendingLocked() {
+  Group freeing;
+  Group ordinary;
+  {
+    absl::MutexLock lock(&mu_);
+    freeing = std::move(freeing_);
+    freeing_ = Group();
+    ordinary = TakePendingLocked();
+  }
+  absl::Status status;
+  if (!freeing.callbacks.empty()) status = CommitGroupLocked(std::move(freeing), true);
+  if (!ordinary.callbacks.empty()) status = CommitGroupLocked(std::move(ordinary), false);
   return status;
 }
 
@@ -99,13 +160,11 @@ absl::Status GroupCommitter::Flush() {
   // The group is taken only once commit_mu_ is held, so groups commit in the order they were
   // formed. Submitters never wait for commit_mu_: they only append under mu_.
   absl::MutexLock commit_lock(&commit_mu_);
-  Group group;
   {
     absl::MutexLock lock(&mu_);
-    if (pending_.callbacks.empty()) return status_;
-    group = TakePendingLocked();
+    if (!HasPendingLocked()) return status_;
   }
-  return CommitGroupLocked(std::move(group));
+  return CommitPendingLocked();
 }
 
 absl::Status GroupCommitter::FlushIfDue(absl::Time now) {
@@ -118,6 +177,7 @@ absl::Status GroupCommitter::FlushIfDue(absl::Time now) {
 
 std::optional<absl::Time> GroupCommitter::NextDeadline() const {
   absl::MutexLock lock(&mu_);
+  if (!freeing_.callbacks.empty()) return absl::InfinitePast();
   if (pending_.callbacks.empty()) return std::nullopt;
   if (pending_.records >= options_.max_records) return absl::InfinitePast();
   return first_pending_ + options_.max_delay;
@@ -154,30 +214,26 @@ void GroupCommitter::StopThread(bool flush) {
 
 void GroupCommitter::ThreadMain() {
   for (;;) {
-    Group group;
     {
       absl::MutexLock lock(&mu_);
       // Sleep until the pending group is due or a stop is requested.
       for (;;) {
         if (stop_requested_) break;
-        if (pending_.callbacks.empty()) {
+        if (!HasPendingLocked()) {
           work_.Wait(&mu_);
           continue;
         }
-        if (pending_.records >= options_.max_records) break;
+        if (!freeing_.callbacks.empty() || pending_.records >= options_.max_records) break;
         const absl::Duration left = first_pending_ + options_.max_delay - Now();
         if (left <= absl::ZeroDuration()) break;
         work_.WaitWithTimeout(&mu_, left);
       }
-      if (stop_requested_ && (!flush_on_stop_ || pending_.callbacks.empty())) return;
+      if (stop_requested_ && (!flush_on_stop_ || !HasPendingLocked())) return;
     }
     absl::MutexLock commit_lock(&commit_mu_);
-    {
-      absl::MutexLock lock(&mu_);
-      group = TakePendingLocked();  // empty if a Flush() took it meanwhile
-    }
-    // Submissions arriving from here on form the next group while this one commits.
-    if (!group.callbacks.empty()) CommitGroupLocked(std::move(group)).IgnoreError();
+    // (Nothing is taken if a Flush() took it meanwhile.) Submissions arriving from here on form
+    // the next group while this one commits.
+    CommitPendingLocked().IgnoreError();
   }
 }
 
