@@ -16,12 +16,11 @@
 //     submission's callback gets the same error without touching storage. (A log whose record i
 //     failed must not commit record i+1.) Build a new GroupCommitter, after re-reading what was
 //     committed, to continue.
-//   - Except when the storage is full (kResourceExhausted, which applies nothing): then the
-//     group's submissions get the error, and so does every submission made before their
-//     callbacks have all run — made before its submitter could know, it may build on the failed
-//     ones — and later submissions commit as usual. A submitter that holds its own lock around
-//     Submit and in its callback (as the Pubend does) thus never has a submission commit that
-//     was built on a failed one.
+//   - Unless resume_after_full is set: then a commit that fails for want of room
+//     (kResourceExhausted, which applies nothing) fails only its own group, and later groups
+//     commit as usual. For submitters whose batches never build on each other's (the Pubend's
+//     rows are each written by the one commit they describe); a submitter whose later batches
+//     assume the earlier ones committed (the SHB's rounds) needs the prefix rule.
 //   - A batch marked frees_space (WriteBatch::set_frees_space: a release, a reclaim) commits in a
 //     group of its own, ahead of the ordinary group pending with it, and may use the storage's
 //     reserve: so that a full store can make room. Such a batch must not depend on ordinary
@@ -77,6 +76,9 @@ struct GroupCommitOptions {
   // Runs after the callbacks of each group, on the committing thread (e.g. to send downstream,
   // in one message, what the whole group made durable). Same rules as callbacks.
   std::function<void()> after_group;
+  // A full store (kResourceExhausted) fails only that group; the committer goes on (see the
+  // guarantees above for who may set this).
+  bool resume_after_full = false;
 };
 
 class GroupCommitter {
@@ -182,10 +184,6 @@ class GroupCommitter {
   Group pending_ ABSL_GUARDED_BY(mu_);
   // The frees_space submissions pending, committed ahead of pending_; due at once.
   Group freeing_ ABSL_GUARDED_BY(mu_);
-  // While the callbacks of a group that failed for want of room run: ordinary submissions made
-  // meanwhile fail too; their callbacks wait in late_failed_ until those callbacks are done.
-  bool failing_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<Done> late_failed_ ABSL_GUARDED_BY(mu_);
   uint64_t pending_number_ ABSL_GUARDED_BY(mu_) = 1;  // pending_'s number (SubmitInto)
   absl::Time first_pending_ ABSL_GUARDED_BY(mu_);  // when pending_ got its first submission
   absl::Status status_ ABSL_GUARDED_BY(mu_);       // sticky failure

@@ -182,6 +182,7 @@ class Pubend {
   struct Publisher {
     std::deque<SequenceEntry> committed;  // the latest kSequenceWindow, increasing
     uint64_t last_sequence = 0;           // the latest accepted (committed or not)
+    uint64_t stored_rows = 0;             // its sequence rows in storage, at most (trimmed)
     // Sequences accepted but not committed yet, with the retries waiting for the commit.
     struct Pending {
       Tick tick = 0;
@@ -207,6 +208,9 @@ class Pubend {
     std::vector<Published> events;  // guarded by the pubend's mu_
   };
   void OnCommitted(CommitBatch& batch, absl::Status status);
+  // Deletes the stored sequence rows of `name` below its committed window.
+  void TrimPublisherLocked(const std::string& name, Publisher& pub)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Submits a commit that is not a publish (no records). It closes the open batch first, so
   // that no later publish joins a group ahead of it: the pubend's commits stay in tick order.
   void SubmitOtherLocked(WriteBatch batch, GroupCommitter::Done done)
@@ -217,6 +221,8 @@ class Pubend {
   // Deletes the next chunk of events below the L prefix.
   void ReclaimSome() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistDownstream(const std::string& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes again the downstream rows a full store refused (downstream_dirty_).
+  void PersistDirtyDownstream() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendLocked(KnowledgeMessage message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FlushKnowledgeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Appends knowledge for `range` read from the log to *out, split into bounded messages; ticks
@@ -254,6 +260,10 @@ class Pubend {
   absl::btree_map<std::string, Downstream> downstream_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Publisher> publishers_ ABSL_GUARDED_BY(mu_);
   absl::btree_set<std::string> damaged_events_ ABSL_GUARDED_BY(mu_);  // their row keys
+  // Downstream rows a full store refused: all are written again (and the removed nodes' rows
+  // deleted again) at the next timer.
+  bool downstream_dirty_ ABSL_GUARDED_BY(mu_) = false;
+  absl::btree_set<std::string> removed_unpersisted_ ABSL_GUARDED_BY(mu_);
   absl::Status damage_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "lib/pubend/pubend_keys.h"
 #include "lib/util/coding.h"
@@ -21,7 +22,8 @@ using internal::PutFixed64BE;
 
 namespace {
 
-constexpr uint8_t kPublisherRowVersion = 1;
+// The value of a publisher sequence row: this version, then the tick as a varint.
+constexpr uint8_t kPublisherRowVersion = 2;
 
 std::string EncodeFixed64(Tick t) {
   std::string s;
@@ -93,9 +95,12 @@ absl::Status Pubend::Recover() {
       c->SeekToLast();
     } else {
       c->Seek(end);
-      if (c->Valid() || DamagedRowKey(c->status())) {
+      // A seek stands on a damaged row before the place it found (it may be what it sought),
+      // which here may be this pubend's last: step back only from the next pubend's rows.
+      const std::optional<std::string> stood = DamagedRowKey(c->status());
+      if (c->Valid() || (stood && *stood >= end)) {
         c->Prev();
-      } else {
+      } else if (!stood) {
         c->SeekToLast();
       }
     }
@@ -127,28 +132,30 @@ absl::Status Pubend::Recover() {
         return true;
       }));
   GRYPH_RETURN_IF_ERROR(parse);
+  // One row per logged sequence, in sequence order per publisher (docs/format.md); the window
+  // is the latest kSequenceWindow of them.
   GRYPH_RETURN_IF_ERROR(storage_->Scan(
       internal::kPublishersTable, begin, end, [&](absl::string_view key, absl::string_view value) {
+        const size_t name_bytes =
+            key.size() >= 6 ? (static_cast<uint8_t>(key[4]) << 8 | static_cast<uint8_t>(key[5]))
+                            : 0;
         internal::ByteReader in(value, "publisher row");
         uint8_t version = 0;
-        uint64_t count = 0;
-        Publisher pub;
-        if (in.ReadByte(&version, "version") && version == kPublisherRowVersion &&
-            in.ReadVarintAtMost(kSequenceWindow, &count, "count")) {
-          for (uint64_t i = 0; i < count; ++i) {
-            SequenceEntry e{};
-            if (!in.ReadVarint64(&e.sequence, "sequence") || !in.ReadVarint64(&e.tick, "tick")) {
-              break;
-            }
-            pub.committed.push_back(e);
-          }
-        }
-        if (!in.ExpectEnd() || version != kPublisherRowVersion) {
-          parse = absl::DataLossError(absl::StrCat("pubend publisher row: ", in.status().message()));
+        SequenceEntry e{};
+        if (key.size() != 4 + 2 + name_bytes + 8 || name_bytes > kMaxPublisherNameBytes ||
+            !in.ReadByte(&version, "version") || version != kPublisherRowVersion ||
+            !in.ReadVarint64(&e.tick, "tick") || !in.ExpectEnd()) {
+          parse = absl::DataLossError(absl::StrCat(
+              "pubend ", options_.id.value, " publisher row \"", absl::CHexEscape(key),
+              "\" is malformed", in.status().ok() ? "" : ": ", in.status().message()));
           return false;
         }
-        pub.last_sequence = pub.committed.empty() ? 0 : pub.committed.back().sequence;
-        publishers[std::string(key.substr(4))] = std::move(pub);
+        e.sequence = DecodeFixed64BE(key.data() + 6 + name_bytes);
+        Publisher& pub = publishers[std::string(key.substr(6, name_bytes))];
+        pub.committed.push_back(e);  // keys ascend: so do the sequences
+        if (pub.committed.size() > kSequenceWindow) pub.committed.pop_front();
+        pub.last_sequence = e.sequence;
+        ++pub.stored_rows;
         return true;
       }));
   downstream_ = std::move(downstream);
@@ -205,7 +212,8 @@ void Pubend::Publish(absl::string_view publisher, uint64_t sequence, EventRef ev
         } else {
           immediate = absl::InvalidArgumentError(absl::StrCat(
               "publisher '", publisher, "' sequence ", sequence, " is below its latest ",
-              pub->last_sequence, " and was never logged"));
+              pub->last_sequence, " and was never logged (if its publish failed, publish it "
+              "again under a new sequence)"));
         }
       } else {
         const Tick t = std::max(assigned_ + 1, NowTick(now));
@@ -213,27 +221,22 @@ void Pubend::Publish(absl::string_view publisher, uint64_t sequence, EventRef ev
         last_activity_ = now;
         // Written straight into the pending group (SubmitInto): no batch of its own, no copy of
         // one.
+        // The sequence's own row, written by the commit that logs the event and by no other:
+        // no row claims a sequence whose commit failed (a full store fails one group, and the
+        // ones after it may commit).
         std::string row;
         if (pub != nullptr) {
           pub->last_sequence = sequence;
           pub->pending[sequence].tick = t;
-          // The row holds the latest sequences including this one; everything pending commits
-          // before it (commits are in order), so the row is right whenever it is durable.
-          std::vector<SequenceEntry> window(pub->committed.begin(), pub->committed.end());
-          for (const auto& [seq, entry] : pub->pending) window.push_back({seq, entry.tick});
-          const size_t skip = window.size() > kSequenceWindow ? window.size() - kSequenceWindow : 0;
           row.push_back(static_cast<char>(kPublisherRowVersion));
-          internal::PutVarint64(&row, window.size() - skip);
-          for (size_t i = skip; i < window.size(); ++i) {
-            internal::PutVarint64(&row, window[i].sequence);
-            internal::PutVarint64(&row, window[i].tick);
-          }
+          internal::PutVarint64(&row, t);
         }
         ++in_flight_;
         auto fill = [&](WriteBatch& batch) {
           batch.Put(internal::kEventsTable, EventKey(options_.id, t), encoded);
           if (pub != nullptr) {
-            batch.Put(internal::kPublishersTable, NamedKey(options_.id, publisher), row);
+            batch.Put(internal::kPublishersTable,
+                      internal::PublisherSequenceKey(options_.id, publisher, sequence), row);
           }
         };
         // The commit thread cannot run the batch's callback meanwhile: it needs mu_.
@@ -273,6 +276,7 @@ void Pubend::OnCommitted(CommitBatch& batch, absl::Status status) {
         if (status.ok()) {
           pub.committed.push_back({e.sequence, e.tick});
           if (pub.committed.size() > kSequenceWindow) pub.committed.pop_front();
+          if (++pub.stored_rows >= 2 * kSequenceWindow) TrimPublisherLocked(e.publisher, pub);
         } else {
           // Not logged: the publisher may retry the sequence (every later pending one of this
           // publisher fails too, see GroupCommitter, and moves it back further).
@@ -298,6 +302,21 @@ void Pubend::OnCommitted(CommitBatch& batch, absl::Status status) {
     }
   }
   for (auto& [done, result] : answers) std::move(done)(std::move(result));
+}
+
+void Pubend::TrimPublisherLocked(const std::string& name, Publisher& pub) {
+  // The rows below the committed window: deleting them depends on nothing still pending.
+  WriteBatch batch;
+  batch.DeleteRange(internal::kPublishersTable,
+                    internal::PublisherSequenceKey(options_.id, name, 0),
+                    internal::PublisherSequenceKey(options_.id, name, pub.committed.front().sequence));
+  batch.set_frees_space(true);
+  pub.stored_rows = pub.committed.size();
+  SubmitOtherLocked(std::move(batch), [this](absl::Status s) {
+    if (s.ok()) return;
+    absl::MutexLock l(&mu_);
+    Fail(s);  // left over rows are ignored at open, and trimmed with the next ones
+  });
 }
 
 void Pubend::SubmitOtherLocked(WriteBatch batch, GroupCommitter::Done done) {
@@ -345,6 +364,7 @@ void Pubend::OnTimer(absl::Time now) {
   absl::MutexLock lock(&mu_);
   if (!status_.ok()) return;
   FlushKnowledgeLocked();
+  PersistDirtyDownstream();
   MaybeRelease(now);
   ReclaimSome();
   if (in_flight_ > 0 || now - last_activity_ < options_.heartbeat) return;
@@ -389,6 +409,8 @@ void Pubend::ReclaimSome() {
        n < kReclaimChunk && (cursor.Valid() || (damaged = DamagedRowKey(cursor.status())));
        cursor.Next(), ++n) {
     absl::string_view key = cursor.Valid() ? cursor.key() : absl::string_view(*damaged);
+    // A damaged row of a pubend before this one (a seek stands on one just before its place).
+    if (!cursor.Valid() && key < internal::PubendPrefix(options_.id)) continue;
     if (key.size() != 12 || internal::DecodeFixed32BE(key.data()) != options_.id.value) break;
     const Tick t = DecodeFixed64BE(key.data() + 4);
     if (t > l_prefix_) break;
@@ -451,10 +473,12 @@ void Pubend::MaybeRelease(absl::Time now) {
     absl::MutexLock l(&mu_);
     if (!s.ok()) {
       Fail(s);
-      releasing_ = l_prefix_;  // tried again at the next timer
+      // Tried again at the next timer (unless a later release is in flight or done).
+      if (releasing_ == target) releasing_ = l_prefix_;
       return;
     }
     l_prefix_ = std::max(l_prefix_, target);
+    releasing_ = std::max(releasing_, l_prefix_);
     SendLocked(KnowledgeMessage{options_.id, {KnowledgeSpan::Lost({kFirstTick, l_prefix_})}});
   });
 }
@@ -468,7 +492,27 @@ void Pubend::PersistDownstream(const std::string& node) {
     if (s.ok()) return;
     absl::MutexLock l(&mu_);
     Fail(s);
+    downstream_dirty_ = true;  // a full store: written again at the next timer
   });
+}
+
+void Pubend::PersistDirtyDownstream() {
+  if (!downstream_dirty_) return;
+  downstream_dirty_ = false;
+  for (const auto& [node, d] : downstream_) PersistDownstream(node);
+  for (const std::string& node : removed_unpersisted_) {
+    WriteBatch batch;
+    batch.Delete(internal::kDownstreamTable, NamedKey(options_.id, node));
+    SubmitOtherLocked(std::move(batch), [this, node](absl::Status s) {
+      absl::MutexLock l(&mu_);
+      if (s.ok()) {
+        removed_unpersisted_.erase(node);
+        return;
+      }
+      Fail(s);
+      downstream_dirty_ = true;
+    });
+  }
 }
 
 absl::Status Pubend::AddDownstream(absl::string_view node) {
@@ -478,6 +522,7 @@ absl::Status Pubend::AddDownstream(absl::string_view node) {
   if (downstream_.contains(node)) {
     return absl::AlreadyExistsError(absl::StrCat("downstream node '", node, "' is registered"));
   }
+  removed_unpersisted_.erase(std::string(node));
   downstream_[std::string(node)] = Downstream{releasing_, releasing_};
   PersistDownstream(std::string(node));
   return absl::OkStatus();
@@ -493,10 +538,13 @@ absl::Status Pubend::RemoveDownstream(absl::string_view node) {
   downstream_.erase(it);
   WriteBatch batch;
   batch.Delete(internal::kDownstreamTable, NamedKey(options_.id, node));
-  SubmitOtherLocked(std::move(batch), [this](absl::Status s) {
+  SubmitOtherLocked(std::move(batch), [this, name = std::string(node)](absl::Status s) {
     if (s.ok()) return;
     absl::MutexLock l(&mu_);
     Fail(s);
+    // A full store: deleted again at the next timer, or the node's hold would come back.
+    removed_unpersisted_.insert(name);
+    downstream_dirty_ = true;
   });
   return absl::OkStatus();
 }
@@ -665,6 +713,16 @@ absl::StatusOr<Tick> Pubend::ReadKnowledge(
     if (!c->Valid()) {
       std::optional<std::string> damaged_key = DamagedRowKey(c->status());
       if (!damaged_key) break;
+      // Another pubend's row, by its key: before this one's (a seek stands on a damaged row
+      // just before its place), or after them all.
+      if (*damaged_key < internal::PubendPrefix(options_.id)) {
+        c->Next();
+        continue;
+      }
+      if (const std::string after = internal::PubendEnd(options_.id);
+          !after.empty() && *damaged_key >= after) {
+        break;
+      }
       note_damage(*std::move(damaged_key), c->status());
       c->Next();  // the cursor stands on the damaged row: step over it
       continue;

@@ -43,6 +43,18 @@ inline std::string NamedKey(PubendId p, absl::string_view name) {
   return k;
 }
 
+// A publisher's row for one logged sequence: the prefix, the name's length (2 bytes,
+// big-endian), the name, the sequence (8 bytes, big-endian). The length keeps one publisher's
+// rows contiguous when its name is a prefix of another's.
+inline std::string PublisherSequenceKey(PubendId p, absl::string_view name, uint64_t sequence) {
+  std::string k = PubendPrefix(p);
+  k.push_back(static_cast<char>(name.size() >> 8));
+  k.push_back(static_cast<char>(name.size() & 0xff));
+  k.append(name.data(), name.size());
+  PutFixed64BE(&k, sequence);
+  return k;
+}
+
 // The first key after every key of pubend p ("" when p is the last possible pubend: unbounded).
 inline std::string PubendEnd(PubendId p) {
   return p.value == UINT32_MAX ? std::string() : PubendPrefix(PubendId{p.value + 1});

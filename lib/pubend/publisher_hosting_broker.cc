@@ -30,6 +30,8 @@ absl::StatusOr<std::unique_ptr<PublisherHostingBroker>> PublisherHostingBroker::
   std::unique_ptr<PublisherHostingBroker> phb(
       new PublisherHostingBroker(std::move(options), channel));
   GroupCommitOptions gc = phb->options_.group_commit;
+  // The pubends' rows never build on one another's commits: a full store fails only its group.
+  gc.resume_after_full = true;
   gc.clock = phb->options_.clock;
   PublisherHostingBroker* self = phb.get();
   gc.after_group = [self] {

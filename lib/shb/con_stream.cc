@@ -11,7 +11,11 @@ ConStream::Batch ConStream::Next(const KnowledgeStream& knowledge, size_t max_da
                                 std::min(limit, knowledge.DoubtHorizon(latest_delivered_)));
   batch.through = horizon;
   if (horizon == latest_delivered_) return batch;
+  // The L prefix is what upstream released: a stream that starts below it (a pubend added to
+  // the broker, a fresh broker) had no subscriber there. Only an L span above it is a loss.
+  const Tick released = knowledge.LPrefix();
   knowledge.ForEachSpan({latest_delivered_ + 1, horizon}, [&](const KnowledgeSpan& s) {
+    if (s.value == TickValue::kL && s.range.first <= released) return true;
     if (s.value != TickValue::kD && s.value != TickValue::kL) return true;
     if (batch.data.size() == max_data) {
       batch.through = s.range.first - 1;  // stop before the first D that does not fit

@@ -35,10 +35,6 @@ void GroupCommitter::Submit(WriteBatch batch, size_t records, Done done) {
     work_.Signal();  // due at once
     return;
   }
-  if (failing_) {
-    late_failed_.push_back(std::move(done));
-    return;
-  }
   const bool was_empty = pending_.callbacks.empty();
   if (was_empty) {
     pending_.batch = std::move(batch);
@@ -52,12 +48,6 @@ uint64_t GroupCommitter::SubmitInto(size_t records, absl::FunctionRef<void(Write
                                     Done done) {
   const absl::Time now = Now();
   absl::MutexLock lock(&mu_);
-  if (failing_) {
-    WriteBatch discarded;
-    fill(discarded);
-    late_failed_.push_back(std::move(done));
-    return 0;  // no group: JoinPending fails
-  }
   const bool was_empty = pending_.callbacks.empty();
   fill(pending_.batch);
   AddedLocked(now, was_empty, records, std::move(done));
@@ -109,34 +99,18 @@ absl::Status GroupCommitter::CommitGroupLocked(Group group, bool frees_space) {
     absl::MutexLock lock(&mu_);
     status = status_;
   }
-  bool full = false;
   if (status.ok()) {
     group.batch.set_frees_space(frees_space);
     status = storage_->Commit(group.batch);
     absl::MutexLock lock(&mu_);
     ++stats_.groups;
-    full = absl::IsResourceExhausted(status);
-    if (!status.ok() && !full && status_.ok()) status_ = status;
-    if (full && !frees_space) {
-      // Everything pending was submitted before its submitter could know: it fails too, and so
-      // does what comes before the callbacks below are done.
-      failing_ = true;
-      for (Done& done : pending_.callbacks) late_failed_.push_back(std::move(done));
-      stats_.records += pending_.records;
-      TakePendingLocked();
-    }
+    const bool resumable = options_.resume_after_full && absl::IsResourceExhausted(status);
+    if (!status.ok() && !resumable && status_.ok()) status_ = status;
   }
   for (Done& done : group.callbacks) std::move(done)(status);
-  std::vector<Done> late;
-  if (full && !frees_space) {
-    absl::MutexLock lock(&mu_);
-    failing_ = false;
-    late.swap(late_failed_);
-  }
-  for (Done& done : late) std::move(done)(status);
   if (options_.after_group) options_.after_group();
   absl::MutexLock lock(&mu_);
-  stats_.submissions += group.callbacks.size() + late.size();
+  stats_.submissions += group.callbacks.size();
   stats_.records += group.records;
   return status;
 }

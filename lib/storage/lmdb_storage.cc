@@ -353,6 +353,8 @@ class LmdbStorage final : public Storage {
   absl::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(dbi_mu_, pool_mu_);
   uint64_t map_bytes_ ABSL_GUARDED_BY(write_mu_) = 0;
   uint64_t freed_marks_ ABSL_GUARDED_BY(write_mu_) = 0;  // CommitFreedMark's since open
+  // The last ordinary batch failed at its ceiling (and none has committed since).
+  bool ordinary_full_ ABSL_GUARDED_BY(write_mu_) = false;
   // The memory map's address and where its committed pages end (InData). The address changes
   // only in a remap, when no read is active; the end only grows.
   std::atomic<const char*> map_addr_{nullptr};
@@ -1036,20 +1038,28 @@ absl::Status LmdbStorage::Commit(const WriteBatch& batch) {
     const Outcome outcome = TryCommit(batch);
     if (outcome.rc == MDB_SUCCESS) {
       NoteDataEnd();
-      if (batch.frees_space() && map_bytes_ >= Ceiling(false)) {
-        // LMDB lets a transaction reuse only the pages freed two commits before it (the one
-        // just before may still be read): commit once more, so that what this batch freed is
-        // room for the next ordinary batch at once, not after another commit that may not fit.
-        GRYPH_RETURN_IF_ERROR(CommitFreedMark());
-        // The reserve is given back: the map returns to the others' ceiling (or to the data's
-        // size, if that is larger; LMDB never maps less than the data).
-        if (map_bytes_ > Ceiling(false)) GRYPH_RETURN_IF_ERROR(SetMapSize(Ceiling(false)));
+      if (!batch.frees_space()) {
+        ordinary_full_ = false;
+      } else if (ordinary_full_ || map_bytes_ > Ceiling(false)) {
+        // Ordinary batches no longer fit. LMDB lets a transaction reuse only the pages freed
+        // two commits before it (the one just before may still be read): commit once more, so
+        // that what this batch freed is room for the next ordinary batch at once. (The batch is
+        // applied whatever becomes of that.)
+        CommitFreedMark().IgnoreError();
+        // The reserve is given back once the data fits below the others' ceiling again.
+        if (map_bytes_ > Ceiling(false) &&
+            data_end_.load(std::memory_order_acquire) <= Ceiling(false)) {
+          GRYPH_RETURN_IF_ERROR(SetMapSize(Ceiling(false)));
+        }
       }
       return absl::OkStatus();
     }
     if (outcome.rc == MDB_MAP_FULL) {
       // The transaction is gone (aborted); grow and replay the whole batch.
-      GRYPH_RETURN_IF_ERROR(GrowMap(outcome.operation, batch.frees_space()));
+      if (absl::Status grown = GrowMap(outcome.operation, batch.frees_space()); !grown.ok()) {
+        if (!batch.frees_space() && absl::IsResourceExhausted(grown)) ordinary_full_ = true;
+        return grown;
+      }
     } else if (outcome.rc == MDB_MAP_RESIZED && ++resized <= kMaxMapResizedRetries) {
       GRYPH_RETURN_IF_ERROR(AdoptMapSize());
     } else {
