@@ -314,9 +314,10 @@ class LmdbStorage final : public Storage {
                              absl::string_view key);
 
  public:
-  // OK if the entry (k, v) of `table` is intact: the damaged-row error if its value is, the
-  // sticky structure error if its key lies outside the data file.
-  absl::Status CheckEntry(absl::string_view table, const MDB_val& k, const MDB_val& v);
+  // The value of the entry (k, v) of `table` if it is intact: else the damaged-row error if its
+  // value is damaged, the sticky structure error if its key lies outside the data file.
+  absl::StatusOr<absl::string_view> CheckEntry(absl::string_view table, const TableSeed& seed,
+                                               const MDB_val& k, const MDB_val& v);
 
  private:
   std::optional<MDB_dbi> FindDbi(absl::string_view table) const ABSL_LOCKS_EXCLUDED(dbi_mu_);
@@ -421,20 +422,17 @@ class LmdbStorageCursor final : public Cursor {
     MDB_val v{0, nullptr};
     const int rc = cursor_.Get(&k, &v, op);
     if (rc == MDB_SUCCESS) {
-      if (!storage_->InData(k)) {
-        status_ = storage_->FailStructure(table_, "a key outside the data file");
+      absl::StatusOr<absl::string_view> value = storage_->CheckEntry(table_, seed_, k, v);
+      if (!value.ok()) {
+        if (DamagedRowKey(value.status())) {
+          key_ = FromMdbVal(k);  // the cursor stands on it
+          damage_ = value.status();
+        } else {
+          status_ = value.status();
+        }
         return;
       }
       key_ = FromMdbVal(k);
-      if (!storage_->InData(v)) {
-        damage_ = DamagedRowError(table_, key_, "its value lies outside the data file");
-        return;
-      }
-      absl::StatusOr<absl::string_view> value = CheckRow(table_, seed_, key_, FromMdbVal(v));
-      if (!value.ok()) {
-        damage_ = value.status();
-        return;
-      }
       valid_ = true;
       value_ = *value;
       last_good_ = key_;
@@ -476,7 +474,7 @@ class LmdbStorageCursor final : public Cursor {
       // A damaged entry just before may be one whose key the damage moved below the target
       // (the search took it for smaller and passed it): stand on it, reported, so that a walk
       // from here does not skip what it held.
-      if (absl::Status row = storage_->CheckEntry(table_, k, v); !row.ok()) {
+      if (absl::Status row = storage_->CheckEntry(table_, seed_, k, v).status(); !row.ok()) {
         valid_ = false;
         key_ = FromMdbVal(k);
         last_good_ = {};
@@ -618,43 +616,39 @@ absl::Status LmdbStorage::ConfirmAbsent(MDB_txn* txn, MDB_dbi dbi, absl::string_
   LmdbCursor cursor;
   int rc = cursor.Open(txn, dbi);
   if (rc != MDB_SUCCESS) return Fail("mdb_cursor_open", rc);
+  const TableSeed seed = SeedOf(table);
   MDB_val k = ToMdbVal(key);
   MDB_val v{0, nullptr};
-  rc = cursor.Get(&k, &v, MDB_SET_RANGE);
   // A damaged entry beside the place of `key` may be `key` itself, its key damaged (the search
   // took it for another): then `key` is not known to be absent.
-  if (rc == MDB_NOTFOUND) {
-    rc = cursor.Get(&k, &v, MDB_LAST);  // every key should be below `key`
-    if (rc == MDB_NOTFOUND) return absl::OkStatus();
-    if (rc != MDB_SUCCESS) return Fail("mdb_cursor_get", rc);
-    GRYPH_RETURN_IF_ERROR(CheckEntry(table, k, v));
-    if (FromMdbVal(k) >= key) {
-      return FailStructure(table, "a lookup missed a key at or after its target");
+  rc = cursor.Get(&k, &v, MDB_SET_RANGE);
+  if (rc == MDB_SUCCESS) {
+    GRYPH_RETURN_IF_ERROR(CheckEntry(table, seed, k, v).status());
+    if (FromMdbVal(k) <= key) {
+      return FailStructure(table, "a lookup and a seek disagree about a key");
     }
-    return absl::OkStatus();
+  } else if (rc != MDB_NOTFOUND) {
+    return Fail("mdb_cursor_get", rc);
   }
-  if (rc != MDB_SUCCESS) return Fail("mdb_cursor_get", rc);
-  GRYPH_RETURN_IF_ERROR(CheckEntry(table, k, v));
-  if (FromMdbVal(k) <= key) {
-    return FailStructure(table, "a lookup and a seek disagree about a key");
-  }
-  rc = cursor.Get(&k, &v, MDB_PREV);
+  // The entry before the place (the last, if nothing is at or after it) must be below `key`.
+  rc = cursor.Get(&k, &v, rc == MDB_SUCCESS ? MDB_PREV : MDB_LAST);
   if (rc == MDB_NOTFOUND) return absl::OkStatus();
   if (rc != MDB_SUCCESS) return Fail("mdb_cursor_get", rc);
-  GRYPH_RETURN_IF_ERROR(CheckEntry(table, k, v));
+  GRYPH_RETURN_IF_ERROR(CheckEntry(table, seed, k, v).status());
   if (FromMdbVal(k) >= key) {
     return FailStructure(table, "a lookup passed over keys at its target");
   }
   return absl::OkStatus();
 }
 
-absl::Status LmdbStorage::CheckEntry(absl::string_view table, const MDB_val& k,
-                                     const MDB_val& v) {
+absl::StatusOr<absl::string_view> LmdbStorage::CheckEntry(absl::string_view table,
+                                                          const TableSeed& seed,
+                                                          const MDB_val& k, const MDB_val& v) {
   if (!InData(k)) return FailStructure(table, "a key outside the data file");
   if (!InData(v)) {
     return DamagedRowError(table, FromMdbVal(k), "its value lies outside the data file");
   }
-  return CheckRow(table, SeedOf(table), FromMdbVal(k), FromMdbVal(v)).status();
+  return CheckRow(table, seed, FromMdbVal(k), FromMdbVal(v));
 }
 
 void LmdbStorage::NoteDataEnd() {
