@@ -27,8 +27,8 @@
 
 namespace gryph {
 
-// The value of an attribute. The alternative's index is its type tag on the wire:
-// DO NOT CHANGE the order (0 int64, 1 double, 2 string, 3 bool).
+// The value of an attribute. Its type tag on the wire is fixed per type, not by this order
+// (docs/format.md, "Event": 0 int64, 1 double, 2 string, 3 bool).
 using AttributeValue = std::variant<int64_t, double, std::string, bool>;
 
 struct Attribute {

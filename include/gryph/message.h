@@ -31,9 +31,26 @@
 
 namespace gryph {
 
+// The kind byte of each message on the wire (docs/format.md, "Messages"). These numbers are the
+// wire contract: DO NOT CHANGE them. Each message type names its kind (`kKind`); the order of the
+// Message variant below is not part of the format.
+enum class MessageKind : uint8_t {
+  kKnowledge = 1,
+  kCuriosity = 2,
+  kRelease = 3,
+  kConnect = 4,
+  kConnected = 5,
+  kDelivery = 6,
+  kAck = 7,
+  kDisconnect = 8,
+  kSessionError = 9,
+  kUnsubscribe = 10,
+};
+
 // Knowledge about one pubend. REQUIRES (checked by decoding): spans in increasing tick order,
 // not overlapping, each S, D or L; unanswered ranges likewise, and overlapping no span.
 struct KnowledgeMessage {
+  static constexpr MessageKind kKind = MessageKind::kKnowledge;
   PubendId pubend;
   std::vector<KnowledgeSpan> spans;
   // On the last message of a nack's answer that stopped short (the answerer bounds the bytes of
@@ -46,6 +63,7 @@ struct KnowledgeMessage {
 
 // Nacks for one pubend: ranges in increasing order, not overlapping.
 struct CuriosityMessage {
+  static constexpr MessageKind kKind = MessageKind::kCuriosity;
   PubendId pubend;
   std::vector<TickRange> ranges;
   friend bool operator==(const CuriosityMessage&, const CuriosityMessage&) = default;
@@ -60,6 +78,7 @@ struct ReleaseEntry {
 
 // Release information from a downstream node, one entry per pubend in increasing pubend order.
 struct ReleaseMessage {
+  static constexpr MessageKind kKind = MessageKind::kRelease;
   std::vector<ReleaseEntry> entries;
   friend bool operator==(const ReleaseMessage&, const ReleaseMessage&) = default;
 };
@@ -67,6 +86,7 @@ struct ReleaseMessage {
 // A subscriber opens (or creates) the durable subscription `subscription` and asks for delivery
 // after `checkpoint`. A higher `epoch` fences an older live session of the same subscription.
 struct ConnectMessage {
+  static constexpr MessageKind kKind = MessageKind::kConnect;
   std::string subscription;
   std::string selector;
   std::string topic_filter;
@@ -79,6 +99,7 @@ struct ConnectMessage {
 // The broker accepted a connection; delivery resumes after `start` (a new subscription starts at
 // the broker's latestDelivered).
 struct ConnectedMessage {
+  static constexpr MessageKind kKind = MessageKind::kConnected;
   std::string subscription;
   CheckpointToken start;
   uint64_t epoch = 0;
@@ -97,6 +118,7 @@ enum class DeliveryKind : uint8_t {
 const char* DeliveryKindName(DeliveryKind k);
 
 struct DeliveryMessage {
+  static constexpr MessageKind kKind = MessageKind::kDelivery;
   std::string subscription;
   PubendId pubend;
   DeliveryKind kind = DeliveryKind::kSilence;
@@ -111,24 +133,28 @@ struct DeliveryMessage {
 
 // The subscriber has consumed everything at or below `checkpoint`.
 struct AckMessage {
+  static constexpr MessageKind kKind = MessageKind::kAck;
   std::string subscription;
   CheckpointToken checkpoint;
   friend bool operator==(const AckMessage&, const AckMessage&) = default;
 };
 
 struct DisconnectMessage {
+  static constexpr MessageKind kKind = MessageKind::kDisconnect;
   std::string subscription;
   friend bool operator==(const DisconnectMessage&, const DisconnectMessage&) = default;
 };
 
 // The subscriber deletes its durable subscription: its filtering records and release hold go.
 struct UnsubscribeMessage {
+  static constexpr MessageKind kKind = MessageKind::kUnsubscribe;
   std::string subscription;
   friend bool operator==(const UnsubscribeMessage&, const UnsubscribeMessage&) = default;
 };
 
 // The broker refused or ended a session (bad selector, CT from the future, fenced, ...).
 struct SessionErrorMessage {
+  static constexpr MessageKind kKind = MessageKind::kSessionError;
   std::string subscription;
   absl::StatusCode code = absl::StatusCode::kUnknown;
   std::string message;
@@ -139,8 +165,12 @@ using Message = std::variant<KnowledgeMessage, CuriosityMessage, ReleaseMessage,
                              ConnectedMessage, DeliveryMessage, AckMessage, DisconnectMessage,
                              SessionErrorMessage, UnsubscribeMessage>;
 
+// The message's kind: what it is sent as.
+MessageKind KindOf(const Message& m);
+
 // The name of the message's kind ("knowledge", "curiosity", ...), for logs.
-const char* MessageKindName(const Message& m);
+const char* MessageKindName(MessageKind kind);
+inline const char* MessageKindName(const Message& m) { return MessageKindName(KindOf(m)); }
 
 // Version 1: every message as first specified. Version 2: a Knowledge message with unanswered
 // ranges (docs/format.md); every other message is still written as version 1.

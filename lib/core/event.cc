@@ -12,8 +12,32 @@ namespace {
 
 using internal::ByteReader;
 
+// The type tag of each attribute type. DO NOT CHANGE: stored and sent (docs/format.md, "Event").
+// Independent of AttributeValue's order.
 enum class TypeTag : uint8_t { kInt64 = 0, kDouble = 1, kString = 2, kBool = 3 };
 constexpr uint64_t kMaxTypeTag = 3;
+
+// Appends an attribute value: its type tag, then its encoding.
+struct ValueEncoder {
+  std::string* out;
+  void Tag(TypeTag t) const { out->push_back(static_cast<char>(t)); }
+  void operator()(int64_t v) const {
+    Tag(TypeTag::kInt64);
+    internal::PutVarint64(out, internal::ZigZagEncode(v));
+  }
+  void operator()(double v) const {
+    Tag(TypeTag::kDouble);
+    internal::PutFixed64LE(out, std::bit_cast<uint64_t>(v));
+  }
+  void operator()(const std::string& v) const {
+    Tag(TypeTag::kString);
+    internal::PutLengthPrefixed(out, v);
+  }
+  void operator()(bool v) const {
+    Tag(TypeTag::kBool);
+    out->push_back(v ? 1 : 0);
+  }
+};
 
 }  // namespace
 
@@ -58,21 +82,7 @@ void Event::EncodeTo(std::string* out) const {
   internal::PutVarint64(out, attributes_.size());
   for (const Attribute& a : attributes_) {
     internal::PutLengthPrefixed(out, a.name);
-    out->push_back(static_cast<char>(a.value.index()));
-    switch (static_cast<TypeTag>(a.value.index())) {
-      case TypeTag::kInt64:
-        internal::PutVarint64(out, internal::ZigZagEncode(std::get<int64_t>(a.value)));
-        break;
-      case TypeTag::kDouble:
-        internal::PutFixed64LE(out, std::bit_cast<uint64_t>(std::get<double>(a.value)));
-        break;
-      case TypeTag::kString:
-        internal::PutLengthPrefixed(out, std::get<std::string>(a.value));
-        break;
-      case TypeTag::kBool:
-        out->push_back(std::get<bool>(a.value) ? 1 : 0);
-        break;
-    }
+    std::visit(ValueEncoder{out}, a.value);
   }
   internal::PutLengthPrefixed(out, payload_);
 }

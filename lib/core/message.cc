@@ -11,10 +11,6 @@ using internal::ByteReader;
 using internal::PutLengthPrefixed;
 using internal::PutVarint64;
 
-// The kind byte of each message. DO NOT CHANGE: sent on the wire. The order follows Message.
-constexpr uint8_t kKindOf[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
-static_assert(std::size(kKindOf) == std::variant_size_v<Message>);
-
 // Ranges are sent as (gap from the end of the previous range, length - 1), so that ordered,
 // non-overlapping ranges cost a few bytes each.
 void PutRange(std::string* out, Tick* next, TickRange r) {
@@ -296,17 +292,38 @@ bool Decode(ByteReader& in, SessionErrorMessage* m) {
   return true;
 }
 
-template <size_t I = 0>
+template <typename M>
+bool DecodeAs(ByteReader& in, Message* out) {
+  M m;
+  if (!Decode(in, &m)) return false;
+  *out = std::move(m);
+  return true;
+}
+
 bool DecodeKind(ByteReader& in, uint8_t kind, Message* out) {
-  if constexpr (I == std::variant_size_v<Message>) {
-    return in.Fail(absl::StrCat("unknown message kind ", kind));
-  } else {
-    if (kKindOf[I] != kind) return DecodeKind<I + 1>(in, kind, out);
-    std::variant_alternative_t<I, Message> m;
-    if (!Decode(in, &m)) return false;
-    *out = std::move(m);
-    return true;
+  switch (static_cast<MessageKind>(kind)) {
+    case MessageKind::kKnowledge:
+      return DecodeAs<KnowledgeMessage>(in, out);
+    case MessageKind::kCuriosity:
+      return DecodeAs<CuriosityMessage>(in, out);
+    case MessageKind::kRelease:
+      return DecodeAs<ReleaseMessage>(in, out);
+    case MessageKind::kConnect:
+      return DecodeAs<ConnectMessage>(in, out);
+    case MessageKind::kConnected:
+      return DecodeAs<ConnectedMessage>(in, out);
+    case MessageKind::kDelivery:
+      return DecodeAs<DeliveryMessage>(in, out);
+    case MessageKind::kAck:
+      return DecodeAs<AckMessage>(in, out);
+    case MessageKind::kDisconnect:
+      return DecodeAs<DisconnectMessage>(in, out);
+    case MessageKind::kSessionError:
+      return DecodeAs<SessionErrorMessage>(in, out);
+    case MessageKind::kUnsubscribe:
+      return DecodeAs<UnsubscribeMessage>(in, out);
   }
+  return in.Fail(absl::StrCat("unknown message kind ", kind));
 }
 
 }  // namespace
@@ -332,20 +349,41 @@ const char* DeliveryKindName(DeliveryKind k) {
   return "?";
 }
 
-const char* MessageKindName(const Message& m) {
-  static constexpr const char* kNames[] = {"knowledge", "curiosity",  "release",
-                                           "connect",   "connected",  "delivery",
-                                           "ack",       "disconnect", "session-error",
-                                           "unsubscribe"};
-  static_assert(std::size(kNames) == std::variant_size_v<Message>);
-  return kNames[m.index()];
+MessageKind KindOf(const Message& m) {
+  return std::visit([](const auto& v) { return std::decay_t<decltype(v)>::kKind; }, m);
+}
+
+const char* MessageKindName(MessageKind kind) {
+  switch (kind) {
+    case MessageKind::kKnowledge:
+      return "knowledge";
+    case MessageKind::kCuriosity:
+      return "curiosity";
+    case MessageKind::kRelease:
+      return "release";
+    case MessageKind::kConnect:
+      return "connect";
+    case MessageKind::kConnected:
+      return "connected";
+    case MessageKind::kDelivery:
+      return "delivery";
+    case MessageKind::kAck:
+      return "ack";
+    case MessageKind::kDisconnect:
+      return "disconnect";
+    case MessageKind::kSessionError:
+      return "session-error";
+    case MessageKind::kUnsubscribe:
+      return "unsubscribe";
+  }
+  return "?";
 }
 
 void EncodeMessage(const Message& m, std::string* out) {
   // Version 1 where it can hold the message, so that readers that know only it read it.
   const auto* k = std::get_if<KnowledgeMessage>(&m);
   out->push_back(static_cast<char>(k != nullptr && !k->unanswered.empty() ? 2 : 1));
-  out->push_back(static_cast<char>(kKindOf[m.index()]));
+  out->push_back(static_cast<char>(KindOf(m)));
   std::visit(Encoder{out}, m);
 }
 
