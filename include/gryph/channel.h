@@ -1,4 +1,4 @@
-// Channel: the pluggable transport between gryph's nodes (DESIGN.md, Architecture rule 2).
+// Channel: the pluggable transport between gryph's nodes (docs/design.md, Architecture, rule 2).
 //
 // A Channel is one node's endpoint: it sends messages to peers named by strings and hands the
 // messages that arrive for this node to a receiver. gryph never assumes a reliable link: a

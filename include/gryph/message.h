@@ -84,7 +84,8 @@ struct ReleaseMessage {
 };
 
 // A subscriber opens (or creates) the durable subscription `subscription` and asks for delivery
-// after `checkpoint`. A higher `epoch` fences an older live session of the same subscription.
+// after `checkpoint`. An `epoch` at or above the subscription's fences its live session (a lower
+// one is refused).
 struct ConnectMessage {
   static constexpr MessageKind kKind = MessageKind::kConnect;
   std::string subscription;

@@ -1,5 +1,5 @@
-// Simulator: a deterministic, seeded world of gryph nodes for tests (DESIGN.md, Architecture
-// rule 1).
+// Simulator: a deterministic, seeded world of gryph nodes for tests (docs/design.md,
+// Architecture, rule 1).
 //
 // The simulator owns a virtual clock and one event queue. Nodes are the same sans-I/O state
 // machines a real runtime drives; here each gets a SimContext: a Channel whose messages travel

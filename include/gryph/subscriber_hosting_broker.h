@@ -8,9 +8,11 @@
 // Sessions: a subscriber connects with its subscription (name, selector, topic filter), its CT
 // and an epoch. A new subscription starts at CT = latestDelivered and is served by the constream;
 // a known one whose CT(s,p) is below latestDelivered(p) catches up from the PFS first. One live
-// session per subscription: a connection with a higher epoch fences the older one; a lower epoch
-// is refused. A CT that is ahead of this broker or names an unknown pubend is refused with a
-// clear error; a CT below what the subscriber acknowledged is accepted, with Gaps where the PFS
+// session per subscription: a connection with an epoch at or above the subscription's takes over
+// and fences the older session; a lower epoch is refused (kAborted). A CT that is ahead of this
+// broker is refused with a clear error, as is one that names a pubend this broker does not serve
+// for a subscription it never hosted (a hosted subscription's CT may name a pubend removed since:
+// that name is ignored; docs/format.md, "CheckpointToken"); a CT below what the subscriber acknowledged is accepted, with Gaps where the PFS
 // no longer knows (paper §2). A subscriber presenting a subscription this broker never hosted,
 // with a CT, is served by refiltering the events it missed (reconnect anywhere).
 //
