@@ -49,6 +49,8 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gryph/catchup_stream.h"
@@ -343,7 +345,12 @@ class MiniBroker {
       p.id = id;
       absl::StatusOr<std::optional<std::string>> row = storage->Get(kDeliveredTable, Key(id));
       if (!row.ok()) return row.status();
-      p.constream = std::make_unique<ConStream>(id, *row ? Decode64(**row) : 0);
+      Tick latest_delivered = 0;
+      if (*row && !absl::SimpleAtoi(**row, &latest_delivered)) {
+        return absl::DataLossError(absl::StrCat("latestDelivered of pubend ", id.value,
+                                                " is not a number: ", absl::CHexEscape(**row)));
+      }
+      p.constream = std::make_unique<ConStream>(id, latest_delivered);
       PfsOptions po;
       po.pubend = id;
       absl::StatusOr<std::unique_ptr<PFS>> pfs = PFS::Open(po, storage);
@@ -457,21 +464,9 @@ class MiniBroker {
   MiniBroker(Storage* storage, SocketChannel* channel, std::string upstream)
       : storage_(storage), channel_(channel), upstream_(std::move(upstream)) {}
 
-  static std::string Key(PubendId p) {
-    const uint32_t v = p.value;
-    return {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
-            static_cast<char>(v)};
-  }
-  static std::string Encode64(uint64_t v) {
-    std::string s(8, '\0');
-    for (int i = 7; i >= 0; --i, v >>= 8) s[i] = static_cast<char>(v & 0xff);
-    return s;
-  }
-  static uint64_t Decode64(absl::string_view s) {
-    uint64_t v = 0;
-    for (char c : s) v = v << 8 | static_cast<uint8_t>(c);
-    return v;
-  }
+  // The broker's own rows: keyed by the pubend's number, latestDelivered as decimal text (only
+  // looked up, never scanned in order, so no binary key layout is needed).
+  static std::string Key(PubendId p) { return absl::StrCat(p.value); }
 
   void OnMessage(absl::string_view from, const Message& m) {
     if (!status_.ok()) return;
@@ -534,7 +529,7 @@ class MiniBroker {
           if (absl::Status st = p.pfs->Write(t, matched, &batch); !st.ok()) return st;
           stats_.pfs_records += matched.empty() ? 0 : 1;
         }
-        batch.Put(kDeliveredTable, Key(id), Encode64(step.through));
+        batch.Put(kDeliveredTable, Key(id), absl::StrCat(step.through));
         advanced.emplace_back(&p, step.through);
       }
       if (advanced.empty()) return absl::OkStatus();

@@ -439,7 +439,7 @@ TEST_CASE("PFS records and latestDelivered commit in the caller's one transactio
   h.Add(1);
   WriteBatch b;
   REQUIRE_OK(h.pfs->Write(10, Subs({1}), &b));
-  b.Put("shb.meta", "latestDelivered", internal::EncodeBE64(10));
+  b.Put("shb.meta", "latestDelivered", internal::Fixed64BE(10));
   // The caller's commit fails: the PFS is reopened and recovers exactly the committed state.
   h.faults->FailCommitNumber(h.faults->commits_attempted() + 1, absl::UnavailableError("disk"));
   REQUIRE_CODE(h.faults->Commit(b), absl::StatusCode::kUnavailable);
@@ -926,7 +926,7 @@ class PropertyRun {
     const Fate fate = fate_(commits_);
     const uint64_t number = h_.faults->commits_attempted() + 1;
     // The caller's own state rides in the same transaction.
-    batch_.Put("shb.meta", "latestDelivered", internal::EncodeBE64(pending_.written));
+    batch_.Put("shb.meta", "latestDelivered", internal::Fixed64BE(pending_.written));
     const bool convenience = rng_.OneIn(5);
     auto commit = [&] { return convenience ? h_.pfs->Commit(batch_) : h_.faults->Commit(batch_); };
     switch (fate) {

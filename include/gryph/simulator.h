@@ -171,7 +171,7 @@ class Simulator {
   std::mt19937_64 rng_;
   absl::Time now_;
   uint64_t next_seq_ = 0;
-  uint64_t trace_hash_ = 0xcbf29ce484222325ull;  // FNV-1a offset basis
+  uint64_t trace_hash_;  // FNV-1a of the trace so far
   Stats stats_;
   std::priority_queue<Pending, std::vector<Pending>, std::greater<>> queue_;
   std::map<std::string, NodeSlot, std::less<>> nodes_;

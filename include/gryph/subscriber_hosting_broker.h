@@ -326,9 +326,7 @@ class SubscriberHostingBroker {
   Tick AcceptableTick(const PubendState& p) const {
     return std::max(p.constream->latest_delivered(), p.recovered_lease);
   }
-  static std::string DeliveredRow(Tick latest_delivered, Tick lease);
   void PutPosition(const SubscriptionState& s, PubendId p, WriteBatch& batch) const;
-  static std::string SubscriptionRow(const SubscriptionState& s);
   void Fail(const absl::Status& st);
 
   const SubscriberHostingBrokerOptions options_;

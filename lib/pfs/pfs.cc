@@ -5,17 +5,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "lib/pfs/pfs_keys.h"
+#include "lib/storage/last_row.h"
 #include "lib/util/status_macros.h"
 
 namespace gryph {
 
-using internal::EncodeBE64;
-using internal::EncodePfsKey;
 using internal::kPfsRecordKeyBytes;
 using internal::kPfsRecordsTable;
 using internal::kPfsSubscriberRowBytes;
-using internal::LoadBE64;
-using internal::StoreBE64;
 
 namespace {
 
@@ -29,7 +26,7 @@ absl::StatusOr<Tick> DecodeMetaTick(PubendId p, absl::string_view field,
   if (row->size() != 8) {
     return Corrupt(p, absl::StrCat(field, " is ", row->size(), " bytes, not 8"));
   }
-  return LoadBE64(row->data());
+  return internal::DecodeFixed64BE(row->data());
 }
 
 }  // namespace
@@ -39,8 +36,8 @@ absl::StatusOr<Tick> DecodeMetaTick(PubendId p, absl::string_view field,
 PFS::PFS(const PfsOptions& options, Storage* storage)
     : options_(options),
       storage_(storage),
-      records_begin_(internal::PfsPubendPrefix(options.pubend)),
-      records_end_(internal::PfsPubendEnd(options.pubend)) {}
+      records_begin_(internal::PubendPrefix(options.pubend)),
+      records_end_(internal::PubendEnd(options.pubend)) {}
 
 PFS::~PFS() = default;
 
@@ -70,16 +67,17 @@ absl::Status PFS::Recover() {
   GRYPH_RETURN_IF_ERROR(storage_->Scan(
       internal::kPfsSubscribersTable, records_begin_, records_end_,
       [&](absl::string_view key, absl::string_view value) {
-        if (key.size() != internal::kPfsSubscriberKeyBytes ||
-            value.size() != kPfsSubscriberRowBytes) {
+        uint64_t id = 0;
+        internal::PfsSubscriberRow row;
+        if (!internal::ParsePfsSubscriberKey(key, p, &id) ||
+            !internal::ParsePfsSubscriberRow(value, &row)) {
           parse = Corrupt(p, absl::StrCat("a subscriber row has a ", key.size(), "-byte key and a ",
                                           value.size(), "-byte value, not 12 and 16"));
           return false;
         }
-        const uint64_t id = LoadBE64(key.data() + 4);
         Sub sub;
-        sub.added_at = LoadBE64(value.data());
-        sub.last_index = LoadBE64(value.data() + 8);
+        sub.added_at = row.registered_at;
+        sub.last_index = row.last_index;
         if (sub.last_index != 0 &&
             (sub.last_index <= sub.added_at || sub.last_index > checkpoint_tick_)) {
           parse = Corrupt(p, absl::StrCat("subscriber ", id, " has lastIndex ", sub.last_index,
@@ -97,22 +95,13 @@ absl::Status PFS::Recover() {
   Tick last_record = 0;
   {
     GRYPH_ASSIGN_OR_RETURN(std::unique_ptr<Cursor> c, storage_->NewCursor(kPfsRecordsTable));
-    if (records_end_.empty()) {
-      c->SeekToLast();
-    } else {
-      c->Seek(records_end_);
-      if (c->Valid()) {
-        c->Prev();
-      } else {
-        c->SeekToLast();
+    GRYPH_ASSIGN_OR_RETURN(std::optional<std::string> key,
+                           internal::SeekToLastBelow(*c, records_end_));
+    if (key && internal::HasPubendPrefix(*key, p)) {
+      GRYPH_RETURN_IF_ERROR(c->status());  // a damaged last record
+      if (!internal::ParsePfsRecordKey(*key, p, &last_record)) {
+        return Corrupt(p, absl::StrCat("a record key is ", key->size(), " bytes, not 12"));
       }
-    }
-    GRYPH_RETURN_IF_ERROR(c->status());
-    if (c->Valid() && c->key().substr(0, 4) == records_begin_) {
-      if (c->key().size() != kPfsRecordKeyBytes) {
-        return Corrupt(p, absl::StrCat("a record key is ", c->key().size(), " bytes, not 12"));
-      }
-      last_record = LoadBE64(c->key().data() + 4);
     }
   }
 
@@ -123,11 +112,11 @@ absl::Status PFS::Recover() {
     GRYPH_RETURN_IF_ERROR(storage_->Scan(
         kPfsRecordsTable, internal::PfsRecordKey(p, tail_from + 1), records_end_,
         [&](absl::string_view key, absl::string_view value) {
-          if (key.size() != kPfsRecordKeyBytes) {
+          Tick t = 0;
+          if (!internal::ParsePfsRecordKey(key, p, &t)) {
             parse = Corrupt(p, absl::StrCat("a record key is ", key.size(), " bytes, not 12"));
             return false;
           }
-          const Tick t = LoadBE64(key.data() + 4);
           internal::PfsRecordView record;
           if (!record.Parse(value)) {
             parse = Corrupt(p, absl::StrCat("the record of tick ", t, " (", value.size(),
@@ -196,8 +185,7 @@ absl::Status PFS::AddSubscriber(SubscriberId s, WriteBatch* batch) {
   sub.incarnation = next_incarnation_++;
   subs_.emplace(s.value, sub);
   char row[kPfsSubscriberRowBytes];
-  StoreBE64(row, sub.added_at);
-  StoreBE64(row + 8, 0);
+  internal::EncodePfsSubscriberRow(row, {sub.added_at, 0});
   batch->Put(internal::kPfsSubscribersTable, internal::PfsSubscriberKey(options_.pubend, s),
              absl::string_view(row, sizeof row));
   return absl::OkStatus();
@@ -257,9 +245,9 @@ absl::Status PFS::Write(Tick t, absl::Span<const SubscriberId> subscribers, Writ
   char* out = scratch_value_.data();
   *out++ = static_cast<char>(internal::PfsRecordHeader(id_bytes, delta_bytes));
   for (auto& [id, sub] : scratch_subs_) {
-    internal::StoreBEn(out, id, id_bytes);
+    internal::EncodeFixedBE(out, id, id_bytes);
     out += id_bytes;
-    internal::StoreBEn(out, sub->last_index == 0 ? 0 : t - sub->last_index, delta_bytes);
+    internal::EncodeFixedBE(out, sub->last_index == 0 ? 0 : t - sub->last_index, delta_bytes);
     out += delta_bytes;
     sub->last_index = t;
     if (!sub->dirty) {
@@ -268,7 +256,7 @@ absl::Status PFS::Write(Tick t, absl::Span<const SubscriberId> subscribers, Writ
     }
   }
   char key[kPfsRecordKeyBytes];
-  EncodePfsKey(key, options_.pubend, t);
+  internal::EncodePubendKey64(key, options_.pubend, t);
   batch->Put(kPfsRecordsTable, absl::string_view(key, sizeof key), scratch_value_);
 
   // Readers must see the record before its batch commits.
@@ -291,9 +279,8 @@ void PFS::AppendCheckpoint(WriteBatch* batch) {
     if (it == subs_.end() || !it->second.dirty) continue;  // removed (or re-added) since
     Sub& sub = it->second;
     sub.dirty = false;
-    EncodePfsKey(key, options_.pubend, id);
-    StoreBE64(row, sub.added_at);
-    StoreBE64(row + 8, sub.last_index);
+    internal::EncodePubendKey64(key, options_.pubend, id);
+    internal::EncodePfsSubscriberRow(row, {sub.added_at, sub.last_index});
     batch->Put(internal::kPfsSubscribersTable, absl::string_view(key, sizeof key),
                absl::string_view(row, sizeof row));
   }
@@ -301,7 +288,7 @@ void PFS::AppendCheckpoint(WriteBatch* batch) {
   if (last_tick_ != checkpoint_tick_) {
     batch->Put(internal::kPfsMetaTable,
                internal::PfsMetaKey(options_.pubend, internal::kPfsMetaCheckpoint),
-               EncodeBE64(last_tick_));
+               internal::EncodePfsMetaTick(last_tick_));
   }
   checkpoint_tick_ = last_tick_;
   records_since_checkpoint_ = 0;
@@ -323,7 +310,7 @@ absl::Status PFS::Chop(Tick through, WriteBatch* batch) {
       kPfsRecordsTable, internal::PfsRecordKey(options_.pubend, chopped_ + 1),
       through == kMaxTick ? records_end_ : internal::PfsRecordKey(options_.pubend, through + 1));
   batch->Put(internal::kPfsMetaTable,
-             internal::PfsMetaKey(options_.pubend, internal::kPfsMetaChopped), EncodeBE64(through));
+             internal::PfsMetaKey(options_.pubend, internal::kPfsMetaChopped), internal::EncodePfsMetaTick(through));
   chopped_ = through;
   last_tick_ = std::max(last_tick_, through);
   return absl::OkStatus();
@@ -387,7 +374,7 @@ absl::StatusOr<absl::string_view> PFS::LookupRecord(Tick t, std::unique_ptr<Curs
     GRYPH_ASSIGN_OR_RETURN(*cursor, storage_->NewCursor(kPfsRecordsTable));
   }
   char key[kPfsRecordKeyBytes];
-  EncodePfsKey(key, options_.pubend, t);
+  internal::EncodePubendKey64(key, options_.pubend, t);
   const absl::string_view target(key, sizeof key);
   Cursor* c = cursor->get();
   c->Seek(target);
@@ -530,12 +517,13 @@ absl::Status PFS::ReadTogether(absl::Span<Reader* const> readers, size_t max_rec
         kPfsRecordsTable, internal::PfsRecordKey(options_.pubend, lo + 1),
         internal::PfsRecordKey(options_.pubend, std::min(hi, committed_) + 1),
         [&](absl::string_view key, absl::string_view value) {
-          if (key.size() != kPfsRecordKeyBytes) {
+          Tick t = 0;
+          if (!internal::ParsePfsRecordKey(key, options_.pubend, &t)) {
             parse = Corrupt(options_.pubend,
                             absl::StrCat("a record key is ", key.size(), " bytes, not 12"));
             return false;
           }
-          return visit(LoadBE64(key.data() + 4), value);
+          return visit(t, value);
         }));
   }
   if (parse.ok() && !wants.empty() && hi > committed_ && through == hi) {

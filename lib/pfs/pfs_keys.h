@@ -10,6 +10,8 @@
 
 #include "absl/strings/string_view.h"
 #include "gryph/tick.h"
+#include "lib/util/coding.h"
+#include "lib/util/pubend_prefix.h"
 
 namespace gryph::internal {
 
@@ -22,44 +24,10 @@ inline constexpr char kPfsMetaCheckpoint = 'C';  // checkpoint tick
 inline constexpr char kPfsMetaChopped = 'X';     // chop point
 
 // Key sizes: pubend (4) + tick or subscriber (8).
-inline constexpr size_t kPfsRecordKeyBytes = 12;
-inline constexpr size_t kPfsSubscriberKeyBytes = 12;
+inline constexpr size_t kPfsRecordKeyBytes = kPubendKey64Bytes;
+inline constexpr size_t kPfsSubscriberKeyBytes = kPubendKey64Bytes;
 // A subscriber row: registration tick (8) + lastIndex at the checkpoint (8).
 inline constexpr size_t kPfsSubscriberRowBytes = 16;
-
-inline void StoreBE64(char* p, uint64_t v) {
-  v = __builtin_bswap64(v);
-  std::memcpy(p, &v, 8);
-}
-inline void StoreBE32(char* p, uint32_t v) {
-  v = __builtin_bswap32(v);
-  std::memcpy(p, &v, 4);
-}
-inline uint64_t LoadBE64(const char* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return __builtin_bswap64(v);
-}
-inline uint32_t LoadBE32(const char* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return __builtin_bswap32(v);
-}
-
-// The fewest bytes (1..8) that hold v.
-inline int BytesFor(uint64_t v) { return v == 0 ? 1 : (64 - __builtin_clzll(v) + 7) / 8; }
-
-// The low `w` bytes of v, big-endian, at p[0..w). REQUIRES: 1 <= w <= 8, v < 2^(8w).
-inline void StoreBEn(char* p, uint64_t v, int w) {
-  const uint64_t be = __builtin_bswap64(v << (8 * (8 - w)));
-  std::memcpy(p, &be, static_cast<size_t>(w));
-}
-// The big-endian integer of `w` bytes at p. REQUIRES: 1 <= w <= 8.
-inline uint64_t LoadBEn(const char* p, int w) {
-  uint64_t v = 0;
-  std::memcpy(&v, p, static_cast<size_t>(w));
-  return __builtin_bswap64(v) >> (8 * (8 - w));
-}
 
 // A record value (docs/format.md ("PFS"), "pfs.records"):
 //
@@ -138,7 +106,7 @@ class PfsRecordView {
   // One unaligned 8-byte load when the value has 8 bytes from p on (all but the last entries):
   // cheaper than a variable-length copy, which defeats store forwarding.
   uint64_t Load(const char* p, int w) const {
-    return end_ - p >= 8 ? LoadBE64(p) >> (8 * (8 - w)) : LoadBEn(p, w);
+    return end_ - p >= 8 ? DecodeFixed64BE(p) >> (8 * (8 - w)) : DecodeFixedBE(p, w);
   }
 
   const char* entries_ = nullptr;
@@ -153,43 +121,34 @@ inline uint8_t PfsRecordHeader(int id_bytes, int delta_bytes) {
   return static_cast<uint8_t>(((id_bytes - 1) << 4) | (delta_bytes - 1));
 }
 
-// pubend u32 BE ‖ x u64 BE, written into out[0..12).
-inline void EncodePfsKey(char* out, PubendId p, uint64_t x) {
-  StoreBE32(out, p.value);
-  StoreBE64(out + 4, x);
+// pfs.records: prefix ‖ tick u64 BE -> a record (above).
+inline std::string PfsRecordKey(PubendId p, Tick t) { return PubendKey64(p, t); }
+// The tick of one of p's record keys; false for another pubend's key or a malformed one.
+inline bool ParsePfsRecordKey(absl::string_view key, PubendId p, Tick* t) {
+  return ParsePubendKey64(key, p, t);
 }
 
-inline std::string PfsRecordKey(PubendId p, Tick t) {
-  std::string k(kPfsRecordKeyBytes, '\0');
-  EncodePfsKey(k.data(), p, t);
-  return k;
+// pfs.subscribers: prefix ‖ subscriber u64 BE -> registered_at u64 BE ‖ last_index u64 BE.
+inline std::string PfsSubscriberKey(PubendId p, SubscriberId s) { return PubendKey64(p, s.value); }
+inline bool ParsePfsSubscriberKey(absl::string_view key, PubendId p, uint64_t* subscriber) {
+  return ParsePubendKey64(key, p, subscriber);
+}
+struct PfsSubscriberRow {
+  Tick registered_at = 0;
+  Tick last_index = 0;
+};
+// Into out[0..kPfsSubscriberRowBytes).
+inline void EncodePfsSubscriberRow(char* out, const PfsSubscriberRow& row) {
+  EncodeFixed64BE(out, row.registered_at);
+  EncodeFixed64BE(out + 8, row.last_index);
+}
+inline bool ParsePfsSubscriberRow(absl::string_view value, PfsSubscriberRow* row) {
+  return ParseFixed64BEPair(value, &row->registered_at, &row->last_index);
 }
 
-inline std::string PfsSubscriberKey(PubendId p, SubscriberId s) {
-  std::string k(kPfsSubscriberKeyBytes, '\0');
-  EncodePfsKey(k.data(), p, s.value);
-  return k;
-}
-
-inline std::string PfsPubendPrefix(PubendId p) {
-  std::string k(4, '\0');
-  StoreBE32(k.data(), p.value);
-  return k;
-}
-
-// The first key after every key of pubend p in a PFS table ("" when p is the last possible
-// pubend: unbounded).
-inline std::string PfsPubendEnd(PubendId p) {
-  return p.value == UINT32_MAX ? std::string() : PfsPubendPrefix(PubendId{p.value + 1});
-}
-
-inline std::string PfsMetaKey(PubendId p, char field) { return PfsPubendPrefix(p) + field; }
-
-inline std::string EncodeBE64(uint64_t v) {
-  std::string s(8, '\0');
-  StoreBE64(s.data(), v);
-  return s;
-}
+// pfs.meta: prefix ‖ field byte -> tick u64 BE.
+inline std::string PfsMetaKey(PubendId p, char field) { return PubendPrefix(p) + field; }
+inline std::string EncodePfsMetaTick(Tick t) { return Fixed64BE(t); }
 
 }  // namespace gryph::internal
 

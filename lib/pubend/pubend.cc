@@ -9,33 +9,24 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "lib/pubend/pubend_keys.h"
+#include "lib/storage/last_row.h"
+#include "lib/util/fnv1a.h"
 #include "lib/util/coding.h"
 #include "lib/util/status_macros.h"
 
 namespace gryph {
 
-using internal::DecodeFixed64BE;
 using internal::EventKey;
 using internal::MetaKey;
-using internal::NamedKey;
-using internal::PutFixed64BE;
 
 namespace {
 
-// The value of a publisher sequence row: this version, then the tick as a varint.
-constexpr uint8_t kPublisherRowVersion = 2;
-
-std::string EncodeFixed64(Tick t) {
-  std::string s;
-  PutFixed64BE(&s, t);
-  return s;
-}
-
 absl::StatusOr<Tick> DecodeTickValue(absl::string_view what, absl::string_view bytes) {
-  if (bytes.size() != 8) {
+  std::optional<Tick> t = internal::ParseMetaTick(bytes);
+  if (!t) {
     return absl::DataLossError(absl::StrCat("pubend ", what, " is ", bytes.size(), " bytes, not 8"));
   }
-  return DecodeFixed64BE(bytes.data());
+  return *t;
 }
 
 }  // namespace
@@ -90,27 +81,10 @@ absl::Status Pubend::Recover() {
   Tick last_event = 0;
   {
     GRYPH_ASSIGN_OR_RETURN(std::unique_ptr<Cursor> c, storage_->NewCursor(internal::kEventsTable));
-    const std::string end = internal::PubendEnd(p);
-    if (end.empty()) {
-      c->SeekToLast();
-    } else {
-      c->Seek(end);
-      // A seek stands on a damaged row before the place it found (it may be what it sought),
-      // which here may be this pubend's last: step back only from the next pubend's rows.
-      const std::optional<std::string> stood = DamagedRowKey(c->status());
-      if (c->Valid() || (stood && *stood >= end)) {
-        c->Prev();
-      } else if (!stood) {
-        c->SeekToLast();
-      }
-    }
     // Only the key matters here: a damaged last row still holds its tick.
-    const std::optional<std::string> damaged = DamagedRowKey(c->status());
-    if (!damaged) GRYPH_RETURN_IF_ERROR(c->status());
-    const absl::string_view key =
-        c->Valid() ? c->key() : (damaged ? absl::string_view(*damaged) : absl::string_view());
-    const std::string prefix = internal::PubendPrefix(p);
-    if (key.size() == 12 && key.substr(0, 4) == prefix) last_event = DecodeFixed64BE(key.data() + 4);
+    GRYPH_ASSIGN_OR_RETURN(std::optional<std::string> key,
+                           internal::SeekToLastBelow(*c, internal::PubendEnd(p)));
+    if (key) last_event = internal::ParseEventKey(p, *key).value_or(0);
   }
   committed_ = assigned_ = std::max({announced, last_event, l_prefix_});
   releasing_ = l_prefix_;
@@ -123,12 +97,13 @@ absl::Status Pubend::Recover() {
   absl::Status parse;
   GRYPH_RETURN_IF_ERROR(storage_->Scan(
       internal::kDownstreamTable, begin, end, [&](absl::string_view key, absl::string_view value) {
-        if (value.size() != 16) {
+        std::optional<internal::DownstreamRow> row = internal::ParseDownstreamRow(value);
+        if (!row) {
           parse = absl::DataLossError("pubend downstream row is not 16 bytes");
           return false;
         }
-        downstream[std::string(key.substr(4))] =
-            Downstream{DecodeFixed64BE(value.data()), DecodeFixed64BE(value.data() + 8)};
+        downstream[std::string(internal::ParseDownstreamKey(key))] =
+            Downstream{row->released, row->latest_delivered};
         return true;
       }));
   GRYPH_RETURN_IF_ERROR(parse);
@@ -136,22 +111,16 @@ absl::Status Pubend::Recover() {
   // is the latest kSequenceWindow of them.
   GRYPH_RETURN_IF_ERROR(storage_->Scan(
       internal::kPublishersTable, begin, end, [&](absl::string_view key, absl::string_view value) {
-        const size_t name_bytes =
-            key.size() >= 6 ? (static_cast<uint8_t>(key[4]) << 8 | static_cast<uint8_t>(key[5]))
-                            : 0;
-        internal::ByteReader in(value, "publisher row");
-        uint8_t version = 0;
-        SequenceEntry e{};
-        if (key.size() != 4 + 2 + name_bytes + 8 || name_bytes > kMaxPublisherNameBytes ||
-            !in.ReadByte(&version, "version") || version != kPublisherRowVersion ||
-            !in.ReadVarint64(&e.tick, "tick") || !in.ExpectEnd()) {
+        std::optional<internal::PublisherSequence> seq = internal::ParsePublisherSequenceKey(key);
+        absl::StatusOr<Tick> tick = internal::ParsePublisherRow(value);
+        if (!seq || seq->name.size() > kMaxPublisherNameBytes || !tick.ok()) {
           parse = absl::DataLossError(absl::StrCat(
               "pubend ", options_.id.value, " publisher row \"", absl::CHexEscape(key),
-              "\" is malformed", in.status().ok() ? "" : ": ", in.status().message()));
+              "\" is malformed", tick.ok() ? "" : ": ", tick.status().message()));
           return false;
         }
-        e.sequence = DecodeFixed64BE(key.data() + 6 + name_bytes);
-        Publisher& pub = publishers[std::string(key.substr(6, name_bytes))];
+        const SequenceEntry e{seq->sequence, *tick};
+        Publisher& pub = publishers[std::string(seq->name)];
         pub.committed.push_back(e);  // keys ascend: so do the sequences
         if (pub.committed.size() > kSequenceWindow) pub.committed.pop_front();
         pub.last_sequence = e.sequence;
@@ -228,8 +197,7 @@ void Pubend::Publish(absl::string_view publisher, uint64_t sequence, EventRef ev
         if (pub != nullptr) {
           pub->last_sequence = sequence;
           pub->pending[sequence].tick = t;
-          row.push_back(static_cast<char>(kPublisherRowVersion));
-          internal::PutVarint64(&row, t);
+          row = internal::EncodePublisherRow(t);
         }
         ++in_flight_;
         auto fill = [&](WriteBatch& batch) {
@@ -377,7 +345,7 @@ void Pubend::OnTimer(absl::Time now) {
   ++in_flight_;
   WriteBatch batch;
   batch.Put(internal::kPubendMetaTable, MetaKey(options_.id, internal::kMetaAnnouncedTick),
-            EncodeFixed64(t));
+            internal::EncodeMetaTick(t));
   SubmitOtherLocked(std::move(batch), [this, t](absl::Status s) {
     absl::MutexLock l(&mu_);
     --in_flight_;
@@ -411,8 +379,9 @@ void Pubend::ReclaimSome() {
     absl::string_view key = cursor.Valid() ? cursor.key() : absl::string_view(*damaged);
     // A damaged row of a pubend before this one (a seek stands on one just before its place).
     if (!cursor.Valid() && key < internal::PubendPrefix(options_.id)) continue;
-    if (key.size() != 12 || internal::DecodeFixed32BE(key.data()) != options_.id.value) break;
-    const Tick t = DecodeFixed64BE(key.data() + 4);
+    const std::optional<Tick> parsed = internal::ParseEventKey(options_.id, key);
+    if (!parsed) break;
+    const Tick t = *parsed;
     if (t > l_prefix_) break;
     last = t;
   }
@@ -464,7 +433,7 @@ void Pubend::MaybeRelease(absl::Time now) {
   // (one huge delete could exceed what one storage transaction may touch).
   WriteBatch batch;
   batch.Put(internal::kPubendMetaTable, MetaKey(options_.id, internal::kMetaLPrefix),
-            EncodeFixed64(target));
+            internal::EncodeMetaTick(target));
   // It names committed ticks only, so it may commit ahead of pending publishes, and from the
   // storage's reserve: at a full store the release is what makes room.
   batch.set_frees_space(true);
@@ -485,9 +454,9 @@ void Pubend::MaybeRelease(absl::Time now) {
 
 void Pubend::PersistDownstream(const std::string& node) {
   const Downstream& d = downstream_.at(node);
-  std::string value = EncodeFixed64(d.released) + EncodeFixed64(d.latest_delivered);
+  std::string value = internal::EncodeDownstreamRow({d.released, d.latest_delivered});
   WriteBatch batch;
-  batch.Put(internal::kDownstreamTable, NamedKey(options_.id, node), value);
+  batch.Put(internal::kDownstreamTable, internal::DownstreamKey(options_.id, node), value);
   SubmitOtherLocked(std::move(batch), [this](absl::Status s) {
     if (s.ok()) return;
     absl::MutexLock l(&mu_);
@@ -502,7 +471,7 @@ void Pubend::PersistDirtyDownstream() {
   for (const auto& [node, d] : downstream_) PersistDownstream(node);
   for (const std::string& node : removed_unpersisted_) {
     WriteBatch batch;
-    batch.Delete(internal::kDownstreamTable, NamedKey(options_.id, node));
+    batch.Delete(internal::kDownstreamTable, internal::DownstreamKey(options_.id, node));
     SubmitOtherLocked(std::move(batch), [this, node](absl::Status s) {
       absl::MutexLock l(&mu_);
       if (s.ok()) {
@@ -537,7 +506,7 @@ absl::Status Pubend::RemoveDownstream(absl::string_view node) {
   }
   downstream_.erase(it);
   WriteBatch batch;
-  batch.Delete(internal::kDownstreamTable, NamedKey(options_.id, node));
+  batch.Delete(internal::kDownstreamTable, internal::DownstreamKey(options_.id, node));
   SubmitOtherLocked(std::move(batch), [this, name = std::string(node)](absl::Status s) {
     if (s.ok()) return;
     absl::MutexLock l(&mu_);
@@ -728,8 +697,9 @@ absl::StatusOr<Tick> Pubend::ReadKnowledge(
       continue;
     }
     absl::string_view key = c->key();
-    if (key.size() != 12 || internal::DecodeFixed32BE(key.data()) != options_.id.value) break;
-    const Tick t = DecodeFixed64BE(key.data() + 4);
+    const std::optional<Tick> parsed = internal::ParseEventKey(options_.id, key);
+    if (!parsed) break;
+    const Tick t = *parsed;
     if (t > range.last) break;
     if (*budget == 0 && !out->empty()) {
       // Spent: answer what lies before this event, and no further.
@@ -802,12 +772,8 @@ absl::Status Pubend::status() const {
 }
 
 PubendId PubendForKey(absl::string_view key, absl::Span<const PubendId> pubends) {
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a: stable across processes, unlike absl::Hash
-  for (char c : key) {
-    h ^= static_cast<uint8_t>(c);
-    h *= 0x100000001b3ull;
-  }
-  return pubends[h % pubends.size()];
+  // FNV-1a: the same choice in every process, unlike absl::Hash.
+  return pubends[internal::Fnv1a64(key) % pubends.size()];
 }
 
 }  // namespace gryph

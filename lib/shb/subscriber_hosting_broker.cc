@@ -4,45 +4,18 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "lib/shb/shb_keys.h"
 #include "lib/util/coding.h"
 #include "lib/util/option_checks.h"
 #include "lib/util/status_macros.h"
 
 namespace gryph {
 
-namespace {
-
-using internal::DecodeFixed32BE;
-using internal::DecodeFixed64BE;
-using internal::PutFixed32BE;
-using internal::PutFixed64BE;
-
-// Tables (docs/format.md, "Subscriber hosting broker").
-constexpr absl::string_view kMetaTable = "shb.meta";
-constexpr absl::string_view kDeliveredTable = "shb.delivered";
-constexpr absl::string_view kSubscriptionsTable = "shb.subscriptions";
-constexpr absl::string_view kPositionsTable = "shb.positions";
-constexpr absl::string_view kNextIdKey = "next_id";
-
-std::string Fixed64(uint64_t v) {
-  std::string s;
-  PutFixed64BE(&s, v);
-  return s;
-}
-
-std::string PubendKey(PubendId p) {
-  std::string s;
-  PutFixed32BE(&s, p.value);
-  return s;
-}
-
-std::string PositionKey(SubscriberId s, PubendId p) {
-  std::string k = Fixed64(s.value);
-  PutFixed32BE(&k, p.value);
-  return k;
-}
-
-}  // namespace
+using internal::kShbDeliveredTable;
+using internal::kShbMetaTable;
+using internal::kShbNextIdKey;
+using internal::kShbPositionsTable;
+using internal::kShbSubscriptionsTable;
 
 SubscriberHostingBroker::SubscriberHostingBroker(SubscriberHostingBrokerOptions options,
                                                  Storage* storage, Channel* channel)
@@ -116,13 +89,15 @@ absl::Status SubscriberHostingBroker::Recover() {
     PubendState& p = pubends_[up.pubend];
     p.id = up.pubend;
     p.upstream = up.node;
-    GRYPH_ASSIGN_OR_RETURN(auto ld, storage_->Get(kDeliveredTable, PubendKey(up.pubend)));
+    GRYPH_ASSIGN_OR_RETURN(auto ld,
+                           storage_->Get(kShbDeliveredTable, internal::DeliveredKey(up.pubend)));
     Tick latest = 0;
     Tick lease = 0;
     if (ld) {
-      if (ld->size() != 16) return absl::DataLossError("shb latestDelivered row is not 16 bytes");
-      latest = DecodeFixed64BE(ld->data());
-      lease = DecodeFixed64BE(ld->data() + 8);
+      std::optional<internal::DeliveredRow> row = internal::ParseDeliveredRow(*ld);
+      if (!row) return absl::DataLossError("shb latestDelivered row is not 16 bytes");
+      latest = row->latest_delivered;
+      lease = row->lease;
       if (lease < latest) return absl::DataLossError("shb delivery lease below latestDelivered");
     }
     p.constream = std::make_unique<ConStream>(up.pubend, latest);
@@ -133,25 +108,21 @@ absl::Status SubscriberHostingBroker::Recover() {
     po.checkpoint_interval = options_.pfs_checkpoint_interval;
     GRYPH_ASSIGN_OR_RETURN(p.pfs, PFS::Open(po, storage_));
   }
-  GRYPH_ASSIGN_OR_RETURN(auto next, storage_->Get(kMetaTable, kNextIdKey));
+  GRYPH_ASSIGN_OR_RETURN(auto next, storage_->Get(kShbMetaTable, kShbNextIdKey));
   if (next) {
-    if (next->size() != 8) return absl::DataLossError("shb next id row is not 8 bytes");
-    next_id_ = DecodeFixed64BE(next->data());
+    std::optional<uint64_t> id = internal::ParseNextId(*next);
+    if (!id) return absl::DataLossError("shb next id row is not 8 bytes");
+    next_id_ = *id;
   }
   absl::Status parse;
   GRYPH_RETURN_IF_ERROR(storage_->Scan(
-      kSubscriptionsTable, "", "", [&](absl::string_view key, absl::string_view value) {
-        internal::ByteReader in(value, "subscription row");
-        uint64_t id = 0;
-        uint64_t epoch = 0;
-        absl::string_view selector;
-        absl::string_view topic;
-        if (!in.ReadVarint64(&id, "id") || !in.ReadVarint64(&epoch, "epoch") ||
-            !in.ReadLengthPrefixed(&selector, "selector") ||
-            !in.ReadLengthPrefixed(&topic, "topic filter") || !in.ExpectEnd()) {
-          parse = absl::DataLossError(in.status().message());
+      kShbSubscriptionsTable, "", "", [&](absl::string_view key, absl::string_view value) {
+        absl::StatusOr<internal::SubscriptionRow> row = internal::ParseSubscriptionRow(value);
+        if (!row.ok()) {
+          parse = absl::DataLossError(row.status().message());
           return false;
         }
+        const auto [id, epoch, selector, topic] = *row;
         absl::StatusOr<Subscription> sub = Subscription::Create(selector, topic);
         if (!sub.ok()) {
           parse = absl::DataLossError(absl::StrCat("stored subscription '", key,
@@ -177,17 +148,20 @@ absl::Status SubscriberHostingBroker::Recover() {
       }));
   GRYPH_RETURN_IF_ERROR(parse);
   GRYPH_RETURN_IF_ERROR(storage_->Scan(
-      kPositionsTable, "", "", [&](absl::string_view key, absl::string_view value) {
-        if (key.size() != 12 || value.size() != 16) {
+      kShbPositionsTable, "", "", [&](absl::string_view key, absl::string_view value) {
+        std::optional<internal::PositionKeyParts> k = internal::ParsePositionKey(key);
+        std::optional<internal::PositionRow> row = internal::ParsePositionRow(value);
+        if (!k || !row) {
           parse = absl::DataLossError("shb position row has the wrong size");
           return false;
         }
-        auto name = names_.find(DecodeFixed64BE(key.data()));
-        const PubendId p{DecodeFixed32BE(key.data() + 8)};
-        if (name == names_.end() || !pubends_.contains(p)) return true;  // pubend no longer served
-        Position& pos = subscriptions_.at(name->second).positions[p];
-        pos.created = DecodeFixed64BE(value.data());
-        pos.released = DecodeFixed64BE(value.data() + 8);
+        auto name = names_.find(k->subscriber.value);
+        if (name == names_.end() || !pubends_.contains(k->pubend)) {
+          return true;  // pubend no longer served
+        }
+        Position& pos = subscriptions_.at(name->second).positions[k->pubend];
+        pos.created = row->created;
+        pos.released = row->released;
         return true;
       }));
   GRYPH_RETURN_IF_ERROR(parse);
@@ -241,26 +215,11 @@ void SubscriberHostingBroker::SendError(absl::string_view to, const std::string&
   Send(to, SessionErrorMessage{subscription, st.code(), std::string(st.message())});
 }
 
-// A shb.subscriptions row (docs/format.md): id, epoch, selector and topic filter texts.
-std::string SubscriberHostingBroker::SubscriptionRow(const SubscriptionState& s) {
-  std::string row;
-  internal::PutVarint64(&row, s.id.value);
-  internal::PutVarint64(&row, s.epoch);
-  internal::PutLengthPrefixed(&row, s.selector);
-  internal::PutLengthPrefixed(&row, s.topic_filter);
-  return row;
-}
-
 void SubscriberHostingBroker::PutPosition(const SubscriptionState& s, PubendId p,
                                           WriteBatch& batch) const {
   const Position& pos = s.positions.at(p);
-  batch.Put(kPositionsTable, PositionKey(s.id, p), Fixed64(pos.created) + Fixed64(pos.released));
-}
-
-std::string SubscriberHostingBroker::DeliveredRow(Tick latest_delivered, Tick lease) {
-  std::string row = Fixed64(latest_delivered);
-  PutFixed64BE(&row, lease);
-  return row;
+  batch.Put(kShbPositionsTable, internal::PositionKey(s.id, p),
+            internal::EncodePositionRow({pos.created, pos.released}));
 }
 
 void SubscriberHostingBroker::Submit(WriteBatch batch, std::vector<Advance> advances) {
@@ -470,7 +429,8 @@ absl::Status SubscriberHostingBroker::AdvanceConStreams() {
                                   seen > kMaxTick - options_.delivery_lease_ticks
                                       ? kMaxTick  // saturates: knowledge may reach kMaxTick
                                       : seen + options_.delivery_lease_ticks);
-      wb.Put(kDeliveredTable, PubendKey(p.id), DeliveredRow(batch.through, lease));
+      wb.Put(kShbDeliveredTable, internal::DeliveredKey(p.id),
+             internal::EncodeDeliveredRow({batch.through, lease}));
       p.lease_submitted = lease;
       p.constream->Advanced(batch.through);
       advances.push_back(Advance{&p, batch.through, lease, p.pfs->last_timestamp()});
@@ -819,8 +779,8 @@ void SubscriberHostingBroker::OnConnect(absl::string_view from, const ConnectMes
         return;
       }
     }
-    wb.Put(kSubscriptionsTable, s.name, SubscriptionRow(s));
-    wb.Put(kMetaTable, kNextIdKey, Fixed64(next_id_));
+    wb.Put(kShbSubscriptionsTable, s.name, internal::EncodeSubscriptionRow({s.id.value, s.epoch, s.selector, s.topic_filter}));
+    wb.Put(kShbMetaTable, kShbNextIdKey, internal::EncodeNextId(next_id_));
     names_[s.id.value] = s.name;
     it = subscriptions_.emplace(s.name, std::move(s)).first;
     if (absl::Status st = matcher_.Add(it->second.id, it->second.subscription); !st.ok()) {
@@ -858,7 +818,7 @@ void SubscriberHostingBroker::OnConnect(absl::string_view from, const ConnectMes
     }
     if (m.epoch > s.epoch) {
       s.epoch = m.epoch;
-      wb.Put(kSubscriptionsTable, s.name, SubscriptionRow(s));
+      wb.Put(kShbSubscriptionsTable, s.name, internal::EncodeSubscriptionRow({s.id.value, s.epoch, s.selector, s.topic_filter}));
     }
   }
   if (!wb.empty() && !CommitNow(std::move(wb)).ok()) {
@@ -995,9 +955,9 @@ void SubscriberHostingBroker::OnUnsubscribe(absl::string_view from,
       Fail(st);
       return;
     }
-    wb.Delete(kPositionsTable, PositionKey(s.id, id));
+    wb.Delete(kShbPositionsTable, internal::PositionKey(s.id, id));
   }
-  wb.Delete(kSubscriptionsTable, s.name);
+  wb.Delete(kShbSubscriptionsTable, s.name);
   names_.erase(s.id.value);
   dirty_released_.erase(s.name);
   (void)matcher_.Remove(s.id);

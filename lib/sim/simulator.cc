@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "lib/util/fnv1a.h"
 
 namespace gryph {
 
@@ -54,7 +55,11 @@ void SimContext::After(absl::Duration delay, std::function<void()> fn) {
 }
 
 Simulator::Simulator(uint64_t seed, LinkProfile default_link, absl::Time start)
-    : seed_(seed), default_link_(default_link), rng_(seed), now_(start) {}
+    : seed_(seed),
+      default_link_(default_link),
+      rng_(seed),
+      now_(start),
+      trace_hash_(internal::kFnv1aOffsetBasis) {}
 
 Simulator::~Simulator() {
   // Nodes first: their destructors may still use their channels and contexts.
@@ -62,18 +67,14 @@ Simulator::~Simulator() {
 }
 
 void Simulator::Mix(uint64_t v) {
-  for (int i = 0; i < 8; ++i) {
-    trace_hash_ ^= (v >> (8 * i)) & 0xff;
-    trace_hash_ *= 0x100000001b3ull;  // FNV-1a prime
-  }
+  char bytes[8];
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  trace_hash_ = internal::Fnv1a64(trace_hash_, absl::string_view(bytes, 8));
 }
 
 void Simulator::Mix(absl::string_view bytes) {
   Mix(static_cast<uint64_t>(absl::ToUnixMicros(now_)));
-  for (char c : bytes) {
-    trace_hash_ ^= static_cast<uint8_t>(c);
-    trace_hash_ *= 0x100000001b3ull;
-  }
+  trace_hash_ = internal::Fnv1a64(trace_hash_, bytes);
 }
 
 double Simulator::Uniform01() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }

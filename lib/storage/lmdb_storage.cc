@@ -192,11 +192,7 @@ TableSeed SeedOf(absl::string_view table) {
 
 uint32_t RowChecksum(const TableSeed& seed, absl::string_view key, absl::string_view value) {
   char length[4];
-  const auto n = static_cast<uint32_t>(key.size());
-  length[0] = static_cast<char>(n >> 24);
-  length[1] = static_cast<char>(n >> 16);
-  length[2] = static_cast<char>(n >> 8);
-  length[3] = static_cast<char>(n);
+  internal::EncodeFixed32BE(length, static_cast<uint32_t>(key.size()));
   uint32_t crc = internal::Crc32cExtend(seed.crc, absl::string_view(length, sizeof(length)));
   crc = internal::Crc32cExtend(crc, key);
   return internal::Crc32cExtend(crc, value);
@@ -1107,11 +1103,7 @@ LmdbStorage::Outcome LmdbStorage::TryCommit(const WriteBatch& batch) {
         char* out = static_cast<char*>(value.mv_data);
         if (!op.value.empty()) std::memcpy(out, op.value.data(), op.value.size());
         const uint32_t crc = RowChecksum(seeds[op.table_index], op.key, op.value);
-        out += op.value.size();
-        out[0] = static_cast<char>(crc >> 24);
-        out[1] = static_cast<char>(crc >> 16);
-        out[2] = static_cast<char>(crc >> 8);
-        out[3] = static_cast<char>(crc);
+        internal::EncodeFixed32BE(out + op.value.size(), crc);
         break;
       }
       case WriteBatch::OpType::kDelete:

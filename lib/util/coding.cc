@@ -15,24 +15,6 @@ void PutVarint64(std::string* out, uint64_t v) {
   out->append(buf, n);
 }
 
-void PutFixed64BE(std::string* out, uint64_t v) {
-  char buf[8];
-  for (int i = 7; i >= 0; --i) {
-    buf[i] = static_cast<char>(v & 0xff);
-    v >>= 8;
-  }
-  out->append(buf, 8);
-}
-
-void PutFixed32BE(std::string* out, uint32_t v) {
-  char buf[4];
-  for (int i = 3; i >= 0; --i) {
-    buf[i] = static_cast<char>(v & 0xff);
-    v >>= 8;
-  }
-  out->append(buf, 4);
-}
-
 void PutFixed64LE(std::string* out, uint64_t v) {
   char buf[8];
   for (int i = 0; i < 8; ++i) {
@@ -45,18 +27,6 @@ void PutFixed64LE(std::string* out, uint64_t v) {
 void PutLengthPrefixed(std::string* out, absl::string_view bytes) {
   PutVarint64(out, bytes.size());
   out->append(bytes.data(), bytes.size());
-}
-
-uint64_t DecodeFixed64BE(const char* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
-}
-
-uint32_t DecodeFixed32BE(const char* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
 }
 
 bool ByteReader::Fail(absl::string_view what) {
