@@ -65,28 +65,16 @@
 #ifndef GRYPH_SUBSCRIBER_HOSTING_BROKER_H_
 #define GRYPH_SUBSCRIBER_HOSTING_BROKER_H_
 
-#include <deque>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "absl/container/btree_map.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "gryph/catchup_stream.h"
 #include "gryph/channel.h"
-#include "gryph/con_stream.h"
-#include "gryph/curiosity_stream.h"
-#include "gryph/group_commit.h"
-#include "gryph/knowledge_stream.h"
-#include "gryph/matcher.h"
-#include "gryph/pfs.h"
 #include "gryph/storage.h"
-#include "gryph/subscription.h"
 
 namespace gryph {
 
@@ -172,197 +160,30 @@ class SubscriberHostingBroker {
   // positive (nack_delay and commit_interval: negative), a delivery lease of 0.
   static absl::StatusOr<std::unique_ptr<SubscriberHostingBroker>> Open(
       SubscriberHostingBrokerOptions options, Storage* storage, Channel* channel);
-  ~SubscriberHostingBroker();
+  virtual ~SubscriberHostingBroker() = default;
 
   // Handles one message (the channel receiver calls this). Knowledge is only accumulated here;
   // Flush() delivers it.
-  void HandleMessage(absl::string_view from, const Message& message);
+  virtual void HandleMessage(absl::string_view from, const Message& message) = 0;
   // Picks up finished commits, then delivers what the knowledge received allows: constreams (one
   // storage transaction per round for all pubends), then catchup streams, at most
   // max_catchup_messages_per_flush catchup messages per pubend. Call it after handing the broker
   // a batch of messages, and after on_commit; OnTimer calls it too. Returns true when catchups
   // have more to send already: call it again before waiting for messages.
-  bool Flush();
+  virtual bool Flush() = 0;
   // Nacks, releases, Silence and persistence of acks. Call every few milliseconds.
-  void OnTimer(absl::Time now);
+  virtual void OnTimer(absl::Time now) = 0;
 
   // latestDelivered(p): sent to every non-catchup subscriber and durable in the PFS.
-  Tick latest_delivered(PubendId p) const;
-  size_t subscription_count() const { return subscriptions_.size(); }
-  size_t catching_up() const;
-  const Stats& stats() const { return stats_; }
+  virtual Tick latest_delivered(PubendId p) const = 0;
+  virtual size_t subscription_count() const = 0;
+  virtual size_t catching_up() const = 0;
+  virtual const Stats& stats() const = 0;
   // OK, or the storage error that stopped the broker (reopen it).
-  const absl::Status& status() const { return status_; }
+  virtual const absl::Status& status() const = 0;
 
- private:
-  struct Position {  // one subscription at one pubend
-    Tick created = 0;   // latestDelivered(p) when the subscription was created here
-    Tick released = 0;  // released(s,p)
-    std::unique_ptr<CatchupStream> catchup;
-    std::unique_ptr<PFS::Reader> reader;
-    bool member = false;  // in the constream (connected, not catching up)
-    Tick resume_after = 0;  // a member's CT when it was ahead of the constream (after a crash)
-    // The tick of the session's last message from this pubend (its start CT before any): the
-    // next message's `previous`.
-    Tick sent_through = 0;
-    // That message's kind and `previous`, and whether anything was sent since the last ack. An
-    // ack below sent_through, not above the previous one, with nothing sent since it resends it
-    // (an Event from the istream): a lost last message is otherwise found only by a later one,
-    // which a quiet or flow-controlled session may never get.
-    DeliveryKind last_kind = DeliveryKind::kSilence;
-    Tick last_previous = 0;
-    bool sent_since_ack = false;
-    // The session's start CT, and its highest ack (the start before any). Not released(s,p): a
-    // session may start below what an earlier one acknowledged, and its acks climb towards it.
-    // Only a message of this session (sent_through above the start) is ever resent.
-    Tick session_start = 0;
-    Tick session_acked = 0;
-    Tick noted_tick = 0;      // scratch: the last Event tick sent in this constream round
-    uint64_t round_sent = 0;  // scratch: Events sent in this constream round
-    // Flow control, per session: Events sent and acknowledged, and per send the tick of its last
-    // Event with the running count, until an ack covers it.
-    uint64_t sent = 0;
-    uint64_t acked = 0;
-    std::deque<std::pair<Tick, uint64_t>> sent_marks;
-    uint64_t unacked() const { return sent - acked; }
-  };
-  struct SubscriptionState {
-    SubscriberId id;
-    std::string name;
-    std::string selector;
-    std::string topic_filter;
-    Subscription subscription;
-    uint64_t epoch = 0;
-    std::string session;  // the connected peer; empty when disconnected
-    absl::btree_map<PubendId, Position> positions;
-    absl::Time last_heard = absl::InfinitePast();  // the session's connection or its last ack
-  };
-  struct PubendState {
-    PubendId id;
-    std::string upstream;
-    KnowledgeStream istream;
-    CuriosityStream curiosity;
-    std::unique_ptr<ConStream> constream;
-    std::unique_ptr<PFS> pfs;
-    Tick highest_seen = 0;
-    Tick forgotten = 0;
-    Tick committed = 0;        // latestDelivered(p): the constream position that is durable
-    Tick lease = 0;            // the delivery lease that is durable
-    Tick lease_submitted = 0;  // the highest lease handed to a commit
-    Tick recovered_lease = 0;  // the lease at Open: CTs up to it are not ahead of this broker
-    absl::Time last_renack = absl::InfinitePast();
-    absl::Time q_seen_since = absl::InfiniteFuture();
-    // What answers to nacks left unanswered since the last Flush (KnowledgeMessage::unanswered):
-    // Flush asks for it again.
-    std::vector<TickRange> unanswered;
-    // The subscriptions with a catchup stream here, by name (the order catchups step in): a
-    // Flush costs what the catchups need, not a pass over every subscription.
-    absl::btree_map<absl::string_view, SubscriptionState*> catchups;
-  };
-
-  SubscriberHostingBroker(SubscriberHostingBrokerOptions options, Storage* storage,
-                          Channel* channel);
-  absl::Status Recover();
-  absl::Time Now() const { return options_.clock(); }
-
-  void OnKnowledge(absl::string_view from, const KnowledgeMessage& m);
-  void OnConnect(absl::string_view from, const ConnectMessage& m);
-  void OnAck(absl::string_view from, const AckMessage& m);
-  void OnDisconnect(absl::string_view from, const std::string& subscription);
-  void OnUnsubscribe(absl::string_view from, const std::string& subscription);
-
-  // Advances every constream as far as knowledge allows, one commit per round for all pubends.
-  absl::Status AdvanceConStreams();
-  // The constream of `p` passes `lost`, an L span above what it delivered (an event upstream
-  // could not serve): each member gets a Gap through its end, and a PFS record there naming
-  // every subscriber of the PFS makes each catching-up one ask for it and learn the same.
-  absl::Status LoseInConStream(PubendState& p, TickRange lost, WriteBatch* wb);
-  // Sends the round's deliveries of `p` (round_deliveries_) with their bookkeeping at `now`, and
-  // adds the members they left over the flow-control bound to `slow`.
-  void SendRound(PubendState& p, absl::Time now,
-                 std::vector<std::pair<SubscriptionState*, PubendState*>>& slow);
-  // Drops cached events of `p` that no catchup needs, beyond the cache window.
-  void Forget(PubendState& p);
-  // Nacks again what answers left unanswered (p.unanswered) and is still outstanding.
-  void AskForTheRest(PubendState& p);
-  // Steps the catchup streams of `p` in rounds, each with one shared PFS read for the streams
-  // that need matches (see max_catchup_messages_per_flush); returns whether they may have more
-  // to send now.
-  bool StepCatchups(PubendState& p);
-  // Moves a constream member whose consumer fell behind to a catchup stream.
-  void Demote(SubscriptionState& s, PubendState& p, Position& pos);
-  // Gives `s` a catchup stream at `p` from `from` (refiltering through `refilter_through`),
-  // reading the PFS with `reader`; EndCatchup drops it (the hand-over, or the session's end).
-  void StartCatchup(SubscriptionState& s, PubendState& p, Position& pos,
-                    std::unique_ptr<PFS::Reader> reader, Tick from, Tick refilter_through);
-  static void EndCatchup(SubscriptionState& s, PubendState& p, Position& pos);
-  // Records `n` Events sent to `pos`, the last at `last`.
-  static void NoteSent(Position& pos, Tick last, uint64_t n);
-  // Gives `d` (for `pos`'s session) its `previous` and makes it the session's last message.
-  static void Stamp(Position& pos, DeliveryMessage& d);
-  // Sends the session's last message from `p` again.
-  void Resend(SubscriptionState& s, PubendState& p, Position& pos);
-  void Nack(PubendState& p, const std::string& requester, const std::vector<TickRange>& ranges);
-  void EndSession(SubscriptionState& s);
-  void SendError(absl::string_view to, const std::string& subscription, const absl::Status& st);
-  void Send(absl::string_view to, Message m);
-  // One pubend's part of a commit: the constream position and lease it makes durable, and the
-  // PFS records it holds (through pfs_through).
-  struct Advance {
-    PubendState* pubend;
-    Tick through;
-    Tick lease;
-    Tick pfs_through;
-  };
-  // Hands `batch` (plus pending ack rows) to the committer; `advances` take effect when it has
-  // committed. Inline mode commits before returning.
-  void Submit(WriteBatch batch, std::vector<Advance> advances);
-  // Submits `batch` and waits until it (and everything before it) has committed; a failure
-  // stops the broker.
-  absl::Status CommitNow(WriteBatch batch);
-  // Applies finished commits; a failed one stops the broker.
-  void ProcessCommits();
-  // The highest tick a CT or an ack of `p` may name.
-  Tick AcceptableTick(const PubendState& p) const {
-    return std::max(p.constream->latest_delivered(), p.recovered_lease);
-  }
-  void PutPosition(const SubscriptionState& s, PubendId p, WriteBatch& batch) const;
-  void Fail(const absl::Status& st);
-
-  const SubscriberHostingBrokerOptions options_;
-  Storage* const storage_;
-  Channel* const channel_;
-  absl::Status status_;
-  Stats stats_;
-  uint64_t next_id_ = 1;
-  std::map<PubendId, PubendState> pubends_;
-  // std::map: by_id_ and in-flight deliveries point into it, and its nodes do not move.
-  std::map<std::string, SubscriptionState, std::less<>> subscriptions_;
-  absl::flat_hash_map<uint64_t, SubscriptionState*> by_id_;
-  Matcher matcher_;  // every durable subscription, for the constreams' matching
-  absl::flat_hash_map<uint64_t, std::string> names_;  // subscriber id -> subscription name
-  absl::btree_map<std::string, std::vector<PubendId>> dirty_released_;
-  absl::Time last_release_ = absl::InfinitePast();
-  absl::Time last_timer_ = absl::InfinitePast();  // the `now` of the previous OnTimer
-  bool dirty_ = false;  // knowledge arrived (or a commit finished) since the last Flush
-  // A constream round's deliveries of one pubend and, parallel to them, whom they go to
-  // (AdvanceConStreams, SendRound). Empty between rounds, except after a failed one (the broker
-  // has stopped then).
-  std::vector<Channel::Outgoing> round_deliveries_;
-  std::vector<std::pair<SubscriptionState*, Position*>> round_delivered_to_;
-
-  // Commits submitted and not yet applied, in submission order.
-  struct InFlight {
-    uint64_t seq;
-    std::vector<Advance> advances;
-  };
-  std::deque<InFlight> in_flight_;
-  uint64_t next_seq_ = 1;
-  // Filled by the committer's callbacks (on the commit thread with commit_thread).
-  absl::Mutex finished_mu_;
-  std::vector<std::pair<uint64_t, absl::Status>> finished_ ABSL_GUARDED_BY(finished_mu_);
-  // Declared last: destroyed (after Stop) before what its callbacks touch.
-  std::unique_ptr<GroupCommitter> committer_;
+ protected:
+  SubscriberHostingBroker() = default;
 };
 
 }  // namespace gryph

@@ -1,4 +1,5 @@
 #include "gryph/subscriber_hosting_broker.h"
+#include "lib/shb/subscriber_hosting_broker_impl.h"
 
 #include <algorithm>
 #include <tuple>
@@ -17,8 +18,10 @@ using internal::kShbNextIdKey;
 using internal::kShbPositionsTable;
 using internal::kShbSubscriptionsTable;
 
-SubscriberHostingBroker::SubscriberHostingBroker(SubscriberHostingBrokerOptions options,
-                                                 Storage* storage, Channel* channel)
+namespace internal {
+
+SubscriberHostingBrokerImpl::SubscriberHostingBrokerImpl(SubscriberHostingBrokerOptions options,
+                                                         Storage* storage, Channel* channel)
     : options_(std::move(options)), storage_(storage), channel_(channel) {
   GroupCommitOptions gc;
   gc.max_records = SIZE_MAX;  // rounds, not records: the interval alone closes a group
@@ -26,62 +29,19 @@ SubscriberHostingBroker::SubscriberHostingBroker(SubscriberHostingBrokerOptions 
   committer_ = std::make_unique<GroupCommitter>(storage_, std::move(gc));
 }
 
-SubscriberHostingBroker::~SubscriberHostingBroker() {
+SubscriberHostingBrokerImpl::~SubscriberHostingBrokerImpl() {
   channel_->SetReceiver(nullptr);
   committer_->Stop();  // commits what was submitted: a clean shutdown loses nothing
   // Readers must go before their PFS.
   for (auto& [name, s] : subscriptions_) s.positions.clear();
 }
 
-absl::StatusOr<std::unique_ptr<SubscriberHostingBroker>> SubscriberHostingBroker::Open(
-    SubscriberHostingBrokerOptions options, Storage* storage, Channel* channel) {
-  if (options.pubends.empty()) return absl::InvalidArgumentError("an SHB needs a pubend");
-  // Each of these at 0 (or 1 for the matches, read half a buffer at a time) would stall every
-  // constream or catchup without an error.
-  for (const auto& [value, least, name] :
-       {std::tuple<uint64_t, uint64_t, const char*>{options.max_batch_events, 1,
-                                                    "max_batch_events"},
-        {options.max_catchup_messages_per_flush, 1, "max_catchup_messages_per_flush"},
-        {options.max_unacked_events, 1, "max_unacked_events"},
-        {options.catchup.max_buffered_matches, 2, "catchup.max_buffered_matches"},
-        {options.catchup.nack_window, 1, "catchup.nack_window"},
-        {options.catchup.max_deliveries_per_step, 1, "catchup.max_deliveries_per_step"}}) {
-    if (value < least) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("SHB option ", name, " is ", value, "; it must be at least ", least));
-    }
-  }
-  GRYPH_RETURN_IF_ERROR(internal::CheckPositive(
-      "SHB", {{options.renack_interval, "renack_interval"},
-              {options.release_interval, "release_interval"},
-              {options.silence_interval, "silence_interval"},
-              {options.session_timeout, "session_timeout"}}));
-  if (options.nack_delay < absl::ZeroDuration() || options.commit_interval < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("SHB options nack_delay and commit_interval must be >= 0");
-  }
-  if (options.delivery_lease_ticks == 0) {
-    return absl::InvalidArgumentError("SHB option delivery_lease_ticks is 0");
-  }
-  for (const auto& up : options.pubends) {
-    if (up.node.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("SHB: pubend ", up.pubend.value, " has no upstream node"));
-    }
-  }
-  if (storage == nullptr || channel == nullptr) {
-    return absl::InvalidArgumentError("an SHB needs a storage and a channel");
-  }
-  if (!options.clock) options.clock = [] { return absl::Now(); };
-  std::unique_ptr<SubscriberHostingBroker> shb(
-      new SubscriberHostingBroker(std::move(options), storage, channel));
-  GRYPH_RETURN_IF_ERROR(shb->Recover());
-  if (shb->options_.commit_thread) shb->committer_->Start();
-  SubscriberHostingBroker* self = shb.get();
-  channel->SetReceiver([self](absl::string_view from, Message m) { self->HandleMessage(from, m); });
-  return shb;
+void SubscriberHostingBrokerImpl::Start() {
+  if (options_.commit_thread) committer_->Start();
+  channel_->SetReceiver([this](absl::string_view from, Message m) { HandleMessage(from, m); });
 }
 
-absl::Status SubscriberHostingBroker::Recover() {
+absl::Status SubscriberHostingBrokerImpl::Recover() {
   for (const auto& up : options_.pubends) {
     if (pubends_.contains(up.pubend)) {
       return absl::InvalidArgumentError(absl::StrCat("pubend ", up.pubend.value, " appears twice"));
@@ -194,7 +154,7 @@ absl::Status SubscriberHostingBroker::Recover() {
   return absl::OkStatus();
 }
 
-void SubscriberHostingBroker::Fail(const absl::Status& st) {
+void SubscriberHostingBrokerImpl::Fail(const absl::Status& st) {
   if (!status_.ok()) return;
   status_ = st;
   for (auto& [name, s] : subscriptions_) {
@@ -206,23 +166,23 @@ void SubscriberHostingBroker::Fail(const absl::Status& st) {
   }
 }
 
-void SubscriberHostingBroker::Send(absl::string_view to, Message m) {
+void SubscriberHostingBrokerImpl::Send(absl::string_view to, Message m) {
   (void)channel_->Send(to, std::move(m));  // a lost message is repaired by the protocol
 }
 
-void SubscriberHostingBroker::SendError(absl::string_view to, const std::string& subscription,
+void SubscriberHostingBrokerImpl::SendError(absl::string_view to, const std::string& subscription,
                                         const absl::Status& st) {
   Send(to, SessionErrorMessage{subscription, st.code(), std::string(st.message())});
 }
 
-void SubscriberHostingBroker::PutPosition(const SubscriptionState& s, PubendId p,
+void SubscriberHostingBrokerImpl::PutPosition(const SubscriptionState& s, PubendId p,
                                           WriteBatch& batch) const {
   const Position& pos = s.positions.at(p);
   batch.Put(kShbPositionsTable, internal::PositionKey(s.id, p),
             internal::EncodePositionRow({pos.created, pos.released}));
 }
 
-void SubscriberHostingBroker::Submit(WriteBatch batch, std::vector<Advance> advances) {
+void SubscriberHostingBrokerImpl::Submit(WriteBatch batch, std::vector<Advance> advances) {
   for (const auto& [name, pubends] : dirty_released_) {
     auto it = subscriptions_.find(name);
     if (it == subscriptions_.end()) continue;
@@ -245,7 +205,7 @@ void SubscriberHostingBroker::Submit(WriteBatch batch, std::vector<Advance> adva
   }
 }
 
-absl::Status SubscriberHostingBroker::CommitNow(WriteBatch batch) {
+absl::Status SubscriberHostingBrokerImpl::CommitNow(WriteBatch batch) {
   if (!status_.ok()) return status_;
   Submit(std::move(batch), {});
   if (options_.commit_thread) {
@@ -255,7 +215,7 @@ absl::Status SubscriberHostingBroker::CommitNow(WriteBatch batch) {
   return status_;
 }
 
-void SubscriberHostingBroker::ProcessCommits() {
+void SubscriberHostingBrokerImpl::ProcessCommits() {
   std::vector<std::pair<uint64_t, absl::Status>> finished;
   {
     absl::MutexLock lock(&finished_mu_);
@@ -281,18 +241,18 @@ void SubscriberHostingBroker::ProcessCommits() {
   }
 }
 
-Tick SubscriberHostingBroker::latest_delivered(PubendId p) const {
+Tick SubscriberHostingBrokerImpl::latest_delivered(PubendId p) const {
   auto it = pubends_.find(p);
   return it == pubends_.end() ? 0 : it->second.committed;
 }
 
-size_t SubscriberHostingBroker::catching_up() const {
+size_t SubscriberHostingBrokerImpl::catching_up() const {
   size_t n = 0;
   for (const auto& [id, p] : pubends_) n += p.catchups.size();
   return n;
 }
 
-void SubscriberHostingBroker::HandleMessage(absl::string_view from, const Message& message) {
+void SubscriberHostingBrokerImpl::HandleMessage(absl::string_view from, const Message& message) {
   if (const auto* k = std::get_if<KnowledgeMessage>(&message)) {
     OnKnowledge(from, *k);
   } else if (const auto* c = std::get_if<ConnectMessage>(&message)) {
@@ -306,7 +266,7 @@ void SubscriberHostingBroker::HandleMessage(absl::string_view from, const Messag
   }
 }
 
-void SubscriberHostingBroker::OnKnowledge(absl::string_view from, const KnowledgeMessage& m) {
+void SubscriberHostingBrokerImpl::OnKnowledge(absl::string_view from, const KnowledgeMessage& m) {
   auto it = pubends_.find(m.pubend);
   if (it == pubends_.end() || it->second.upstream != from || !status_.ok()) return;
   PubendState& p = it->second;
@@ -326,7 +286,7 @@ void SubscriberHostingBroker::OnKnowledge(absl::string_view from, const Knowledg
   dirty_ = true;
 }
 
-void SubscriberHostingBroker::AskForTheRest(PubendState& p) {
+void SubscriberHostingBrokerImpl::AskForTheRest(PubendState& p) {
   if (p.unanswered.empty()) return;
   std::vector<TickRange> rest = p.curiosity.FollowUp(p.unanswered, 64);
   p.unanswered.clear();
@@ -338,7 +298,7 @@ void SubscriberHostingBroker::AskForTheRest(PubendState& p) {
   Send(p.upstream, CuriosityMessage{p.id, std::move(rest)});
 }
 
-bool SubscriberHostingBroker::Flush() {
+bool SubscriberHostingBrokerImpl::Flush() {
   ProcessCommits();
   if (!dirty_ || !status_.ok()) return false;
   dirty_ = false;
@@ -359,7 +319,7 @@ bool SubscriberHostingBroker::Flush() {
   return dirty_;
 }
 
-void SubscriberHostingBroker::Forget(PubendState& p) {
+void SubscriberHostingBrokerImpl::Forget(PubendState& p) {
   // Forget events no catchup stream needs, beyond the cache window. A catchup paused by flow
   // control holds them too: upstream may have released them since (early release), and a
   // subscriber that never disconnected must not get a Gap for being slow.
@@ -377,7 +337,7 @@ void SubscriberHostingBroker::Forget(PubendState& p) {
 // The most deliveries a round's buffers keep room for between rounds.
 constexpr size_t kKeptRoundDeliveries = 1 << 16;
 
-absl::Status SubscriberHostingBroker::AdvanceConStreams() {
+absl::Status SubscriberHostingBrokerImpl::AdvanceConStreams() {
   // Every round takes what each pubend's doubt horizon and durable lease allow, sends it to the
   // members, and submits one transaction for all pubends: the PFS records with the new positions
   // (latestDelivered once committed) and leases.
@@ -447,7 +407,7 @@ absl::Status SubscriberHostingBroker::AdvanceConStreams() {
   }
 }
 
-absl::Status SubscriberHostingBroker::LoseInConStream(PubendState& p, TickRange lost,
+absl::Status SubscriberHostingBrokerImpl::LoseInConStream(PubendState& p, TickRange lost,
                                                       WriteBatch* wb) {
   const Tick t = lost.last;
   std::vector<SubscriberId> everyone = p.pfs->subscribers();
@@ -471,7 +431,7 @@ absl::Status SubscriberHostingBroker::LoseInConStream(PubendState& p, TickRange 
   return p.pfs->Write(t, everyone, wb);
 }
 
-void SubscriberHostingBroker::SendRound(
+void SubscriberHostingBrokerImpl::SendRound(
     PubendState& p, absl::Time now, std::vector<std::pair<SubscriptionState*, PubendState*>>& slow) {
   std::vector<Channel::Outgoing>& deliveries = round_deliveries_;
   std::vector<std::pair<SubscriptionState*, Position*>>& delivered_to = round_delivered_to_;
@@ -513,7 +473,7 @@ void SubscriberHostingBroker::SendRound(
   }
 }
 
-void SubscriberHostingBroker::Stamp(Position& pos, DeliveryMessage& d) {
+void SubscriberHostingBrokerImpl::Stamp(Position& pos, DeliveryMessage& d) {
   d.previous = pos.sent_through;
   pos.sent_through = d.tick;
   pos.last_kind = d.kind;
@@ -521,7 +481,7 @@ void SubscriberHostingBroker::Stamp(Position& pos, DeliveryMessage& d) {
   pos.sent_since_ack = true;
 }
 
-void SubscriberHostingBroker::Resend(SubscriptionState& s, PubendState& p, Position& pos) {
+void SubscriberHostingBrokerImpl::Resend(SubscriptionState& s, PubendState& p, Position& pos) {
   DeliveryMessage again{s.name, p.id, pos.last_kind, pos.sent_through, nullptr,
                         pos.last_previous};
   if (again.kind == DeliveryKind::kEvent) {
@@ -539,13 +499,13 @@ void SubscriberHostingBroker::Resend(SubscriptionState& s, PubendState& p, Posit
   ++stats_.resent;
 }
 
-void SubscriberHostingBroker::NoteSent(Position& pos, Tick last, uint64_t n) {
+void SubscriberHostingBrokerImpl::NoteSent(Position& pos, Tick last, uint64_t n) {
   if (n == 0) return;
   pos.sent += n;
   pos.sent_marks.emplace_back(last, pos.sent);
 }
 
-void SubscriberHostingBroker::Demote(SubscriptionState& s, PubendState& p, Position& pos) {
+void SubscriberHostingBrokerImpl::Demote(SubscriptionState& s, PubendState& p, Position& pos) {
   // Everything through the constream's position has been sent to it (and, after a restart,
   // everything through the CT it resumed after): catch up from there.
   const Tick from = std::max(p.constream->latest_delivered(), pos.resume_after);
@@ -561,7 +521,7 @@ void SubscriberHostingBroker::Demote(SubscriptionState& s, PubendState& p, Posit
   ++stats_.demotions;
 }
 
-void SubscriberHostingBroker::StartCatchup(SubscriptionState& s, PubendState& p, Position& pos,
+void SubscriberHostingBrokerImpl::StartCatchup(SubscriptionState& s, PubendState& p, Position& pos,
                                            std::unique_ptr<PFS::Reader> reader, Tick from,
                                            Tick refilter_through) {
   pos.reader = std::move(reader);
@@ -571,13 +531,13 @@ void SubscriberHostingBroker::StartCatchup(SubscriptionState& s, PubendState& p,
   ++stats_.catchups_started;
 }
 
-void SubscriberHostingBroker::EndCatchup(SubscriptionState& s, PubendState& p, Position& pos) {
+void SubscriberHostingBrokerImpl::EndCatchup(SubscriptionState& s, PubendState& p, Position& pos) {
   pos.catchup.reset();
   pos.reader.reset();
   p.catchups.erase(s.name);
 }
 
-bool SubscriberHostingBroker::StepCatchups(PubendState& p) {
+bool SubscriberHostingBrokerImpl::StepCatchups(PubendState& p) {
   const Tick ld = p.constream->latest_delivered();
   // A step may end its own catchup (the hand-over, a session ended): walk a copy. (Positions do
   // not move while the catchups step: no subscription or pubend is added meanwhile.)
@@ -682,7 +642,7 @@ bool SubscriberHostingBroker::StepCatchups(PubendState& p) {
   return sent > 0;
 }
 
-void SubscriberHostingBroker::Nack(PubendState& p, const std::string& requester,
+void SubscriberHostingBrokerImpl::Nack(PubendState& p, const std::string& requester,
                                    const std::vector<TickRange>& ranges) {
   CuriosityMessage m{p.id, {}};
   const bool none_outstanding = p.curiosity.empty();
@@ -700,7 +660,7 @@ void SubscriberHostingBroker::Nack(PubendState& p, const std::string& requester,
   Send(p.upstream, std::move(m));
 }
 
-void SubscriberHostingBroker::OnConnect(absl::string_view from, const ConnectMessage& m) {
+void SubscriberHostingBrokerImpl::OnConnect(absl::string_view from, const ConnectMessage& m) {
   if (!status_.ok()) {
     SendError(from, m.subscription, absl::UnavailableError(absl::StrCat(
                                         "broker is stopped: ", status_.message())));
@@ -869,7 +829,7 @@ void SubscriberHostingBroker::OnConnect(absl::string_view from, const ConnectMes
   dirty_ = true;
 }
 
-void SubscriberHostingBroker::EndSession(SubscriptionState& s) {
+void SubscriberHostingBrokerImpl::EndSession(SubscriptionState& s) {
   for (auto& [id, pos] : s.positions) {
     PubendState& p = pubends_.at(id);
     EndCatchup(s, p, pos);
@@ -881,7 +841,7 @@ void SubscriberHostingBroker::EndSession(SubscriptionState& s) {
   s.session.clear();
 }
 
-void SubscriberHostingBroker::OnAck(absl::string_view from, const AckMessage& m) {
+void SubscriberHostingBrokerImpl::OnAck(absl::string_view from, const AckMessage& m) {
   auto it = subscriptions_.find(m.subscription);
   if (it == subscriptions_.end() || it->second.session != from) {
     SendError(from, m.subscription,
@@ -927,14 +887,14 @@ void SubscriberHostingBroker::OnAck(absl::string_view from, const AckMessage& m)
   dirty_ = true;  // a paused catchup may go on
 }
 
-void SubscriberHostingBroker::OnDisconnect(absl::string_view from,
+void SubscriberHostingBrokerImpl::OnDisconnect(absl::string_view from,
                                            const std::string& subscription) {
   auto it = subscriptions_.find(subscription);
   if (it == subscriptions_.end() || it->second.session != from) return;
   EndSession(it->second);
 }
 
-void SubscriberHostingBroker::OnUnsubscribe(absl::string_view from,
+void SubscriberHostingBrokerImpl::OnUnsubscribe(absl::string_view from,
                                             const std::string& subscription) {
   auto it = subscriptions_.find(subscription);
   if (it == subscriptions_.end()) {
@@ -967,7 +927,7 @@ void SubscriberHostingBroker::OnUnsubscribe(absl::string_view from,
   (void)CommitNow(std::move(wb));
 }
 
-void SubscriberHostingBroker::OnTimer(absl::Time now) {
+void SubscriberHostingBrokerImpl::OnTimer(absl::Time now) {
   if (!status_.ok()) return;
   // A stalled broker (a long commit, a busy thread) has not read the acks that arrived
   // meanwhile: no session counts as silent for it.
@@ -1051,6 +1011,54 @@ void SubscriberHostingBroker::OnTimer(absl::Time now) {
     }
   }
   if (!wb.empty() || !dirty_released_.empty()) Submit(std::move(wb), {});
+}
+
+}  // namespace internal
+
+absl::StatusOr<std::unique_ptr<SubscriberHostingBroker>> SubscriberHostingBroker::Open(
+    SubscriberHostingBrokerOptions options, Storage* storage, Channel* channel) {
+  if (options.pubends.empty()) return absl::InvalidArgumentError("an SHB needs a pubend");
+  // Each of these at 0 (or 1 for the matches, read half a buffer at a time) would stall every
+  // constream or catchup without an error.
+  for (const auto& [value, least, name] :
+       {std::tuple<uint64_t, uint64_t, const char*>{options.max_batch_events, 1,
+                                                    "max_batch_events"},
+        {options.max_catchup_messages_per_flush, 1, "max_catchup_messages_per_flush"},
+        {options.max_unacked_events, 1, "max_unacked_events"},
+        {options.catchup.max_buffered_matches, 2, "catchup.max_buffered_matches"},
+        {options.catchup.nack_window, 1, "catchup.nack_window"},
+        {options.catchup.max_deliveries_per_step, 1, "catchup.max_deliveries_per_step"}}) {
+    if (value < least) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SHB option ", name, " is ", value, "; it must be at least ", least));
+    }
+  }
+  GRYPH_RETURN_IF_ERROR(internal::CheckPositive(
+      "SHB", {{options.renack_interval, "renack_interval"},
+              {options.release_interval, "release_interval"},
+              {options.silence_interval, "silence_interval"},
+              {options.session_timeout, "session_timeout"}}));
+  if (options.nack_delay < absl::ZeroDuration() || options.commit_interval < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("SHB options nack_delay and commit_interval must be >= 0");
+  }
+  if (options.delivery_lease_ticks == 0) {
+    return absl::InvalidArgumentError("SHB option delivery_lease_ticks is 0");
+  }
+  for (const auto& up : options.pubends) {
+    if (up.node.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SHB: pubend ", up.pubend.value, " has no upstream node"));
+    }
+  }
+  if (storage == nullptr || channel == nullptr) {
+    return absl::InvalidArgumentError("an SHB needs a storage and a channel");
+  }
+  if (!options.clock) options.clock = [] { return absl::Now(); };
+  auto shb = std::make_unique<internal::SubscriberHostingBrokerImpl>(std::move(options), storage,
+                                                                     channel);
+  GRYPH_RETURN_IF_ERROR(shb->Recover());
+  shb->Start();
+  return shb;
 }
 
 }  // namespace gryph
