@@ -46,21 +46,15 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/btree_map.h"
-#include "absl/container/btree_set.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "gryph/channel.h"
 #include "gryph/event.h"
 #include "gryph/group_commit.h"
@@ -110,7 +104,7 @@ class Pubend {
   static absl::StatusOr<std::unique_ptr<Pubend>> Open(const PubendOptions& options,
                                                       Storage* storage, GroupCommitter* committer,
                                                       Channel* channel);
-  ~Pubend();
+  virtual ~Pubend() = default;
 
   // Logs `event` at a new tick and calls done(tick) once the commit holding it is durable, or
   // done(error) if it failed. With sequence > 0, a retry of one of the publisher's recent
@@ -127,144 +121,52 @@ class Pubend {
   // group, and Publish needs the committer too. So `done` must not wait for a lock that the
   // application holds around its Publish calls: each would wait for the other. Hand the result
   // to another thread, or keep such a lock out of `done`.
-  void Publish(absl::string_view publisher, uint64_t sequence, EventRef event, absl::Time now,
-               PublishDone done);
+  virtual void Publish(absl::string_view publisher, uint64_t sequence, EventRef event,
+                       absl::Time now, PublishDone done) = 0;
 
   // Registers a downstream node: it receives the knowledge stream and takes part in release.
   // It starts with released = latestDelivered = the current L prefix. AlreadyExists if known.
-  absl::Status AddDownstream(absl::string_view node);
+  virtual absl::Status AddDownstream(absl::string_view node) = 0;
   // Unregisters a node; its release hold goes away. NotFound if unknown.
-  absl::Status RemoveDownstream(absl::string_view node);
+  virtual absl::Status RemoveDownstream(absl::string_view node) = 0;
 
   // A nack from `from` (any node may nack): answered with knowledge for every tick of the ranges
   // up to T(p), in messages of bounded size. InvalidArgument for a message of another pubend.
-  absl::Status HandleCuriosity(absl::string_view from, const CuriosityMessage& nack);
+  virtual absl::Status HandleCuriosity(absl::string_view from, const CuriosityMessage& nack) = 0;
   // Release information from a registered downstream node. Values only move forward (an older
   // message changes nothing). NotFound for an unknown node, InvalidArgument for
   // latest_delivered beyond T(p) or another pubend's entry.
-  absl::Status HandleRelease(absl::string_view from, const ReleaseEntry& entry, absl::Time now);
+  virtual absl::Status HandleRelease(absl::string_view from, const ReleaseEntry& entry,
+                                     absl::Time now) = 0;
 
   // Periodic work: early release by time, and a silence heartbeat when idle. Call at least every
   // options.heartbeat.
-  void OnTimer(absl::Time now);
+  virtual void OnTimer(absl::Time now) = 0;
 
   // Sends the knowledge committed since the last send (called after each group commit).
-  void FlushKnowledge();
+  virtual void FlushKnowledge() = 0;
 
-  PubendId id() const { return options_.id; }
+  virtual PubendId id() const = 0;
   // T(p) as committed: every tick at or below is durably D, S or L.
-  Tick committed_tick() const;
+  virtual Tick committed_tick() const = 0;
   // The highest tick such that every tick at or below is L.
-  Tick l_prefix() const;
+  virtual Tick l_prefix() const = 0;
   // Tr(p), Td(p): minimum released / latestDelivered over registered nodes (0 with none).
-  Tick released_min() const;
-  Tick delivered_min() const;
-  std::vector<std::string> downstream() const;
+  virtual Tick released_min() const = 0;
+  virtual Tick delivered_min() const = 0;
+  virtual std::vector<std::string> downstream() const = 0;
   // OK, or the error that failed the pubend.
-  absl::Status status() const;
+  virtual absl::Status status() const = 0;
   // Rows of the log found damaged (they fail the storage's checksum, or do not decode) since
   // open, and the first such damage (kDataLoss naming the row; OK when none). A damaged event is
   // never sent: nacks are answered L from the good row before it to the good row after it (its
   // key may be what was damaged), so subscribers that may have matched it get a Gap and the
   // stream goes on; the pubend's status stays OK. VerifyStorage lists every damaged row.
-  uint64_t damaged_events() const;
-  absl::Status damage() const;
+  virtual uint64_t damaged_events() const = 0;
+  virtual absl::Status damage() const = 0;
 
- private:
-  struct Downstream {
-    Tick released = 0;
-    Tick latest_delivered = 0;
-  };
-  struct SequenceEntry {
-    uint64_t sequence;
-    Tick tick;
-  };
-  struct Publisher {
-    std::deque<SequenceEntry> committed;  // the latest kSequenceWindow, increasing
-    uint64_t last_sequence = 0;           // the latest accepted (committed or not)
-    uint64_t stored_rows = 0;             // its sequence rows in storage, at most (trimmed)
-    // Sequences accepted but not committed yet, with the retries waiting for the commit.
-    struct Pending {
-      Tick tick = 0;
-      std::vector<PublishDone> waiters;
-    };
-    absl::btree_map<uint64_t, Pending> pending;
-  };
-
-  Pubend(const PubendOptions& options, Storage* storage, GroupCommitter* committer,
-         Channel* channel);
-  absl::Status Recover();
-  Tick NowTick(absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Publishes that commit together: the first opened a submission to the committer, the others
-  // joined it (GroupCommitter::JoinPending), so the commit thread takes the lock once for all.
-  struct Published {
-    Tick tick;
-    EventRef event;
-    std::string publisher;
-    uint64_t sequence;
-    PublishDone done;
-  };
-  struct CommitBatch {
-    std::vector<Published> events;  // guarded by the pubend's mu_
-  };
-  void OnCommitted(CommitBatch& batch, absl::Status status);
-  // Deletes the stored sequence rows of `name` below its committed window.
-  void TrimPublisherLocked(const std::string& name, Publisher& pub)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Submits a commit that is not a publish (no records). It closes the open batch first, so
-  // that no later publish joins a group ahead of it: the pubend's commits stay in tick order.
-  void SubmitOtherLocked(WriteBatch batch, GroupCommitter::Done done)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Fail(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Applies the release condition at `now`; submits the reclaiming commit when L advances.
-  void MaybeRelease(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Deletes the next chunk of events below the L prefix.
-  void ReclaimSome() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PersistDownstream(const std::string& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes again the downstream rows a full store refused (downstream_dirty_).
-  void PersistDirtyDownstream() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SendLocked(KnowledgeMessage message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FlushKnowledgeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Appends knowledge for `range` read from the log to *out, split into bounded messages; ticks
-  // at or below `lost` are L. Events take their encoded size from *budget; once it is spent (and
-  // something was answered) the knowledge stops before the next event, whose tick is the result;
-  // 0 when the whole range was answered. Reads storage without holding mu_.
-  // Damaged rows are not served: the ticks between the good rows around one are answered L, and
-  // its key is appended to *damaged with the reason.
-  absl::StatusOr<Tick> ReadKnowledge(TickRange range, Tick lost, uint64_t* budget,
-                                     std::vector<KnowledgeMessage>* out,
-                                     std::vector<std::pair<std::string, absl::Status>>* damaged)
-      ABSL_LOCKS_EXCLUDED(mu_);
-
-  // Constant after construction.
-  const PubendOptions options_;
-  Storage* const storage_;
-  GroupCommitter* const committer_;
-  Channel* const channel_;
-
-  mutable absl::Mutex mu_;
-  absl::Status status_ ABSL_GUARDED_BY(mu_);
-  Tick assigned_ ABSL_GUARDED_BY(mu_) = 0;    // the highest tick handed out or announced
-  Tick committed_ ABSL_GUARDED_BY(mu_) = 0;   // T(p), durable
-  Tick l_prefix_ ABSL_GUARDED_BY(mu_) = 0;    // durable L prefix
-  Tick releasing_ ABSL_GUARDED_BY(mu_) = 0;   // L prefix being committed (>= l_prefix_)
-  Tick reclaimed_ ABSL_GUARDED_BY(mu_) = 0;   // events at or below are deleted
-  bool reclaiming_ ABSL_GUARDED_BY(mu_) = false;
-  size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0; // publishes and heartbeats not yet committed
-  absl::Time last_activity_ ABSL_GUARDED_BY(mu_);
-  std::vector<KnowledgeSpan> unsent_ ABSL_GUARDED_BY(mu_);  // committed, in tick order
-  // The batch later publishes may join (null: none; any other submission of this pubend closes
-  // it, so that nothing commits out of tick order), and its committer group.
-  std::shared_ptr<CommitBatch> open_batch_ ABSL_GUARDED_BY(mu_);
-  uint64_t open_group_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::btree_map<std::string, Downstream> downstream_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, Publisher> publishers_ ABSL_GUARDED_BY(mu_);
-  absl::btree_set<std::string> damaged_events_ ABSL_GUARDED_BY(mu_);  // their row keys
-  // Downstream rows a full store refused: all are written again (and the removed nodes' rows
-  // deleted again) at the next timer.
-  bool downstream_dirty_ ABSL_GUARDED_BY(mu_) = false;
-  absl::btree_set<std::string> removed_unpersisted_ ABSL_GUARDED_BY(mu_);
-  absl::Status damage_ ABSL_GUARDED_BY(mu_);
+ protected:
+  Pubend() = default;
 };
 
 // The pubend for `key` among `pubends`, by a hash that is stable across processes and restarts

@@ -18,9 +18,7 @@
 #define GRYPH_PUBLISHER_HOSTING_BROKER_H_
 
 #include <functional>
-#include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,44 +52,37 @@ class PublisherHostingBroker {
   static absl::StatusOr<std::unique_ptr<PublisherHostingBroker>> Open(
       PublisherHostingBrokerOptions options, Storage* storage, Channel* channel);
   // Stops the commit thread after committing what is pending.
-  ~PublisherHostingBroker();
+  virtual ~PublisherHostingBroker() = default;
 
   // Publishes to pubend `p` (Pubend::Publish: `done` runs on the commit thread, with the
   // event's tick once durable; see there for the retry window of `sequence` and why `done` must
   // not take a lock held around Publish). NotFound through `done` for an unknown pubend.
-  void Publish(PubendId p, absl::string_view publisher, uint64_t sequence, EventRef event,
-               Pubend::PublishDone done);
+  virtual void Publish(PubendId p, absl::string_view publisher, uint64_t sequence,
+                       EventRef event, Pubend::PublishDone done) = 0;
   // Publishes to PubendForKey(key, pubend_ids()) and returns that pubend: the ticks `done`
   // reports are that pubend's, and a retry after a crash must name the same key (or that pubend)
   // to be recognised. The choice depends only on the key and the broker's pubend ids.
-  PubendId PublishByKey(absl::string_view key, absl::string_view publisher, uint64_t sequence,
-                        EventRef event, Pubend::PublishDone done);
+  virtual PubendId PublishByKey(absl::string_view key, absl::string_view publisher,
+                                uint64_t sequence, EventRef event, Pubend::PublishDone done) = 0;
 
   // Handles one message from the channel (the receiver calls this). Errors (an unknown sender's
   // release, a nack for an unknown pubend) are returned; nothing changes for them.
-  absl::Status HandleMessage(absl::string_view from, const Message& message);
+  virtual absl::Status HandleMessage(absl::string_view from, const Message& message) = 0;
 
   // Heartbeats, early release and, in manual mode, the group commit when due.
-  void OnTimer(absl::Time now);
+  virtual void OnTimer(absl::Time now) = 0;
   // When OnTimer should next run at the latest, in manual mode.
-  absl::Time NextDeadline(absl::Time now) const;
+  virtual absl::Time NextDeadline(absl::Time now) const = 0;
   // Commits what is pending now (manual mode; harmless otherwise).
-  absl::Status Flush();
+  virtual absl::Status Flush() = 0;
 
   // The pubend `p`, or null. Valid as long as the broker.
-  Pubend* pubend(PubendId p) const;
-  const std::vector<PubendId>& pubend_ids() const { return ids_; }
-  GroupCommitter& committer() { return *committer_; }
+  virtual Pubend* pubend(PubendId p) const = 0;
+  virtual const std::vector<PubendId>& pubend_ids() const = 0;
+  virtual GroupCommitter& committer() = 0;
 
- private:
-  PublisherHostingBroker(PublisherHostingBrokerOptions options, Channel* channel);
-  absl::Time Now() const;
-
-  const PublisherHostingBrokerOptions options_;
-  Channel* const channel_;
-  std::unique_ptr<GroupCommitter> committer_;
-  std::map<PubendId, std::unique_ptr<Pubend>> pubends_;
-  std::vector<PubendId> ids_;
+ protected:
+  PublisherHostingBroker() = default;
 };
 
 }  // namespace gryph

@@ -8,6 +8,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "lib/pubend/pubend_impl.h"
 #include "lib/pubend/pubend_keys.h"
 #include "lib/storage/last_row.h"
 #include "lib/util/fnv1a.h"
@@ -31,38 +32,15 @@ absl::StatusOr<Tick> DecodeTickValue(absl::string_view what, absl::string_view b
 
 }  // namespace
 
-Pubend::Pubend(const PubendOptions& options, Storage* storage, GroupCommitter* committer,
-               Channel* channel)
+namespace internal {
+
+PubendImpl::PubendImpl(const PubendOptions& options, Storage* storage,
+                       GroupCommitter* committer, Channel* channel)
     : options_(options), storage_(storage), committer_(committer), channel_(channel) {}
 
-Pubend::~Pubend() = default;
+PubendImpl::~PubendImpl() = default;
 
-absl::StatusOr<std::unique_ptr<Pubend>> Pubend::Open(const PubendOptions& options,
-                                                     Storage* storage, GroupCommitter* committer,
-                                                     Channel* channel) {
-  const std::string what = absl::StrCat("pubend ", options.id.value, " option ");
-  if (options.max_retain < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, "max_retain is negative"));
-  }
-  if (options.heartbeat <= absl::ZeroDuration() || options.heartbeat == absl::InfiniteDuration()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, "heartbeat must be positive and finite"));
-  }
-  for (const auto& [value, name] : {std::pair<uint64_t, const char*>{options.max_spans_per_message,
-                                                                     "max_spans_per_message"},
-                                    {options.max_bytes_per_message, "max_bytes_per_message"},
-                                    {options.max_nack_answer_bytes, "max_nack_answer_bytes"}}) {
-    if (value == 0) return absl::InvalidArgumentError(absl::StrCat(what, name, " is 0"));
-  }
-  if (storage == nullptr || committer == nullptr || channel == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("pubend ", options.id.value,
-                                                   " needs a storage, a committer and a channel"));
-  }
-  std::unique_ptr<Pubend> p(new Pubend(options, storage, committer, channel));
-  GRYPH_RETURN_IF_ERROR(p->Recover());
-  return p;
-}
-
-absl::Status Pubend::Recover() {
+absl::Status PubendImpl::Recover() {
   absl::MutexLock lock(&mu_);
   const PubendId p = options_.id;
   Tick announced = 0;
@@ -132,19 +110,19 @@ absl::Status Pubend::Recover() {
   return parse;
 }
 
-Tick Pubend::NowTick(absl::Time now) const {
+Tick PubendImpl::NowTick(absl::Time now) const {
   const int64_t micros = absl::ToUnixMicros(now);
   return std::max<Tick>(committed_, micros > 0 ? static_cast<Tick>(micros) : 0);
 }
 
-void Pubend::Fail(const absl::Status& status) {
+void PubendImpl::Fail(const absl::Status& status) {
   // A full store applied nothing and the committer goes on (GroupCommitter): the submission's
   // own callback undoes what it had reserved, and a later one (after a release) succeeds.
   if (absl::IsResourceExhausted(status)) return;
   if (status_.ok()) status_ = status;
 }
 
-void Pubend::Publish(absl::string_view publisher, uint64_t sequence, EventRef event,
+void PubendImpl::Publish(absl::string_view publisher, uint64_t sequence, EventRef event,
                      absl::Time now, PublishDone done) {
   absl::StatusOr<Tick> immediate;  // the outcome when known without a commit
   // Encoded before the lock, which the commit thread takes for every committed event: the
@@ -222,7 +200,7 @@ void Pubend::Publish(absl::string_view publisher, uint64_t sequence, EventRef ev
   std::move(done)(std::move(immediate));
 }
 
-void Pubend::OnCommitted(CommitBatch& batch, absl::Status status) {
+void PubendImpl::OnCommitted(CommitBatch& batch, absl::Status status) {
   // Each publish's answer, then those of its retries that waited for it.
   std::vector<std::pair<PublishDone, absl::StatusOr<Tick>>> answers;
   {
@@ -272,7 +250,7 @@ void Pubend::OnCommitted(CommitBatch& batch, absl::Status status) {
   for (auto& [done, result] : answers) std::move(done)(std::move(result));
 }
 
-void Pubend::TrimPublisherLocked(const std::string& name, Publisher& pub) {
+void PubendImpl::TrimPublisherLocked(const std::string& name, Publisher& pub) {
   // The rows below the committed window: deleting them depends on nothing still pending.
   WriteBatch batch;
   batch.DeleteRange(internal::kPublishersTable,
@@ -287,17 +265,17 @@ void Pubend::TrimPublisherLocked(const std::string& name, Publisher& pub) {
   });
 }
 
-void Pubend::SubmitOtherLocked(WriteBatch batch, GroupCommitter::Done done) {
+void PubendImpl::SubmitOtherLocked(WriteBatch batch, GroupCommitter::Done done) {
   open_batch_ = nullptr;  // nothing may join a batch submitted before this
   committer_->Submit(std::move(batch), 0, std::move(done));
 }
 
-void Pubend::FlushKnowledge() {
+void PubendImpl::FlushKnowledge() {
   absl::MutexLock lock(&mu_);
   FlushKnowledgeLocked();
 }
 
-void Pubend::FlushKnowledgeLocked() {
+void PubendImpl::FlushKnowledgeLocked() {
   if (unsent_.empty()) return;
   KnowledgeMessage message{options_.id, {}};
   size_t bytes = 0;
@@ -321,14 +299,14 @@ void Pubend::FlushKnowledgeLocked() {
   unsent_.clear();
 }
 
-void Pubend::SendLocked(KnowledgeMessage message) {
+void PubendImpl::SendLocked(KnowledgeMessage message) {
   for (const auto& [node, state] : downstream_) {
     // A lost or refused message is repaired by the node's nacks.
     (void)channel_->Send(node, message);
   }
 }
 
-void Pubend::OnTimer(absl::Time now) {
+void PubendImpl::OnTimer(absl::Time now) {
   absl::MutexLock lock(&mu_);
   if (!status_.ok()) return;
   FlushKnowledgeLocked();
@@ -361,7 +339,7 @@ void Pubend::OnTimer(absl::Time now) {
   });
 }
 
-void Pubend::ReclaimSome() {
+void PubendImpl::ReclaimSome() {
   if (reclaiming_ || reclaimed_ >= l_prefix_) return;
   absl::StatusOr<std::unique_ptr<Cursor>> c = storage_->NewCursor(internal::kEventsTable);
   if (!c.ok()) {
@@ -410,7 +388,7 @@ void Pubend::ReclaimSome() {
   });
 }
 
-void Pubend::MaybeRelease(absl::Time now) {
+void PubendImpl::MaybeRelease(absl::Time now) {
   if (downstream_.empty() || !status_.ok()) return;
   Tick tr = kMaxTick;
   Tick td = kMaxTick;
@@ -452,7 +430,7 @@ void Pubend::MaybeRelease(absl::Time now) {
   });
 }
 
-void Pubend::PersistDownstream(const std::string& node) {
+void PubendImpl::PersistDownstream(const std::string& node) {
   const Downstream& d = downstream_.at(node);
   std::string value = internal::EncodeDownstreamRow({d.released, d.latest_delivered});
   WriteBatch batch;
@@ -465,7 +443,7 @@ void Pubend::PersistDownstream(const std::string& node) {
   });
 }
 
-void Pubend::PersistDirtyDownstream() {
+void PubendImpl::PersistDirtyDownstream() {
   if (!downstream_dirty_) return;
   downstream_dirty_ = false;
   for (const auto& [node, d] : downstream_) PersistDownstream(node);
@@ -484,7 +462,7 @@ void Pubend::PersistDirtyDownstream() {
   }
 }
 
-absl::Status Pubend::AddDownstream(absl::string_view node) {
+absl::Status PubendImpl::AddDownstream(absl::string_view node) {
   absl::MutexLock lock(&mu_);
   if (!status_.ok()) return status_;
   if (node.empty()) return absl::InvalidArgumentError("a downstream node needs a name");
@@ -497,7 +475,7 @@ absl::Status Pubend::AddDownstream(absl::string_view node) {
   return absl::OkStatus();
 }
 
-absl::Status Pubend::RemoveDownstream(absl::string_view node) {
+absl::Status PubendImpl::RemoveDownstream(absl::string_view node) {
   absl::MutexLock lock(&mu_);
   if (!status_.ok()) return status_;
   auto it = downstream_.find(node);
@@ -518,7 +496,7 @@ absl::Status Pubend::RemoveDownstream(absl::string_view node) {
   return absl::OkStatus();
 }
 
-absl::Status Pubend::HandleRelease(absl::string_view from, const ReleaseEntry& entry,
+absl::Status PubendImpl::HandleRelease(absl::string_view from, const ReleaseEntry& entry,
                                    absl::Time now) {
   absl::MutexLock lock(&mu_);
   if (!status_.ok()) return status_;
@@ -552,7 +530,7 @@ absl::Status Pubend::HandleRelease(absl::string_view from, const ReleaseEntry& e
   return absl::OkStatus();
 }
 
-absl::Status Pubend::HandleCuriosity(absl::string_view from, const CuriosityMessage& nack) {
+absl::Status PubendImpl::HandleCuriosity(absl::string_view from, const CuriosityMessage& nack) {
   if (nack.pubend != options_.id) {
     return absl::InvalidArgumentError(absl::StrCat("nack for pubend ", nack.pubend.value,
                                                    " sent to pubend ", options_.id.value));
@@ -632,7 +610,7 @@ absl::Status Pubend::HandleCuriosity(absl::string_view from, const CuriosityMess
   return absl::OkStatus();
 }
 
-absl::StatusOr<Tick> Pubend::ReadKnowledge(
+absl::StatusOr<Tick> PubendImpl::ReadKnowledge(
     TickRange range, Tick lost, uint64_t* budget, std::vector<KnowledgeMessage>* out,
     std::vector<std::pair<std::string, absl::Status>>* damaged) {
   auto message = [&]() -> KnowledgeMessage& {
@@ -725,50 +703,77 @@ absl::StatusOr<Tick> Pubend::ReadKnowledge(
   return 0;
 }
 
-uint64_t Pubend::damaged_events() const {
+uint64_t PubendImpl::damaged_events() const {
   absl::MutexLock lock(&mu_);
   return damaged_events_.size();
 }
 
-absl::Status Pubend::damage() const {
+absl::Status PubendImpl::damage() const {
   absl::MutexLock lock(&mu_);
   return damage_;
 }
 
-Tick Pubend::committed_tick() const {
+Tick PubendImpl::committed_tick() const {
   absl::MutexLock lock(&mu_);
   return committed_;
 }
 
-Tick Pubend::l_prefix() const {
+Tick PubendImpl::l_prefix() const {
   absl::MutexLock lock(&mu_);
   return l_prefix_;
 }
 
-Tick Pubend::released_min() const {
+Tick PubendImpl::released_min() const {
   absl::MutexLock lock(&mu_);
   Tick m = downstream_.empty() ? 0 : kMaxTick;
   for (const auto& [node, d] : downstream_) m = std::min(m, d.released);
   return m;
 }
 
-Tick Pubend::delivered_min() const {
+Tick PubendImpl::delivered_min() const {
   absl::MutexLock lock(&mu_);
   Tick m = downstream_.empty() ? 0 : kMaxTick;
   for (const auto& [node, d] : downstream_) m = std::min(m, d.latest_delivered);
   return m;
 }
 
-std::vector<std::string> Pubend::downstream() const {
+std::vector<std::string> PubendImpl::downstream() const {
   absl::MutexLock lock(&mu_);
   std::vector<std::string> out;
   for (const auto& [node, d] : downstream_) out.push_back(node);
   return out;
 }
 
-absl::Status Pubend::status() const {
+absl::Status PubendImpl::status() const {
   absl::MutexLock lock(&mu_);
   return status_;
+}
+
+}  // namespace internal
+
+absl::StatusOr<std::unique_ptr<Pubend>> Pubend::Open(const PubendOptions& options,
+                                                     Storage* storage, GroupCommitter* committer,
+                                                     Channel* channel) {
+  const std::string what = absl::StrCat("pubend ", options.id.value, " option ");
+  if (options.max_retain < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, "max_retain is negative"));
+  }
+  if (options.heartbeat <= absl::ZeroDuration() || options.heartbeat == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, "heartbeat must be positive and finite"));
+  }
+  for (const auto& [value, name] : {std::pair<uint64_t, const char*>{options.max_spans_per_message,
+                                                                     "max_spans_per_message"},
+                                    {options.max_bytes_per_message, "max_bytes_per_message"},
+                                    {options.max_nack_answer_bytes, "max_nack_answer_bytes"}}) {
+    if (value == 0) return absl::InvalidArgumentError(absl::StrCat(what, name, " is 0"));
+  }
+  if (storage == nullptr || committer == nullptr || channel == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("pubend ", options.id.value,
+                                                   " needs a storage, a committer and a channel"));
+  }
+  auto p = std::make_unique<internal::PubendImpl>(options, storage, committer, channel);
+  GRYPH_RETURN_IF_ERROR(p->Recover());
+  return p;
 }
 
 PubendId PubendForKey(absl::string_view key, absl::Span<const PubendId> pubends) {

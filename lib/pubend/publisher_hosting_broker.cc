@@ -1,75 +1,90 @@
 #include "gryph/publisher_hosting_broker.h"
 
 #include <algorithm>
+#include <map>
+#include <memory>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "lib/util/status_macros.h"
 
 namespace gryph {
 
-PublisherHostingBroker::PublisherHostingBroker(PublisherHostingBrokerOptions options,
-                                               Channel* channel)
-    : options_(std::move(options)), channel_(channel) {}
+namespace internal {
+namespace {
 
-absl::StatusOr<std::unique_ptr<PublisherHostingBroker>> PublisherHostingBroker::Open(
-    PublisherHostingBrokerOptions options, Storage* storage, Channel* channel) {
-  if (options.pubends.empty()) return absl::InvalidArgumentError("a PHB needs a pubend");
-  if (options.group_commit.max_records == 0) {
-    return absl::InvalidArgumentError("PHB option group_commit.max_records is 0");
-  }
-  if (options.group_commit.max_delay < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("PHB option group_commit.max_delay is negative");
-  }
-  for (const std::string& node : options.downstream) {
-    if (node.empty()) return absl::InvalidArgumentError("PHB option downstream names an empty node");
-  }
-  if (storage == nullptr || channel == nullptr) {
-    return absl::InvalidArgumentError("a PHB needs a storage and a channel");
-  }
-  if (!options.clock) options.clock = [] { return absl::Now(); };
-  std::unique_ptr<PublisherHostingBroker> phb(
-      new PublisherHostingBroker(std::move(options), channel));
-  GroupCommitOptions gc = phb->options_.group_commit;
+class PublisherHostingBrokerImpl final : public PublisherHostingBroker {
+ public:
+  PublisherHostingBrokerImpl(PublisherHostingBrokerOptions options, Channel* channel)
+      : options_(std::move(options)), channel_(channel) {}
+  ~PublisherHostingBrokerImpl() override;
+
+  // Opens the pubends and the committer (PublisherHostingBrokerImpl::Open), then receives.
+  absl::Status Start(Storage* storage);
+
+  void Publish(PubendId p, absl::string_view publisher, uint64_t sequence, EventRef event,
+               Pubend::PublishDone done) override;
+  PubendId PublishByKey(absl::string_view key, absl::string_view publisher, uint64_t sequence,
+                        EventRef event, Pubend::PublishDone done) override;
+  absl::Status HandleMessage(absl::string_view from, const Message& message) override;
+  void OnTimer(absl::Time now) override;
+  absl::Time NextDeadline(absl::Time now) const override;
+  absl::Status Flush() override { return committer_->Flush(); }
+  Pubend* pubend(PubendId p) const override;
+  const std::vector<PubendId>& pubend_ids() const override { return ids_; }
+  GroupCommitter& committer() override { return *committer_; }
+
+ private:
+  absl::Time Now() const { return options_.clock(); }
+
+  const PublisherHostingBrokerOptions options_;
+  Channel* const channel_;
+  std::unique_ptr<GroupCommitter> committer_;
+  std::map<PubendId, std::unique_ptr<Pubend>> pubends_;
+  std::vector<PubendId> ids_;
+};
+
+}  // namespace
+
+absl::Status PublisherHostingBrokerImpl::Start(Storage* storage) {
+  GroupCommitOptions gc = options_.group_commit;
   // The pubends' rows never build on one another's commits: a full store fails only its group.
   gc.resume_after_full = true;
-  gc.clock = phb->options_.clock;
-  PublisherHostingBroker* self = phb.get();
-  gc.after_group = [self] {
-    for (auto& [id, pubend] : self->pubends_) pubend->FlushKnowledge();
+  gc.clock = options_.clock;
+  gc.after_group = [this] {
+    for (auto& [id, pubend] : pubends_) pubend->FlushKnowledge();
   };
-  phb->committer_ = std::make_unique<GroupCommitter>(storage, std::move(gc));
-  for (const PubendOptions& po : phb->options_.pubends) {
-    if (phb->pubends_.contains(po.id)) {
+  committer_ = std::make_unique<GroupCommitter>(storage, std::move(gc));
+  for (const PubendOptions& po : options_.pubends) {
+    if (pubends_.contains(po.id)) {
       return absl::InvalidArgumentError(absl::StrCat("pubend ", po.id.value, " appears twice"));
     }
     GRYPH_ASSIGN_OR_RETURN(std::unique_ptr<Pubend> p,
-                           Pubend::Open(po, storage, phb->committer_.get(), channel));
-    for (const std::string& node : phb->options_.downstream) {
+                           Pubend::Open(po, storage, committer_.get(), channel_));
+    for (const std::string& node : options_.downstream) {
       if (absl::Status s = p->AddDownstream(node); !s.ok() && !absl::IsAlreadyExists(s)) return s;
     }
-    phb->ids_.push_back(po.id);
-    phb->pubends_[po.id] = std::move(p);
+    ids_.push_back(po.id);
+    pubends_[po.id] = std::move(p);
   }
-  if (phb->options_.commit_thread) phb->committer_->Start();
-  channel->SetReceiver([self](absl::string_view from, Message m) {
-    (void)self->HandleMessage(from, m);  // a bad message changes nothing; the sender retries
+  if (options_.commit_thread) committer_->Start();
+  channel_->SetReceiver([this](absl::string_view from, Message m) {
+    (void)HandleMessage(from, m);  // a bad message changes nothing; the sender retries
   });
-  return phb;
+  return absl::OkStatus();
 }
 
-PublisherHostingBroker::~PublisherHostingBroker() {
+PublisherHostingBrokerImpl::~PublisherHostingBrokerImpl() {
   channel_->SetReceiver(nullptr);
   if (options_.commit_thread) committer_->Stop();
 }
 
-absl::Time PublisherHostingBroker::Now() const { return options_.clock(); }
-
-Pubend* PublisherHostingBroker::pubend(PubendId p) const {
+Pubend* PublisherHostingBrokerImpl::pubend(PubendId p) const {
   auto it = pubends_.find(p);
   return it == pubends_.end() ? nullptr : it->second.get();
 }
 
-void PublisherHostingBroker::Publish(PubendId p, absl::string_view publisher, uint64_t sequence,
+void PublisherHostingBrokerImpl::Publish(PubendId p, absl::string_view publisher, uint64_t sequence,
                                      EventRef event, Pubend::PublishDone done) {
   Pubend* pubend = this->pubend(p);
   if (pubend == nullptr) {
@@ -79,7 +94,7 @@ void PublisherHostingBroker::Publish(PubendId p, absl::string_view publisher, ui
   pubend->Publish(publisher, sequence, std::move(event), Now(), std::move(done));
 }
 
-PubendId PublisherHostingBroker::PublishByKey(absl::string_view key, absl::string_view publisher,
+PubendId PublisherHostingBrokerImpl::PublishByKey(absl::string_view key, absl::string_view publisher,
                                               uint64_t sequence, EventRef event,
                                               Pubend::PublishDone done) {
   const PubendId p = PubendForKey(key, ids_);
@@ -87,7 +102,7 @@ PubendId PublisherHostingBroker::PublishByKey(absl::string_view key, absl::strin
   return p;
 }
 
-absl::Status PublisherHostingBroker::HandleMessage(absl::string_view from, const Message& m) {
+absl::Status PublisherHostingBrokerImpl::HandleMessage(absl::string_view from, const Message& m) {
   if (const auto* nack = std::get_if<CuriosityMessage>(&m)) {
     Pubend* p = pubend(nack->pubend);
     if (p == nullptr) {
@@ -110,12 +125,12 @@ absl::Status PublisherHostingBroker::HandleMessage(absl::string_view from, const
       absl::StrCat("a PHB does not take ", MessageKindName(m), " messages"));
 }
 
-void PublisherHostingBroker::OnTimer(absl::Time now) {
+void PublisherHostingBrokerImpl::OnTimer(absl::Time now) {
   if (!options_.commit_thread) (void)committer_->FlushIfDue(now);  // failures reach the pubends
   for (auto& [id, p] : pubends_) p->OnTimer(now);
 }
 
-absl::Time PublisherHostingBroker::NextDeadline(absl::Time now) const {
+absl::Time PublisherHostingBrokerImpl::NextDeadline(absl::Time now) const {
   absl::Time next = now + absl::Milliseconds(10);
   for (const PubendOptions& po : options_.pubends) next = std::min(next, now + po.heartbeat);
   if (!options_.commit_thread) {
@@ -124,6 +139,27 @@ absl::Time PublisherHostingBroker::NextDeadline(absl::Time now) const {
   return next;
 }
 
-absl::Status PublisherHostingBroker::Flush() { return committer_->Flush(); }
+}  // namespace internal
+
+absl::StatusOr<std::unique_ptr<PublisherHostingBroker>> PublisherHostingBroker::Open(
+    PublisherHostingBrokerOptions options, Storage* storage, Channel* channel) {
+  if (options.pubends.empty()) return absl::InvalidArgumentError("a PHB needs a pubend");
+  if (options.group_commit.max_records == 0) {
+    return absl::InvalidArgumentError("PHB option group_commit.max_records is 0");
+  }
+  if (options.group_commit.max_delay < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("PHB option group_commit.max_delay is negative");
+  }
+  for (const std::string& node : options.downstream) {
+    if (node.empty()) return absl::InvalidArgumentError("PHB option downstream names an empty node");
+  }
+  if (storage == nullptr || channel == nullptr) {
+    return absl::InvalidArgumentError("a PHB needs a storage and a channel");
+  }
+  if (!options.clock) options.clock = [] { return absl::Now(); };
+  auto phb = std::make_unique<internal::PublisherHostingBrokerImpl>(std::move(options), channel);
+  GRYPH_RETURN_IF_ERROR(phb->Start(storage));
+  return phb;
+}
 
 }  // namespace gryph
