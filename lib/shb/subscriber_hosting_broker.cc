@@ -375,7 +375,7 @@ absl::Status SubscriberHostingBrokerImpl::AdvanceConStreams() {
             round_deliveries_.push_back(Channel::Outgoing{
                 s.session,
                 DeliveryMessage{s.name, p.id, DeliveryKind::kEvent, d.range.first, d.event}});
-            Stamp(pos->second, std::get<DeliveryMessage>(round_deliveries_.back().message));
+            pos->second.session.Stamp(std::get<DeliveryMessage>(round_deliveries_.back().message));
             round_delivered_to_.emplace_back(&s, &pos->second);
           }
         }
@@ -422,7 +422,7 @@ absl::Status SubscriberHostingBrokerImpl::LoseInConStream(PubendState& p, TickRa
     }
     round_deliveries_.push_back(Channel::Outgoing{
         s.session, DeliveryMessage{s.name, p.id, DeliveryKind::kGap, t, nullptr}});
-    Stamp(pos->second, std::get<DeliveryMessage>(round_deliveries_.back().message));
+    pos->second.session.Stamp(std::get<DeliveryMessage>(round_deliveries_.back().message));
     round_delivered_to_.emplace_back(&s, &pos->second);
     ++stats_.gaps_delivered;
   }
@@ -445,10 +445,10 @@ void SubscriberHostingBrokerImpl::SendRound(
     auto [s, pos] = delivered_to[i];
     if (pos->round_sent == 0) continue;
     p.constream->NoteDelivered(s->name, pos->noted_tick, now);
-    NoteSent(*pos, pos->noted_tick, pos->round_sent);
+    pos->session.NoteEventsSent(pos->noted_tick, pos->round_sent);
     pos->noted_tick = 0;
     pos->round_sent = 0;
-    if (pos->unacked() > options_.max_unacked_events) slow.emplace_back(s, &p);
+    if (pos->session.OverFlowBound(options_.max_unacked_events)) slow.emplace_back(s, &p);
   }
   // Sent before the commit: everything sent is within a durable lease (see the header).
   stats_.events_delivered += deliveries.size();
@@ -473,17 +473,8 @@ void SubscriberHostingBrokerImpl::SendRound(
   }
 }
 
-void SubscriberHostingBrokerImpl::Stamp(Position& pos, DeliveryMessage& d) {
-  d.previous = pos.sent_through;
-  pos.sent_through = d.tick;
-  pos.last_kind = d.kind;
-  pos.last_previous = d.previous;
-  pos.sent_since_ack = true;
-}
-
 void SubscriberHostingBrokerImpl::Resend(SubscriptionState& s, PubendState& p, Position& pos) {
-  DeliveryMessage again{s.name, p.id, pos.last_kind, pos.sent_through, nullptr,
-                        pos.last_previous};
+  DeliveryMessage again = pos.session.LastMessage(s.name, p.id);
   if (again.kind == DeliveryKind::kEvent) {
     const KnowledgeSpan span = p.istream.SpanAt(again.tick);
     if (span.value != TickValue::kD) {
@@ -497,12 +488,6 @@ void SubscriberHostingBrokerImpl::Resend(SubscriptionState& s, PubendState& p, P
   }
   Send(s.session, std::move(again));
   ++stats_.resent;
-}
-
-void SubscriberHostingBrokerImpl::NoteSent(Position& pos, Tick last, uint64_t n) {
-  if (n == 0) return;
-  pos.sent += n;
-  pos.sent_marks.emplace_back(last, pos.sent);
 }
 
 void SubscriberHostingBrokerImpl::Demote(SubscriptionState& s, PubendState& p, Position& pos) {
@@ -560,7 +545,7 @@ bool SubscriberHostingBrokerImpl::StepCatchups(PubendState& p) {
     // Flow control: a consumer that has not acknowledged enough waits, and so does its hand-over.
     next.clear();
     for (const Catchup& c : active) {
-      if (c.second->catchup != nullptr && c.second->unacked() < options_.max_unacked_events) {
+      if (c.second->catchup != nullptr && c.second->session.MaySendMore(options_.max_unacked_events)) {
         next.push_back(c);
       }
     }
@@ -609,7 +594,7 @@ bool SubscriberHostingBrokerImpl::StepCatchups(PubendState& p) {
       Tick last_event = 0;
       batch.clear();
       for (DeliveryMessage& d : out) {
-        Stamp(pos, d);
+        pos.session.Stamp(d);
         if (d.kind == DeliveryKind::kEvent) {
           ++events;
           last_event = d.tick;
@@ -624,7 +609,7 @@ bool SubscriberHostingBrokerImpl::StepCatchups(PubendState& p) {
         EndSession(s);
         continue;
       }
-      NoteSent(pos, last_event, events);
+      pos.session.NoteEventsSent(last_event, events);
       if (!nacks.empty()) Nack(p, name, nacks);
       if (pos.catchup->caught_up(ld)) {
         // The hand-over: the constream has delivered exactly through ld, and so has the catchup.
@@ -759,7 +744,7 @@ void SubscriberHostingBrokerImpl::OnConnect(absl::string_view from, const Connec
                     "' exists with another selector or topic filter; unsubscribe first")));
       return;
     }
-    if (m.epoch < s.epoch) {
+    if (!SessionEpochTakesOver(m.epoch, s.epoch)) {
       // A newer process holds the subscription: this one is fenced, as a session would be.
       SendError(from, m.subscription,
                 absl::AbortedError(absl::StrCat(
@@ -799,9 +784,7 @@ void SubscriberHostingBrokerImpl::OnConnect(absl::string_view from, const Connec
     // on each wherever it goes next.
     const Tick from_tick = m.checkpoint.Names(id) ? m.checkpoint.Get(id) : pos.created;
     start.Set(id, from_tick);
-    pos.sent_through = from_tick;
-    pos.session_start = pos.session_acked = from_tick;
-    pos.sent_since_ack = false;
+    pos.session.Start(from_tick);
     // Each session resumes after its own CT: an earlier session's (which may have been ahead of
     // this one's, after a crash) must not hide the ticks this one is owed.
     pos.resume_after = 0;
@@ -835,8 +818,7 @@ void SubscriberHostingBrokerImpl::EndSession(SubscriptionState& s) {
     EndCatchup(s, p, pos);
     p.constream->Leave(s.name);
     pos.member = false;
-    pos.sent = pos.acked = 0;
-    pos.sent_marks.clear();
+    pos.session.End();
   }
   s.session.clear();
 }
@@ -865,20 +847,10 @@ void SubscriberHostingBrokerImpl::OnAck(absl::string_view from, const AckMessage
   for (const auto& [p, t] : m.checkpoint.entries()) {
     if (!pubends_.contains(p)) continue;
     Position& pos = s.positions[p];
-    while (!pos.sent_marks.empty() && pos.sent_marks.front().first <= t) {
-      pos.acked = pos.sent_marks.front().second;
-      pos.sent_marks.pop_front();
-    }
-    if (t < pos.sent_through && pos.sent_through > pos.session_start && !pos.sent_since_ack &&
-        t <= pos.session_acked) {
-      // Nothing was sent since the previous ack, and this one still lacks the last message
-      // without having moved since: it was lost. (A subscriber whose CT moves is still working
-      // through what is on its way.)
+    if (pos.session.OnAck(t)) {  // the last message was lost (SessionStream::ShouldResend)
       Resend(s, pubends_.at(p), pos);
       if (s.session.empty()) return;
     }
-    pos.sent_since_ack = false;
-    pos.session_acked = std::max(pos.session_acked, t);
     if (t > pos.released) {
       pos.released = t;
       dirty_released_[s.name].push_back(p);
@@ -970,8 +942,8 @@ void SubscriberHostingBrokerImpl::OnTimer(absl::Time now) {
       SubscriptionState& s = subscriptions_.at(d.subscription);
       Position& pos = s.positions.at(id);
       // A member that resumed after a CT ahead of the constream has nothing to learn below it.
-      if (d.tick <= pos.sent_through) continue;
-      Stamp(pos, d);
+      if (pos.session.AlreadySent(d.tick)) continue;
+      pos.session.Stamp(d);
       Send(s.session, std::move(d));
     }
     if (release_due) {

@@ -23,6 +23,7 @@
 #include "gryph/pfs.h"
 #include "gryph/subscriber_hosting_broker.h"
 #include "gryph/subscription.h"
+#include "lib/shb/session.h"
 
 namespace gryph::internal {
 
@@ -54,29 +55,9 @@ class SubscriberHostingBrokerImpl final : public SubscriberHostingBroker {
     std::unique_ptr<PFS::Reader> reader;
     bool member = false;  // in the constream (connected, not catching up)
     Tick resume_after = 0;  // a member's CT when it was ahead of the constream (after a crash)
-    // The tick of the session's last message from this pubend (its start CT before any): the
-    // next message's `previous`.
-    Tick sent_through = 0;
-    // That message's kind and `previous`, and whether anything was sent since the last ack. An
-    // ack below sent_through, not above the previous one, with nothing sent since it resends it
-    // (an Event from the istream): a lost last message is otherwise found only by a later one,
-    // which a quiet or flow-controlled session may never get.
-    DeliveryKind last_kind = DeliveryKind::kSilence;
-    Tick last_previous = 0;
-    bool sent_since_ack = false;
-    // The session's start CT, and its highest ack (the start before any). Not released(s,p): a
-    // session may start below what an earlier one acknowledged, and its acks climb towards it.
-    // Only a message of this session (sent_through above the start) is ever resent.
-    Tick session_start = 0;
-    Tick session_acked = 0;
+    SessionStream session;  // the live session's messages from this pubend
     Tick noted_tick = 0;      // scratch: the last Event tick sent in this constream round
     uint64_t round_sent = 0;  // scratch: Events sent in this constream round
-    // Flow control, per session: Events sent and acknowledged, and per send the tick of its last
-    // Event with the running count, until an ack covers it.
-    uint64_t sent = 0;
-    uint64_t acked = 0;
-    std::deque<std::pair<Tick, uint64_t>> sent_marks;
-    uint64_t unacked() const { return sent - acked; }
   };
   struct SubscriptionState {
     SubscriberId id;
@@ -145,10 +126,6 @@ class SubscriberHostingBrokerImpl final : public SubscriberHostingBroker {
   void StartCatchup(SubscriptionState& s, PubendState& p, Position& pos,
                     std::unique_ptr<PFS::Reader> reader, Tick from, Tick refilter_through);
   static void EndCatchup(SubscriptionState& s, PubendState& p, Position& pos);
-  // Records `n` Events sent to `pos`, the last at `last`.
-  static void NoteSent(Position& pos, Tick last, uint64_t n);
-  // Gives `d` (for `pos`'s session) its `previous` and makes it the session's last message.
-  static void Stamp(Position& pos, DeliveryMessage& d);
   // Sends the session's last message from `p` again.
   void Resend(SubscriptionState& s, PubendState& p, Position& pos);
   void Nack(PubendState& p, const std::string& requester, const std::vector<TickRange>& ranges);
