@@ -2,7 +2,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "gryph/knowledge_stream.h"
+#include "gryph/broker/knowledge_stream.h"
 
 namespace gryph {
 namespace {

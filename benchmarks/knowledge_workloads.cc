@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "benchmarks/workload.h"
-#include "gryph/knowledge_stream.h"
+#include "gryph/broker/knowledge_stream.h"
 
 namespace gryph::bench {
 namespace {

@@ -44,7 +44,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "benchmarks/workload.h"
-#include "gryph/matcher.h"
+#include "gryph/broker/matcher.h"
 
 namespace gryph::bench {
 namespace {

@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "benchmarks/workload.h"
-#include "gryph/pfs.h"
+#include "gryph/broker/pfs.h"
 #include "gryph/storage.h"
 
 namespace gryph::bench {

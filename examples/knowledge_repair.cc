@@ -17,9 +17,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "gryph/curiosity_stream.h"
-#include "gryph/knowledge_stream.h"
-#include "gryph/simulator.h"
+#include "gryph/broker/curiosity_stream.h"
+#include "gryph/broker/knowledge_stream.h"
+#include "gryph/testing/simulator.h"
 
 ABSL_FLAG(uint64_t, seed, 1, "simulation seed; the same seed replays the same run");
 ABSL_FLAG(double, loss, 0.2, "probability that the link drops a message (each direction)");

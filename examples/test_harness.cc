@@ -1,5 +1,5 @@
 // test_harness: testing your own code against gryph under seeded faults, with the public
-// Simulator (gryph/simulator.h).
+// Simulator (gryph/testing/simulator.h).
 //
 // The code under test is a position keeper: it consumes fills through a durable subscription and
 // keeps the net position per account and symbol. Its contract: whatever crashes, disconnections
@@ -40,7 +40,7 @@
 #include "gryph/durable_subscriber.h"
 #include "gryph/memory_storage.h"
 #include "gryph/publisher_hosting_broker.h"
-#include "gryph/simulator.h"
+#include "gryph/testing/simulator.h"
 #include "gryph/subscriber_hosting_broker.h"
 #include "gryph/subscription.h"
 

@@ -28,7 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gryph/durable_subscriber.h"
-#include "gryph/exactly_once_checker.h"
+#include "gryph/testing/exactly_once_checker.h"
 #include "gryph/in_process_channel.h"
 #include "gryph/publisher_hosting_broker.h"
 #include "gryph/storage.h"

@@ -1,4 +1,4 @@
-#include "gryph/catchup_stream.h"
+#include "gryph/broker/catchup_stream.h"
 
 #include <string>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "gryph/con_stream.h"
+#include "gryph/broker/con_stream.h"
 
 #include <string>
 #include <vector>

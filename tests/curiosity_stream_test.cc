@@ -1,4 +1,4 @@
-#include "gryph/curiosity_stream.h"
+#include "gryph/broker/curiosity_stream.h"
 
 #include <map>
 #include <set>

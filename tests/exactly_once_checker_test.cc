@@ -1,4 +1,4 @@
-#include "gryph/exactly_once_checker.h"
+#include "gryph/testing/exactly_once_checker.h"
 
 #include "tests/test_util.h"
 

@@ -11,7 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
-#include "gryph/fault_injecting_storage.h"
+#include "gryph/testing/fault_injecting_storage.h"
 #include "gryph/memory_storage.h"
 #include "gryph/storage.h"
 #include "lib/util/coding.h"

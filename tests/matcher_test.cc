@@ -1,4 +1,4 @@
-#include "gryph/matcher.h"
+#include "gryph/broker/matcher.h"
 
 #include <algorithm>
 #include <atomic>

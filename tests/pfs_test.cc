@@ -1,4 +1,4 @@
-#include "gryph/pfs.h"
+#include "gryph/broker/pfs.h"
 
 #include <algorithm>
 #include <functional>
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "gryph/fault_injecting_storage.h"
+#include "gryph/testing/fault_injecting_storage.h"
 #include "gryph/memory_storage.h"
 #include "gryph/storage.h"
 #include "lib/pfs/pfs_keys.h"

@@ -13,7 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 
-#include "gryph/fault_injecting_storage.h"
+#include "gryph/testing/fault_injecting_storage.h"
 #include "gryph/in_process_channel.h"
 #include "gryph/memory_storage.h"
 #include "gryph/publisher_hosting_broker.h"

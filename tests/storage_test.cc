@@ -23,7 +23,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "gryph/fault_injecting_storage.h"
+#include "gryph/testing/fault_injecting_storage.h"
 #include "gryph/memory_storage.h"
 #include "lib/storage/lmdb_storage.h"
 #include "lib/util/coding.h"

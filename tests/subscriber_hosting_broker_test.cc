@@ -15,7 +15,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "gryph/durable_subscriber.h"
-#include "gryph/fault_injecting_storage.h"
+#include "gryph/testing/fault_injecting_storage.h"
 #include "gryph/in_process_channel.h"
 #include "gryph/memory_storage.h"
 #include "tests/gate_storage.h"

@@ -26,7 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "gryph/checkpoint_token.h"
-#include "gryph/knowledge_stream.h"
+#include "gryph/broker/knowledge_stream.h"
 #include "gryph/tick.h"
 
 namespace gryph {

@@ -11,7 +11,7 @@
 //   OpenLmdbStorage()   LMDB, one environment (a directory) per Storage.
 //   NewMemoryStorage()  in memory, same semantics; see gryph/memory_storage.h for crash
 //                       simulation (handing the committed state to a new instance).
-//   FaultInjectingStorage (gryph/fault_injecting_storage.h) wraps either to fail commits.
+//   FaultInjectingStorage (gryph/testing/fault_injecting_storage.h) wraps either to fail commits.
 // Callers depend only on this interface; tests substitute a fake deriving from StorageWrapper.
 //
 // Keys are 1..kMaxKeyBytes bytes (LMDB's limit, enforced by every implementation). Values are any

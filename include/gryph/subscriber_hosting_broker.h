@@ -72,7 +72,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "gryph/catchup_stream.h"
+#include "gryph/broker/catchup_stream.h"
 #include "gryph/channel.h"
 #include "gryph/storage.h"
 

@@ -1,4 +1,4 @@
-#include "gryph/knowledge_stream.h"
+#include "gryph/broker/knowledge_stream.h"
 
 #include <algorithm>
 #include <iterator>

@@ -1,4 +1,4 @@
-#include "gryph/tick_range_set.h"
+#include "gryph/broker/tick_range_set.h"
 
 #include <algorithm>
 

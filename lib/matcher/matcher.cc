@@ -27,7 +27,7 @@
 // The owner's load that sees 0 acquires the reader's release decrement, so the reader's reads
 // happen before the owner's next writes to that copy.
 
-#include "gryph/matcher.h"
+#include "gryph/broker/matcher.h"
 
 #include <atomic>
 #include <string>

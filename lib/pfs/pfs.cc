@@ -1,4 +1,4 @@
-#include "gryph/pfs.h"
+#include "gryph/broker/pfs.h"
 
 #include <algorithm>
 #include <utility>

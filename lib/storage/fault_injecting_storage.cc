@@ -1,4 +1,4 @@
-#include "gryph/fault_injecting_storage.h"
+#include "gryph/testing/fault_injecting_storage.h"
 
 #include <memory>
 #include <optional>

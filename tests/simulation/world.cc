@@ -5,8 +5,8 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
-#include "gryph/exactly_once_checker.h"
-#include "gryph/fault_injecting_storage.h"
+#include "gryph/testing/exactly_once_checker.h"
+#include "gryph/testing/fault_injecting_storage.h"
 #include "gryph/subscription.h"
 #include "lib/util/coding.h"
 

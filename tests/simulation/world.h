@@ -17,7 +17,7 @@
 #include "gryph/intermediate_broker.h"
 #include "gryph/memory_storage.h"
 #include "gryph/publisher_hosting_broker.h"
-#include "gryph/simulator.h"
+#include "gryph/testing/simulator.h"
 #include "gryph/subscriber_hosting_broker.h"
 
 namespace gryph::sim {

@@ -26,8 +26,8 @@
 //
 // Thread-safety: thread-compatible.
 
-#ifndef GRYPH_CATCHUP_STREAM_H_
-#define GRYPH_CATCHUP_STREAM_H_
+#ifndef GRYPH_BROKER_CATCHUP_STREAM_H_
+#define GRYPH_BROKER_CATCHUP_STREAM_H_
 
 #include <cstddef>
 #include <deque>
@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "gryph/knowledge_stream.h"
+#include "gryph/broker/knowledge_stream.h"
 #include "gryph/message.h"
 #include "gryph/subscription.h"
 #include "gryph/tick.h"
@@ -106,4 +106,4 @@ class CatchupStream {
 
 }  // namespace gryph
 
-#endif  // GRYPH_CATCHUP_STREAM_H_
+#endif  // GRYPH_BROKER_CATCHUP_STREAM_H_

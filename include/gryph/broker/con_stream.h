@@ -20,8 +20,8 @@
 //
 // Thread-safety: thread-compatible.
 
-#ifndef GRYPH_CON_STREAM_H_
-#define GRYPH_CON_STREAM_H_
+#ifndef GRYPH_BROKER_CON_STREAM_H_
+#define GRYPH_BROKER_CON_STREAM_H_
 
 #include <cstddef>
 #include <limits>
@@ -30,7 +30,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
-#include "gryph/knowledge_stream.h"
+#include "gryph/broker/knowledge_stream.h"
 #include "gryph/message.h"
 #include "gryph/tick.h"
 
@@ -87,4 +87,4 @@ class ConStream {
 
 }  // namespace gryph
 
-#endif  // GRYPH_CON_STREAM_H_
+#endif  // GRYPH_BROKER_CON_STREAM_H_

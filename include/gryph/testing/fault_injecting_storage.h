@@ -20,8 +20,8 @@
 //
 // Thread-safety: thread-safe. The target must outlive the wrapper.
 
-#ifndef GRYPH_FAULT_INJECTING_STORAGE_H_
-#define GRYPH_FAULT_INJECTING_STORAGE_H_
+#ifndef GRYPH_TESTING_FAULT_INJECTING_STORAGE_H_
+#define GRYPH_TESTING_FAULT_INJECTING_STORAGE_H_
 
 #include <cstdint>
 #include <memory>
@@ -102,4 +102,4 @@ class FaultInjectingStorage : public StorageWrapper {
 
 }  // namespace gryph
 
-#endif  // GRYPH_FAULT_INJECTING_STORAGE_H_
+#endif  // GRYPH_TESTING_FAULT_INJECTING_STORAGE_H_

@@ -18,8 +18,8 @@
 //
 // Thread-safety: owned by one thread; nodes run on that thread.
 
-#ifndef GRYPH_SIMULATOR_H_
-#define GRYPH_SIMULATOR_H_
+#ifndef GRYPH_TESTING_SIMULATOR_H_
+#define GRYPH_TESTING_SIMULATOR_H_
 
 #include <cstdint>
 #include <functional>
@@ -182,4 +182,4 @@ class Simulator {
 
 }  // namespace gryph
 
-#endif  // GRYPH_SIMULATOR_H_
+#endif  // GRYPH_TESTING_SIMULATOR_H_

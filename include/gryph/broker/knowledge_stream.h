@@ -17,8 +17,8 @@
 //
 // Thread-safety: thread-compatible.
 
-#ifndef GRYPH_KNOWLEDGE_STREAM_H_
-#define GRYPH_KNOWLEDGE_STREAM_H_
+#ifndef GRYPH_BROKER_KNOWLEDGE_STREAM_H_
+#define GRYPH_BROKER_KNOWLEDGE_STREAM_H_
 
 #include <cstddef>
 #include <functional>
@@ -122,4 +122,4 @@ class KnowledgeStream {
 
 }  // namespace gryph
 
-#endif  // GRYPH_KNOWLEDGE_STREAM_H_
+#endif  // GRYPH_BROKER_KNOWLEDGE_STREAM_H_

@@ -94,8 +94,8 @@
 // data does not parse or a back-pointer leads to a missing record; storage failures pass through.
 // After a failed Commit() (the convenience) every call fails with kFailedPrecondition: reopen.
 
-#ifndef GRYPH_PFS_H_
-#define GRYPH_PFS_H_
+#ifndef GRYPH_BROKER_PFS_H_
+#define GRYPH_BROKER_PFS_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -357,4 +357,4 @@ class PFS {
 
 }  // namespace gryph
 
-#endif  // GRYPH_PFS_H_
+#endif  // GRYPH_BROKER_PFS_H_

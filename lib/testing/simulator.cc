@@ -1,4 +1,4 @@
-#include "gryph/simulator.h"
+#include "gryph/testing/simulator.h"
 
 #include <algorithm>
 

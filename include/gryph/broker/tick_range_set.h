@@ -5,8 +5,8 @@
 //
 // Thread-safety: thread-compatible.
 
-#ifndef GRYPH_TICK_RANGE_SET_H_
-#define GRYPH_TICK_RANGE_SET_H_
+#ifndef GRYPH_BROKER_TICK_RANGE_SET_H_
+#define GRYPH_BROKER_TICK_RANGE_SET_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -48,4 +48,4 @@ class TickRangeSet {
 
 }  // namespace gryph
 
-#endif  // GRYPH_TICK_RANGE_SET_H_
+#endif  // GRYPH_BROKER_TICK_RANGE_SET_H_

@@ -37,8 +37,8 @@
 // applied to both; see docs/matcher.md for the figures. Errors are statuses (AlreadyExists,
 // NotFound); running out of memory throws std::bad_alloc, as the standard containers do.
 
-#ifndef GRYPH_MATCHER_H_
-#define GRYPH_MATCHER_H_
+#ifndef GRYPH_BROKER_MATCHER_H_
+#define GRYPH_BROKER_MATCHER_H_
 
 #include <cstddef>
 #include <memory>
@@ -108,4 +108,4 @@ class Matcher {
 
 }  // namespace gryph
 
-#endif  // GRYPH_MATCHER_H_
+#endif  // GRYPH_BROKER_MATCHER_H_

@@ -12,16 +12,16 @@
 //
 // Thread-safety: thread-compatible.
 
-#ifndef GRYPH_CURIOSITY_STREAM_H_
-#define GRYPH_CURIOSITY_STREAM_H_
+#ifndef GRYPH_BROKER_CURIOSITY_STREAM_H_
+#define GRYPH_BROKER_CURIOSITY_STREAM_H_
 
 #include <string>
 #include <vector>
 
 #include "absl/container/btree_map.h"
 #include "absl/strings/string_view.h"
-#include "gryph/knowledge_stream.h"
-#include "gryph/tick_range_set.h"
+#include "gryph/broker/knowledge_stream.h"
+#include "gryph/broker/tick_range_set.h"
 
 namespace gryph {
 
@@ -73,4 +73,4 @@ class CuriosityStream {
 
 }  // namespace gryph
 
-#endif  // GRYPH_CURIOSITY_STREAM_H_
+#endif  // GRYPH_BROKER_CURIOSITY_STREAM_H_

@@ -16,8 +16,8 @@
 //
 // Thread-safety: thread-compatible.
 
-#ifndef GRYPH_EXACTLY_ONCE_CHECKER_H_
-#define GRYPH_EXACTLY_ONCE_CHECKER_H_
+#ifndef GRYPH_TESTING_EXACTLY_ONCE_CHECKER_H_
+#define GRYPH_TESTING_EXACTLY_ONCE_CHECKER_H_
 
 #include <map>
 #include <optional>
@@ -72,4 +72,4 @@ class ExactlyOnceChecker {
 
 }  // namespace gryph
 
-#endif  // GRYPH_EXACTLY_ONCE_CHECKER_H_
+#endif  // GRYPH_TESTING_EXACTLY_ONCE_CHECKER_H_
