@@ -18,12 +18,12 @@
 //                     then TryPublish: the writer never blocks on a preempted reader)
 //
 // Keys: subscriptions, inserts_per_s, removes_per_s, events_per_s (Match calls per second, all
-// readers together), ns_per_event, matches_per_event, refill_inserts_per_s; the same rates per second of the thread's
-// CPU time (inserts_per_cpu_s, removes_per_cpu_s, events_per_cpu_s: on a shared machine these
-// exclude the time other tenants held the core); rss_mb (resident set of the whole process
-// after the inserts of the last run, benchmark data included); matcher_mb (heap in use after a
-// fill minus before it: the matcher's records, both index copies and their tables, and the
-// subscriptions' topic filters it took over — not the parsed selectors, which the benchmark's
+// readers together), ns_per_event, matches_per_event, refill_inserts_per_s; the same rates per
+// second of the thread's CPU time (inserts_per_cpu_s, removes_per_cpu_s, events_per_cpu_s: on a
+// shared machine these exclude the time other tenants held the core); rss_mb (resident set of the
+// whole process after the inserts of the last run, benchmark data included); matcher_mb (heap in
+// use after a fill minus before it: the matcher's records, both index copies and their tables, and
+// the subscriptions' topic filters it took over — not the parsed selectors, which the benchmark's
 // own copies share); loadavg (1-minute load average
 // when the workload started); readers, changes_per_s and publishes_per_s (match_concurrent,
 // whose events_per_cpu_s sums each reader's events per second of its own CPU time).
@@ -155,8 +155,7 @@ void RunTimed(const char* name, const std::vector<Subscription>& subs,
   double rss = 0, matcher_mb = 0;
   const double load = LoadAverage();
   for (int run = 0; run < runs; ++run) {
-    double insert_s = 0, remove_s = 0, refill_s = 0, insert_cpu = 0, remove_cpu = 0,
-           refill_cpu = 0;
+    double insert_s = 0, remove_s = 0, refill_s = 0, insert_cpu = 0, remove_cpu = 0, refill_cpu = 0;
     uint64_t calls = 0, matched = 0;
     double elapsed = 0, elapsed_cpu = 0;
     for (int round = 0; round < rounds; ++round) {
@@ -265,12 +264,13 @@ class ContentWorld {
       return absl::StrCat("symbol LIKE 'S", 100 + r_.Uniform(400), "%' AND price < ", Price());
     }
     if (x < 9600) {
-      return absl::StrCat("(symbol = ", Symbol(), " AND price > ", Price(), ") OR (trader = ",
-                          Trader(), " AND quantity < ", 1 + r_.Uniform(1000), ")");
+      return absl::StrCat("(symbol = ", Symbol(), " AND price > ", Price(),
+                          ") OR (trader = ", Trader(), " AND quantity < ", 1 + r_.Uniform(1000),
+                          ")");
     }
     if (x < 9900) {
-      return absl::StrCat("exchange = 'E", r_.Uniform(10), "' AND side = 'sell' AND account = ",
-                          r_.Uniform(100000));
+      return absl::StrCat("exchange = 'E", r_.Uniform(10),
+                          "' AND side = 'sell' AND account = ", r_.Uniform(100000));
     }
     if (x < 9999) {
       return absl::StrCat("region = 'R", r_.Uniform(20), "' AND urgent AND quantity > ",
@@ -334,7 +334,8 @@ GRYPH_WORKLOAD(match_flat) {
   constexpr size_t kTopics = 1'000'000;
   std::vector<Subscription> subs;
   subs.reserve(kTopics);
-  for (size_t i = 0; i < kTopics; ++i) subs.push_back(MustCreate("", absl::StrCat(i, "-mainTopic")));
+  for (size_t i = 0; i < kTopics; ++i)
+    subs.push_back(MustCreate("", absl::StrCat(i, "-mainTopic")));
   Rand r(1);
   std::vector<Event> events(4096);
   for (Event& e : events) e.SetTopic(absl::StrCat(r.Uniform(kTopics), "-mainTopic"));
@@ -384,7 +385,7 @@ GRYPH_WORKLOAD(match_content) {
 
 GRYPH_WORKLOAD(match_concurrent) {
   constexpr size_t kBase = 100'000;
-  constexpr size_t kWindow = 50'000;   // churned subscriptions present at any time
+  constexpr size_t kWindow = 50'000;  // churned subscriptions present at any time
   constexpr size_t kChurnPool = 100'000;
   constexpr int kPerMillisecond = 50;  // adds, and as many removes: 100,000 changes per second
   ContentWorld world(4);

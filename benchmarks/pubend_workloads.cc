@@ -53,7 +53,8 @@ struct Phb {
     so.initial_map_bytes = uint64_t{1} << 30;
     storage = *OpenLmdbStorage(so);
     PublisherHostingBrokerOptions o;
-    for (int i = 1; i <= pubends; ++i) o.pubends.push_back(PubendOptions{PubendId{static_cast<uint32_t>(i)}});
+    for (int i = 1; i <= pubends; ++i)
+      o.pubends.push_back(PubendOptions{PubendId{static_cast<uint32_t>(i)}});
     o.group_commit.max_records = kBatchRecords;
     o.group_commit.max_delay = max_delay;
     phb = *PublisherHostingBroker::Open(std::move(o), storage.get(), &channel);
@@ -84,17 +85,20 @@ double PublishRate(const std::string& dir, Durability durability, int pubends, d
   }
   while (acked.load() < sent) std::this_thread::yield();
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  if (failed > 0) std::fprintf(stderr, "publish failures: %llu\n", (unsigned long long)failed.load());
+  if (failed > 0)
+    std::fprintf(stderr, "publish failures: %llu\n", (unsigned long long)failed.load());
   return static_cast<double>(sent) / secs;
 }
 
 void PublishWorkload(const Context& ctx, const char* name, Durability durability) {
   for (int pubends : {1, 4}) {
-    const double rate = MedianOf(3, [&] {
-      return PublishRate(ctx.scratch_dir + "/db", durability, pubends, ctx.seconds);
-    });
-    Report(name).Add("pubends", int64_t{pubends}).Add("payload_bytes", int64_t{250})
-        .Add("events_per_s", rate).Print();
+    const double rate = MedianOf(
+        3, [&] { return PublishRate(ctx.scratch_dir + "/db", durability, pubends, ctx.seconds); });
+    Report(name)
+        .Add("pubends", int64_t{pubends})
+        .Add("payload_bytes", int64_t{250})
+        .Add("events_per_s", rate)
+        .Print();
   }
 }
 
@@ -115,7 +119,8 @@ GRYPH_WORKLOAD(publish_latency) {
     const auto start = Clock::now();
     const auto interval = std::chrono::duration<double>(1.0 / offered);
     for (uint64_t i = 0; i < total; ++i) {
-      const auto due = start + std::chrono::duration_cast<Clock::duration>(interval * static_cast<double>(i));
+      const auto due =
+          start + std::chrono::duration_cast<Clock::duration>(interval * static_cast<double>(i));
       while (Clock::now() < due) {
       }
       phb.phb->Publish(PubendId{1}, "", 0, event, [&, i, due](absl::StatusOr<Tick>) {
@@ -126,8 +131,12 @@ GRYPH_WORKLOAD(publish_latency) {
     while (acked.load(std::memory_order_acquire) < total) std::this_thread::yield();
     Histogram h;
     for (double l : latency) h.Add(l);
-    Report("publish_latency").Add("offered_per_s", offered).Add("p50_us", h.Percentile(50))
-        .Add("p99_us", h.Percentile(99)).Add("p999_us", h.Percentile(99.9)).Print();
+    Report("publish_latency")
+        .Add("offered_per_s", offered)
+        .Add("p50_us", h.Percentile(50))
+        .Add("p99_us", h.Percentile(99))
+        .Add("p999_us", h.Percentile(99.9))
+        .Print();
   }
 }
 
@@ -152,7 +161,10 @@ GRYPH_WORKLOAD(nack_answer) {
     uint64_t i = 0;
     while (Clock::now() - start < std::chrono::duration<double>(ctx.seconds)) {
       const uint64_t first = (i * 1000) % (kEvents - 1000);
-      if (!pubend->HandleCuriosity("shb", CuriosityMessage{PubendId{1}, {{ticks[first], ticks[first + 999]}}}).ok()) {
+      if (!pubend
+               ->HandleCuriosity(
+                   "shb", CuriosityMessage{PubendId{1}, {{ticks[first], ticks[first + 999]}}})
+               .ok()) {
         std::abort();
       }
       ++i;

@@ -144,8 +144,8 @@ GRYPH_WORKLOAD(shb_recovery) {
   // The whole backlog in one answer (it is about 30 MB), then bounded answers.
   const uint64_t whole = uint64_t{1} << 30;
   double whole_rate = 0;
-  for (uint64_t bytes : {whole, uint64_t{64} << 20, uint64_t{1} << 20, uint64_t{64} << 10,
-                         uint64_t{4} << 10}) {
+  for (uint64_t bytes :
+       {whole, uint64_t{64} << 20, uint64_t{1} << 20, uint64_t{64} << 10, uint64_t{4} << 10}) {
     std::vector<Result> runs;
     const double rate = MedianOf(3, [&] {
       runs.push_back(RunOnce(ctx.scratch_dir + "/run", bytes));

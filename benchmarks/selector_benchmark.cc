@@ -5,10 +5,10 @@
 // Evaluation figures are per event and include attribute lookup (a binary search over the event's
 // sorted attributes). State the machine and build type with any figure you publish.
 
+#include <benchmark/benchmark.h>
+
 #include <string>
 #include <vector>
-
-#include <benchmark/benchmark.h>
 
 #include "absl/strings/str_cat.h"
 #include "gryph/event.h"

@@ -9,9 +9,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <chrono>
 #include <filesystem>
 #include <limits>
 #include <optional>
@@ -46,9 +46,9 @@ class CountingHandler : public DurableSubscriber::Handler {
     if (record_latency) {
       const auto* ts = std::get_if<int64_t>(e->Find("published_ns"));
       if (ts != nullptr) {
-        latency->Add(static_cast<double>(
-                         std::chrono::steady_clock::now().time_since_epoch().count() - *ts) /
-                     1000.0);
+        latency->Add(
+            static_cast<double>(std::chrono::steady_clock::now().time_since_epoch().count() - *ts) /
+            1000.0);
       }
     }
   }
@@ -77,13 +77,15 @@ struct Scenario {
     phb_channel = *net.Connect("phb", kBrokerLane);
     shb_channel = *net.Connect("shb", kBrokerLane);
     PublisherHostingBrokerOptions po;
-    for (int i = 1; i <= kPubends; ++i) po.pubends.push_back(PubendOptions{PubendId{static_cast<uint32_t>(i)}});
+    for (int i = 1; i <= kPubends; ++i)
+      po.pubends.push_back(PubendOptions{PubendId{static_cast<uint32_t>(i)}});
     po.downstream = {"shb"};
     po.group_commit.max_records = 1000;
     po.group_commit.max_delay = absl::ZeroDuration();
     phb = *PublisherHostingBroker::Open(std::move(po), phb_storage.get(), phb_channel.get());
     SubscriberHostingBrokerOptions so2;
-    for (int i = 1; i <= kPubends; ++i) so2.pubends.push_back({PubendId{static_cast<uint32_t>(i)}, "phb"});
+    for (int i = 1; i <= kPubends; ++i)
+      so2.pubends.push_back({PubendId{static_cast<uint32_t>(i)}, "phb"});
     so2.commit_thread = true;  // the loop below polls, so no on_commit wake-up is needed
     shb = *SubscriberHostingBroker::Open(std::move(so2), shb_storage.get(), shb_channel.get());
     handlers = std::vector<CountingHandler>(subscriber_count);
@@ -95,7 +97,8 @@ struct Scenario {
       o.broker = "shb";
       subscribers.push_back(*DurableSubscriber::Create(o, channels.back().get(), &handlers[i]));
       DurableSubscriber* ds = subscribers.back().get();
-      channels.back()->SetReceiver([ds](absl::string_view from, Message m) { ds->HandleMessage(from, m); });
+      channels.back()->SetReceiver(
+          [ds](absl::string_view from, Message m) { ds->HandleMessage(from, m); });
       (void)ds->Connect();
     }
     while (net.DeliverAll(kBrokerLane) + net.DeliverAll(kClientLane) > 0) shb->Flush();
@@ -215,8 +218,8 @@ double Run(const Context& ctx, Mode mode) {
       }
       if (mode == Mode::kAllCatchup && all_down && !all_back && elapsed > ctx.seconds * 0.3) {
         delivered_at_reconnect = s.Delivered();
-        reconnected_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start)
-                             .count();
+        reconnected_ns =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
         allowance = owed() + kWindow * kFanout;
         for (auto& sub : s.subscribers) (void)sub->Connect();
         all_back = true;
@@ -283,10 +286,12 @@ double Run(const Context& ctx, Mode mode) {
                  connected);
     std::fprintf(stderr, "duplicates %llu, resyncs %llu, resent %llu, ", (unsigned long long)dups,
                  (unsigned long long)resyncs, (unsigned long long)st.resent);
-    std::fprintf(stderr, "iterations %llu, published %llu, shb delivered %llu, handled %llu, pending %zu, ld %llu\n",
-                 (unsigned long long)iterations, (unsigned long long)acked.load(), (unsigned long long)st.events_delivered,
-                 (unsigned long long)delivered, s.net.pending(),
-                 (unsigned long long)s.shb->latest_delivered(PubendId{1}));
+    std::fprintf(
+        stderr,
+        "iterations %llu, published %llu, shb delivered %llu, handled %llu, pending %zu, ld %llu\n",
+        (unsigned long long)iterations, (unsigned long long)acked.load(),
+        (unsigned long long)st.events_delivered, (unsigned long long)delivered, s.net.pending(),
+        (unsigned long long)s.shb->latest_delivered(PubendId{1}));
   }
   stop = true;
   publisher.join();
@@ -295,8 +300,11 @@ double Run(const Context& ctx, Mode mode) {
 
 void Workload(const Context& ctx, const char* name, Mode mode) {
   const double rate = MedianOf(3, [&] { return Run(ctx, mode); });
-  Report(name).Add("pubends", int64_t{kPubends}).Add("subscribers", int64_t{kSubscribers})
-      .Add("deliveries_per_s", rate).Print();
+  Report(name)
+      .Add("pubends", int64_t{kPubends})
+      .Add("subscribers", int64_t{kSubscribers})
+      .Add("deliveries_per_s", rate)
+      .Print();
 }
 
 }  // namespace
@@ -336,11 +344,11 @@ void LatencyWorkload(const Context& ctx, const char* name, int subscribers) {
       Event ev = e;
       const auto called = Clock::now();
       ev.SetInt64("pubend", p).SetInt64("published_ns", called.time_since_epoch().count());
-      s.phb->Publish(PubendId{static_cast<uint32_t>(p)}, "", 0, MakeEventRef(std::move(ev)),
-                     [&acked_latency, called](absl::StatusOr<Tick>) {
-                       acked_latency.Add(static_cast<double>((Clock::now() - called).count()) /
-                                         1000.0);
-                     });
+      s.phb->Publish(
+          PubendId{static_cast<uint32_t>(p)}, "", 0, MakeEventRef(std::move(ev)),
+          [&acked_latency, called](absl::StatusOr<Tick>) {
+            acked_latency.Add(static_cast<double>((Clock::now() - called).count()) / 1000.0);
+          });
     }
   });
   std::atomic<bool> clients_done{false};
@@ -355,9 +363,14 @@ void LatencyWorkload(const Context& ctx, const char* name, int subscribers) {
   clients.join();
   stop = true;
   publisher.join();
-  Report(name).Add("offered_per_s", kRate).Add("subscribers", int64_t{subscribers}).Add("deliveries", static_cast<int64_t>(latency.count()))
-      .Add("p50_us", latency.Percentile(50)).Add("p99_us", latency.Percentile(99))
-      .Add("acked_p50_us", acked_latency.Percentile(50)).Print();
+  Report(name)
+      .Add("offered_per_s", kRate)
+      .Add("subscribers", int64_t{subscribers})
+      .Add("deliveries", static_cast<int64_t>(latency.count()))
+      .Add("p50_us", latency.Percentile(50))
+      .Add("p99_us", latency.Percentile(99))
+      .Add("acked_p50_us", acked_latency.Percentile(50))
+      .Print();
 }
 
 }  // namespace
@@ -424,8 +437,10 @@ GRYPH_WORKLOAD(thread_wake_latency) {
   // On one CPU there is no other: the "cross" figure is then the same-CPU one.
   Histogram cross = WakeLatencies(0, std::thread::hardware_concurrency() > 1 ? 1 : 0, wakes);
   Histogram same = WakeLatencies(0, 0, wakes);
-  Report("thread_wake_latency").Add("cross_cpu_p50_us", cross.Percentile(50))
-      .Add("cross_cpu_p99_us", cross.Percentile(99)).Add("same_cpu_p50_us", same.Percentile(50))
+  Report("thread_wake_latency")
+      .Add("cross_cpu_p50_us", cross.Percentile(50))
+      .Add("cross_cpu_p99_us", cross.Percentile(99))
+      .Add("same_cpu_p50_us", same.Percentile(50))
       .Print();
 #else
   (void)ctx;

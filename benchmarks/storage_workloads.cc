@@ -151,8 +151,8 @@ double RawAppendRun(const Context& ctx, int run, int batch, double* bytes_per_re
 
 double LmdbAppendRate(const Context& ctx, double* bytes_per_record) {
   int run = 0;
-  return MedianOf(kRuns, [&] { return RawAppendRun(ctx, run++, kPubendBatchRecords,
-                                                   bytes_per_record); });
+  return MedianOf(kRuns,
+                  [&] { return RawAppendRun(ctx, run++, kPubendBatchRecords, bytes_per_record); });
 }
 
 // ---- Through the Storage seam -------------------------------------------------------------------

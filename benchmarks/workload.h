@@ -52,8 +52,8 @@ struct Registrar {
 
 // GRYPH_WORKLOAD(knowledge_update) { ... } defines and registers a workload; the body sees
 // `const Context& ctx`.
-#define GRYPH_WORKLOAD(name)                                                \
-  static void GryphWorkload_##name(const ::gryph::bench::Context& ctx);      \
+#define GRYPH_WORKLOAD(name)                                                            \
+  static void GryphWorkload_##name(const ::gryph::bench::Context& ctx);                 \
   static ::gryph::bench::Registrar gryph_registrar_##name(#name, GryphWorkload_##name); \
   static void GryphWorkload_##name(const ::gryph::bench::Context& ctx)
 

@@ -54,17 +54,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gryph/broker/catchup_stream.h"
-#include "gryph/channel.h"
 #include "gryph/broker/con_stream.h"
-#include "gryph/durable_subscriber.h"
-#include "gryph/testing/exactly_once_checker.h"
-#include "gryph/group_commit.h"
 #include "gryph/broker/knowledge_stream.h"
-#include "gryph/message.h"
 #include "gryph/broker/pfs.h"
+#include "gryph/channel.h"
+#include "gryph/durable_subscriber.h"
+#include "gryph/group_commit.h"
+#include "gryph/message.h"
 #include "gryph/pubend.h"
 #include "gryph/storage.h"
 #include "gryph/subscription.h"
+#include "gryph/testing/exactly_once_checker.h"
 
 ABSL_FLAG(int, orders, 2000, "orders the gateway publishes");
 ABSL_FLAG(double, rate, 1000, "orders published per second");
@@ -203,9 +203,9 @@ class SocketChannel final : public Channel {
       const auto* p = reinterpret_cast<const unsigned char*>(c.in.data() + at);
       const uint32_t n = uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | p[3];
       if (c.in.size() - at - 4 < n && n <= kMaxFrameBytes) break;  // the rest has not arrived
-      absl::StatusOr<Message> m =
-          n > kMaxFrameBytes ? absl::DataLossError("oversized frame")
-                             : DecodeMessage(absl::string_view(c.in).substr(at + 4, n));
+      absl::StatusOr<Message> m = n > kMaxFrameBytes
+                                      ? absl::DataLossError("oversized frame")
+                                      : DecodeMessage(absl::string_view(c.in).substr(at + 4, n));
       if (!m.ok()) {  // a peer that sends garbage loses its connection
         c.broken = true;
         break;
@@ -258,7 +258,8 @@ class Exchange {
       absl::StatusOr<std::unique_ptr<Pubend>> p =
           Pubend::Open(PubendOptions{id}, storage, x->committer_.get(), channel);
       if (!p.ok()) return p.status();
-      if (absl::Status st = (*p)->AddDownstream(downstream); !st.ok() && !absl::IsAlreadyExists(st)) {
+      if (absl::Status st = (*p)->AddDownstream(downstream);
+          !st.ok() && !absl::IsAlreadyExists(st)) {
         return st;
       }
       x->pubends_[id] = *std::move(p);
@@ -338,7 +339,7 @@ class MiniBroker {
   // Opens the broker's state in `storage` (latestDelivered and the PFS of every pubend), receives
   // from `channel`, and nacks and releases to `upstream`. Both must outlive the broker.
   static absl::StatusOr<std::unique_ptr<MiniBroker>> Open(Storage* storage, SocketChannel* channel,
-                                                         std::string upstream) {
+                                                          std::string upstream) {
     std::unique_ptr<MiniBroker> b(new MiniBroker(storage, channel, std::move(upstream)));
     for (PubendId id : kPubends) {
       PubendState& p = b->pubends_[id];
@@ -433,10 +434,10 @@ class MiniBroker {
   static constexpr size_t kMaxEventsPerCommit = 1024;
   static constexpr size_t kPfsBatch = 256;
 
-  struct Position {  // one subscription at one pubend
-    Tick created = 0;   // latestDelivered(p) when the subscription was created
-    Tick released = 0;  // released(s,p): what the subscriber acknowledged
-    std::unique_ptr<PFS::Reader> reader;      // while catching up
+  struct Position {                          // one subscription at one pubend
+    Tick created = 0;                        // latestDelivered(p) when the subscription was created
+    Tick released = 0;                       // released(s,p): what the subscriber acknowledged
+    std::unique_ptr<PFS::Reader> reader;     // while catching up
     std::unique_ptr<CatchupStream> catchup;  // while catching up
     // The tick of the session's last message from this pubend (its CT before any): the next
     // message's `previous`, by which the subscriber sees that one went missing.
@@ -522,8 +523,8 @@ class MiniBroker {
             if (!s.subscription.Matches(*d.event)) continue;
             matched.push_back(s.id);
             if (p.constream->IsMember(name)) {
-              deliveries.push_back(Delivery{p.constream.get(), &s,
-                                            {name, id, DeliveryKind::kEvent, t, d.event}});
+              deliveries.push_back(
+                  Delivery{p.constream.get(), &s, {name, id, DeliveryKind::kEvent, t, d.event}});
             }
           }
           if (absl::Status st = p.pfs->Write(t, matched, &batch); !st.ok()) return st;
@@ -645,8 +646,14 @@ class MiniBroker {
         SendError(from, m.subscription, sub.status());
         return;
       }
-      SubscriptionState s{m.subscription, SubscriberId{next_id_++}, m.selector, m.topic_filter,
-                          *std::move(sub), m.epoch, "", {}};
+      SubscriptionState s{m.subscription,
+                          SubscriberId{next_id_++},
+                          m.selector,
+                          m.topic_filter,
+                          *std::move(sub),
+                          m.epoch,
+                          "",
+                          {}};
       WriteBatch batch;
       for (auto& [id, p] : pubends_) {
         if (absl::Status st = p.pfs->AddSubscriber(s.id, &batch); !st.ok()) {
@@ -703,8 +710,8 @@ class MiniBroker {
         return;
       }
       pos.reader = *std::move(reader);
-      pos.catchup = std::make_unique<CatchupStream>(s.name, id, ct, refilter_through,
-                                                    s.subscription);
+      pos.catchup =
+          std::make_unique<CatchupStream>(s.name, id, ct, refilter_through, s.subscription);
       ++stats_.catchups_started;
     }
     Send(from, ConnectedMessage{s.name, start, s.epoch});
@@ -850,9 +857,10 @@ int Run(const std::string& dir) {
   }
   SubscriberApp& roamer = *apps[2];  // the one whose connection drops
 
-  std::printf("gryph custom broker: 2 pubends -> MiniBroker -> %zu subscribers, over Unix "
-              "sockets; %d orders at %.0f/s\n",
-              apps.size(), total_orders, absl::GetFlag(FLAGS_rate));
+  std::printf(
+      "gryph custom broker: 2 pubends -> MiniBroker -> %zu subscribers, over Unix "
+      "sockets; %d orders at %.0f/s\n",
+      apps.size(), total_orders, absl::GetFlag(FLAGS_rate));
   ExactlyOnceChecker checker;
   for (PubendId p : kPubends) checker.AddPubend(p);
   std::map<std::string, CheckpointToken> last_match;  // per app, per pubend: its last match
@@ -959,20 +967,20 @@ int Run(const std::string& dir) {
     std::printf("  %-6s %-42s %8llu %8llu\n", app->name.c_str(),
                 app->selector.empty() ? "(everything)" : app->selector.c_str(),
                 static_cast<unsigned long long>(events), static_cast<unsigned long long>(gaps));
-    checker.AddSubscriber({app->name, app->subscription, app->start,
-                           app->high_water, app->well_behaved, app->consumed});
+    checker.AddSubscriber({app->name, app->subscription, app->start, app->high_water,
+                           app->well_behaved, app->consumed});
   }
   const MiniBroker::Stats& s = (*broker)->stats();
-  std::printf("\n  broker: %llu commits of PFS records with latestDelivered (%llu records); the\n"
-              "  constream delivered %llu events; %llu catchup streams (one per pubend) delivered\n"
-              "  %llu events, nacked %llu ticks from the exchange, and handed over %llu times\n",
-              static_cast<unsigned long long>(s.commits),
-              static_cast<unsigned long long>(s.pfs_records),
-              static_cast<unsigned long long>(s.events_delivered),
-              static_cast<unsigned long long>(s.catchups_started),
-              static_cast<unsigned long long>(s.catchup_events),
-              static_cast<unsigned long long>(s.ticks_nacked),
-              static_cast<unsigned long long>(s.catchups_completed));
+  std::printf(
+      "\n  broker: %llu commits of PFS records with latestDelivered (%llu records); the\n"
+      "  constream delivered %llu events; %llu catchup streams (one per pubend) delivered\n"
+      "  %llu events, nacked %llu ticks from the exchange, and handed over %llu times\n",
+      static_cast<unsigned long long>(s.commits), static_cast<unsigned long long>(s.pfs_records),
+      static_cast<unsigned long long>(s.events_delivered),
+      static_cast<unsigned long long>(s.catchups_started),
+      static_cast<unsigned long long>(s.catchup_events),
+      static_cast<unsigned long long>(s.ticks_nacked),
+      static_cast<unsigned long long>(s.catchups_completed));
   std::vector<std::string> bad = checker.Check();
   if (all_gaps > 0) bad.push_back("a Gap, though nothing was released early");
   if (s.catchups_completed == 0) bad.push_back("no catchup stream handed over to the constream");
@@ -986,8 +994,9 @@ int Run(const std::string& dir) {
     for (const std::string& b : bad) std::printf("    %s\n", b.c_str());
     return 1;
   }
-  std::printf("\n  exactly-once check: every subscriber got every matching order once, in order,\n"
-              "  the roaming one across its catchup and hand-over to the constream\n");
+  std::printf(
+      "\n  exactly-once check: every subscriber got every matching order once, in order,\n"
+      "  the roaming one across its catchup and hand-over to the constream\n");
   return 0;
 }
 

@@ -169,8 +169,10 @@ int main(int argc, char** argv) {
   std::printf("gryph knowledge repair, seed %llu (--seed replays it)\n",
               static_cast<unsigned long long>(sim.seed()));
   std::printf("  %-34s %12llu\n", "events published", static_cast<unsigned long long>(want.size()));
-  std::printf("  %-34s %12llu\n", "messages sent", static_cast<unsigned long long>(sim.stats().sent));
-  std::printf("  %-34s %12llu\n", "messages lost", static_cast<unsigned long long>(sim.stats().lost));
+  std::printf("  %-34s %12llu\n", "messages sent",
+              static_cast<unsigned long long>(sim.stats().sent));
+  std::printf("  %-34s %12llu\n", "messages lost",
+              static_cast<unsigned long long>(sim.stats().lost));
   std::printf("  %-34s %12llu\n", "messages duplicated",
               static_cast<unsigned long long>(sim.stats().duplicated));
   std::printf("  %-34s %12llu\n", "nacks sent", static_cast<unsigned long long>(sink->nacks_sent));

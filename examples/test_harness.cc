@@ -40,9 +40,9 @@
 #include "gryph/durable_subscriber.h"
 #include "gryph/memory_storage.h"
 #include "gryph/publisher_hosting_broker.h"
-#include "gryph/testing/simulator.h"
 #include "gryph/subscriber_hosting_broker.h"
 #include "gryph/subscription.h"
+#include "gryph/testing/simulator.h"
 
 ABSL_FLAG(int, seeds, 20, "how many seeds to run");
 ABSL_FLAG(uint64_t, first_seed, 1, "the first seed; seeds first_seed, first_seed + 1, ... run");
@@ -67,7 +67,7 @@ struct KeeperDb {
   CheckpointToken ct;                        // how far the positions go
   uint64_t epoch = 0;                        // of the latest keeper process
   uint64_t gaps = 0;
-  bool subscribed = false;                   // the broker has created the subscription
+  bool subscribed = false;  // the broker has created the subscription
 };
 
 // The position keeper's handler: a fill is an event with account, symbol and a signed qty.
@@ -198,8 +198,8 @@ class ExchangeNode : public SimNode {
           .SetInt64("qty", (static_cast<int64_t>(ctx_.Random() % 20) - 10) * 100);
       EventRef ref = MakeEventRef(std::move(fill));
       const uint64_t sequence = w_->next_sequence++;
-      const PubendId p = PubendForKey(std::get<std::string>(*ref->Find("account")),
-                                      phb_->pubend_ids());
+      const PubendId p =
+          PubendForKey(std::get<std::string>(*ref->Find("account")), phb_->pubend_ids());
       w_->unacked[sequence] = {p, ref};
       Publish(sequence, p, ref);
     }
@@ -391,25 +391,25 @@ std::vector<std::string> RunSeed(uint64_t seed, bool buggy) {
   for (const auto& [key, qty] : book) {
     const int64_t want = expected.contains(key) ? expected.at(key) : 0;
     if (qty != want) {
-      problems.push_back(absl::StrFormat("position %s is %d, but its fills sum to %d", key, qty,
-                                         want));
+      problems.push_back(
+          absl::StrFormat("position %s is %d, but its fills sum to %d", key, qty, want));
     }
   }
   if (w.keeper_db.gaps > 0) {
-    problems.push_back(absl::StrFormat("the keeper got %d Gap(s) with no retention limit",
-                                       w.keeper_db.gaps));
+    problems.push_back(
+        absl::StrFormat("the keeper got %d Gap(s) with no retention limit", w.keeper_db.gaps));
   }
 
   // Two runs of one seed are the same run: the trace hashes of a replay match.
   w.Trace(absl::StrFormat("trace hash %016x", w.sim.trace_hash()));
   const Simulator::Stats& s = w.sim.stats();
-  std::printf("seed %llu: %zu fills (%d to book); crashes: %d exchange, %d broker, %d keeper; "
-              "%d disconnects; %llu messages lost, %llu duplicated: %s\n",
-              static_cast<unsigned long long>(seed), w.acked.size(), booked,
-              w.faults.exchange_crashes, w.faults.shb_crashes, w.faults.keeper_crashes,
-              w.faults.keeper_disconnects, static_cast<unsigned long long>(s.lost),
-              static_cast<unsigned long long>(s.duplicated),
-              problems.empty() ? "book exact" : "FAILED");
+  std::printf(
+      "seed %llu: %zu fills (%d to book); crashes: %d exchange, %d broker, %d keeper; "
+      "%d disconnects; %llu messages lost, %llu duplicated: %s\n",
+      static_cast<unsigned long long>(seed), w.acked.size(), booked, w.faults.exchange_crashes,
+      w.faults.shb_crashes, w.faults.keeper_crashes, w.faults.keeper_disconnects,
+      static_cast<unsigned long long>(s.lost), static_cast<unsigned long long>(s.duplicated),
+      problems.empty() ? "book exact" : "FAILED");
   for (const std::string& p : problems) std::printf("    %s\n", p.c_str());
   if (!problems.empty()) {
     std::printf("    %s (or: test_harness --first_seed=%llu --seeds=1 --verbose%s)\n",

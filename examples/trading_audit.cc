@@ -382,8 +382,8 @@ class Auditor : public DurableSubscriber::Handler {
 
 // The audit application's process: runs until the trading system closes the connection `fd`.
 // Returns the exit code.
-int RunAuditApplication(int incarnation, const std::string& ledger_dir, int fd,
-                        Progress* progress, absl::Duration work) {
+int RunAuditApplication(int incarnation, const std::string& ledger_dir, int fd, Progress* progress,
+                        absl::Duration work) {
   absl::StatusOr<std::unique_ptr<Ledger>> ledger = Ledger::Open(ledger_dir);
   if (!ledger.ok()) {
     Say("  audit app %d: %s\n", incarnation, ledger.status().ToString());
@@ -516,9 +516,11 @@ class AppConnection {
 };
 
 // Forks the audit application, connected to us by a socketpair; returns our end of it.
-absl::StatusOr<std::unique_ptr<AppConnection>> SpawnAuditApplication(
-    InProcessNetwork& net, int incarnation, const std::string& ledger_dir, Progress* progress,
-    absl::Duration work) {
+absl::StatusOr<std::unique_ptr<AppConnection>> SpawnAuditApplication(InProcessNetwork& net,
+                                                                     int incarnation,
+                                                                     const std::string& ledger_dir,
+                                                                     Progress* progress,
+                                                                     absl::Duration work) {
   int fds[2];
   if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) {
     return absl::InternalError(absl::StrCat("socketpair: ", std::strerror(errno)));
@@ -602,8 +604,8 @@ int RunTradingSystem(const std::string& dir) {
     return 1;
   }
 
-  void* shared = mmap(nullptr, sizeof(Progress), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                      -1, 0);
+  void* shared =
+      mmap(nullptr, sizeof(Progress), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (shared == MAP_FAILED) return 1;
   Progress* progress = new (shared) Progress;
   const std::string ledger_dir = dir + "/audit-ledger";

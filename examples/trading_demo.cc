@@ -28,11 +28,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gryph/durable_subscriber.h"
-#include "gryph/testing/exactly_once_checker.h"
 #include "gryph/in_process_channel.h"
 #include "gryph/publisher_hosting_broker.h"
 #include "gryph/storage.h"
 #include "gryph/subscriber_hosting_broker.h"
+#include "gryph/testing/exactly_once_checker.h"
 
 ABSL_FLAG(double, duration, 20, "seconds of publishing");
 ABSL_FLAG(double, rate, 2000, "orders published per second, over all pubends");
@@ -72,7 +72,8 @@ struct App : DurableSubscriber::Handler {
   }
   void OnEvent(PubendId p, Tick t, const EventRef& e) override {
     const auto* ts = std::get_if<int64_t>(e->Find("published_us"));
-    if (ts != nullptr) latency_us[p].push_back(static_cast<double>(absl::ToUnixMicros(absl::Now()) - *ts));
+    if (ts != nullptr)
+      latency_us[p].push_back(static_cast<double>(absl::ToUnixMicros(absl::Now()) - *ts));
     Record(p, DeliveryKind::kEvent, t, e);
   }
   void OnSilence(PubendId p, Tick t) override { Record(p, DeliveryKind::kSilence, t, nullptr); }
@@ -93,12 +94,9 @@ std::string MakeSelector(std::mt19937_64& rng) {
     case 0:
       return absl::StrCat("symbol IN ('", pick(kSymbols), "','", pick(kSymbols),
                           "') AND quantity > ", 500 + rng() % 1000);
-    case 1:
-      return "account LIKE 'HF-%'";
-    case 2:
-      return absl::StrCat("side = 'BUY' AND price > ", 100 + rng() % 80);
-    case 3:
-      return absl::StrCat("symbol = '", pick(kSymbols), "'");
+    case 1: return "account LIKE 'HF-%'";
+    case 2: return absl::StrCat("side = 'BUY' AND price > ", 100 + rng() % 80);
+    case 3: return absl::StrCat("symbol = '", pick(kSymbols), "'");
     case 4:
       return absl::StrCat("quantity BETWEEN ", 100 * (1 + rng() % 5), " AND ",
                           1000 * (1 + rng() % 3), " AND side = 'SELL'");
@@ -165,7 +163,8 @@ int main(int argc, char** argv) {
     shb_storage = open("shb");
     shb_channel = *net.Connect("shb");
     SubscriberHostingBrokerOptions so;
-    for (int i = 1; i <= kPubends; ++i) so.pubends.push_back({PubendId{static_cast<uint32_t>(i)}, "phb"});
+    for (int i = 1; i <= kPubends; ++i)
+      so.pubends.push_back({PubendId{static_cast<uint32_t>(i)}, "phb"});
     so.event_cache_ticks = 1'000'000;  // 1 s of events cached for catchups; older ones are nacked
     so.commit_thread = true;  // fsyncs off the delivery loop, which polls for their completion
     shb = *SubscriberHostingBroker::Open(std::move(so), shb_storage.get(), shb_channel.get());
@@ -184,7 +183,8 @@ int main(int argc, char** argv) {
     o.broker = "shb";
     app->ds = *DurableSubscriber::Create(o, app->channel.get(), app.get());
     DurableSubscriber* ds = app->ds.get();
-    app->channel->SetReceiver([ds](absl::string_view from, Message m) { ds->HandleMessage(from, m); });
+    app->channel->SetReceiver(
+        [ds](absl::string_view from, Message m) { ds->HandleMessage(from, m); });
     (void)ds->Connect();
     apps.push_back(std::move(app));
   }
@@ -200,7 +200,8 @@ int main(int argc, char** argv) {
     const auto interval = std::chrono::duration<double>(1.0 / absl::GetFlag(FLAGS_rate));
     const auto start = Clock::now();
     for (uint64_t seq = 1; publishing; ++seq) {
-      std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(interval * static_cast<double>(seq)));
+      std::this_thread::sleep_until(
+          start + std::chrono::duration_cast<Clock::duration>(interval * static_cast<double>(seq)));
       Event e;
       const char* account = kAccounts[orng() % std::size(kAccounts)];
       e.SetTopic("orders")
@@ -257,7 +258,8 @@ int main(int argc, char** argv) {
     const double t = elapsed();
     if (t >= duration && publishing) publishing = false;
     if (!publishing && (settled() || t > duration + 30)) break;
-    if (net.Deliver(10'000) == 0 && !more) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if (net.Deliver(10'000) == 0 && !more)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
     more = shb->Flush();  // one commit for whatever knowledge the batch brought
     const auto now = Clock::now();
     if (now - last_timer >= std::chrono::milliseconds(5)) {
@@ -305,11 +307,13 @@ int main(int argc, char** argv) {
     }
     if (now - last_progress >= std::chrono::seconds(1)) {
       const uint64_t d = delivered();
-      std::fprintf(stderr, "\r[%5.1fs] published %8llu  delivered %9llu  catching up %3zu  %8.0f deliveries/s ",
-                   t, static_cast<unsigned long long>(published.load()),
-                   static_cast<unsigned long long>(d), shb->catching_up(),
-                   static_cast<double>(d - last_delivered) /
-                       std::chrono::duration<double>(now - last_progress).count());
+      std::fprintf(
+          stderr,
+          "\r[%5.1fs] published %8llu  delivered %9llu  catching up %3zu  %8.0f deliveries/s ", t,
+          static_cast<unsigned long long>(published.load()), static_cast<unsigned long long>(d),
+          shb->catching_up(),
+          static_cast<double>(d - last_delivered) /
+              std::chrono::duration<double>(now - last_progress).count());
       last_progress = now;
       last_delivered = d;
     }
@@ -346,9 +350,10 @@ int main(int argc, char** argv) {
   const double phb_bytes = static_cast<double>(phb_storage->ApproximateBytesUsed().value_or(0));
   const double shb_bytes = static_cast<double>(shb_storage->ApproximateBytesUsed().value_or(0));
   const uint64_t pfs_records = shb->stats().pfs_records;
-  std::printf("\ngryph trading demo: %d pubends, %d durable subscribers, %.0f s at %.0f orders/s, "
-              "%d broker crash, data in %s\n\n",
-              kPubends, subscriber_count, duration, absl::GetFlag(FLAGS_rate), crashes, dir.c_str());
+  std::printf(
+      "\ngryph trading demo: %d pubends, %d durable subscribers, %.0f s at %.0f orders/s, "
+      "%d broker crash, data in %s\n\n",
+      kPubends, subscriber_count, duration, absl::GetFlag(FLAGS_rate), crashes, dir.c_str());
   std::printf("  %-8s %10s %11s %6s %10s %10s\n", "pubend", "published", "delivered", "gaps",
               "p50 ms", "p99 ms");
   for (int i = 1; i <= kPubends; ++i) {
@@ -368,16 +373,21 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(delivered_total),
               static_cast<unsigned long long>(gaps_total), Percentile(lat_all, 50) / 1000,
               Percentile(lat_all, 99) / 1000);
-  std::printf("  (latency from publish to the subscriber's handler; the p99 includes orders delivered\n"
-              "   on catch-up after a subscriber's absence or the broker's crash)\n");
-  std::printf("\n  catchups: %llu (subscribers that reconnected behind the constream and caught up "
-              "from the PFS)\n",
-              static_cast<unsigned long long>(catchups_before_crash + shb->stats().catchups_started));
-  std::printf("\n  PHB store: %.0f bytes per published event (events are logged once, released ones reclaimed)\n",
-              total_published ? phb_bytes / static_cast<double>(total_published) : 0.0);
-  std::printf("  SHB store: %.0f bytes per PFS record (%llu records, with subscriptions and positions)\n",
-              pfs_records ? shb_bytes / static_cast<double>(pfs_records) : 0.0,
-              static_cast<unsigned long long>(pfs_records));
+  std::printf(
+      "  (latency from publish to the subscriber's handler; the p99 includes orders delivered\n"
+      "   on catch-up after a subscriber's absence or the broker's crash)\n");
+  std::printf(
+      "\n  catchups: %llu (subscribers that reconnected behind the constream and caught up "
+      "from the PFS)\n",
+      static_cast<unsigned long long>(catchups_before_crash + shb->stats().catchups_started));
+  std::printf(
+      "\n  PHB store: %.0f bytes per published event (events are logged once, released ones "
+      "reclaimed)\n",
+      total_published ? phb_bytes / static_cast<double>(total_published) : 0.0);
+  std::printf(
+      "  SHB store: %.0f bytes per PFS record (%llu records, with subscriptions and positions)\n",
+      pfs_records ? shb_bytes / static_cast<double>(pfs_records) : 0.0,
+      static_cast<unsigned long long>(pfs_records));
   std::printf("  long-absent subscriber %s (away %.0f s, maxRetain %.0f s): %llu Gap(s)\n",
               apps[0]->name.c_str(), duration * 0.65, absl::GetFlag(FLAGS_max_retain),
               static_cast<unsigned long long>(apps[0]->gaps));
@@ -388,7 +398,8 @@ int main(int argc, char** argv) {
     for (const std::string& b : bad) std::printf("    %s\n", b.c_str());
     return 1;
   }
-  std::printf("\n  exactly-once check: every subscriber got every matching order exactly once, in order;\n"
-              "  Gaps only where the retention policy discarded what a subscriber never acknowledged.\n");
+  std::printf(
+      "\n  exactly-once check: every subscriber got every matching order exactly once, in order;\n"
+      "  Gaps only where the retention policy discarded what a subscriber never acknowledged.\n");
   return 0;
 }

@@ -50,17 +50,36 @@ const std::vector<Event>& Events() {
     const double inf = std::numeric_limits<double>::infinity();
     auto* v = new std::vector<Event>(5);
     (*v)[0]
-        .SetInt64("a", 1).SetInt64("b", 2).SetDouble("c", 2.5).SetString("s", "abc")
-        .SetBool("flag", true).SetInt64("i", 0).SetDouble("d", -0.0).SetString("x", "a_b%c")
-        .SetInt64("price", 150).SetInt64("qty", 10).SetString("symbol", "IBM")
-        .SetString("region", "us").SetString("name", "a_x");
+        .SetInt64("a", 1)
+        .SetInt64("b", 2)
+        .SetDouble("c", 2.5)
+        .SetString("s", "abc")
+        .SetBool("flag", true)
+        .SetInt64("i", 0)
+        .SetDouble("d", -0.0)
+        .SetString("x", "a_b%c")
+        .SetInt64("price", 150)
+        .SetInt64("qty", 10)
+        .SetString("symbol", "IBM")
+        .SetString("region", "us")
+        .SetString("name", "a_x");
     (*v)[1]
-        .SetDouble("a", nan).SetString("b", "2").SetInt64("c", INT64_MIN).SetInt64("s", INT64_MAX)
-        .SetBool("flag", false).SetDouble("i", inf).SetDouble("price", 99.5)
-        .SetString("symbol", "h\xC3\xA9llo").SetString("name", "");
+        .SetDouble("a", nan)
+        .SetString("b", "2")
+        .SetInt64("c", INT64_MIN)
+        .SetInt64("s", INT64_MAX)
+        .SetBool("flag", false)
+        .SetDouble("i", inf)
+        .SetDouble("price", 99.5)
+        .SetString("symbol", "h\xC3\xA9llo")
+        .SetString("name", "");
     (*v)[2]
-        .SetBool("a", true).SetDouble("b", 9007199254740992.0).SetInt64("c", 9007199254740993)
-        .SetString("s", "\xFF\xC3").SetDouble("d", -inf).SetInt64("qty", -3)
+        .SetBool("a", true)
+        .SetDouble("b", 9007199254740992.0)
+        .SetInt64("c", 9007199254740993)
+        .SetString("s", "\xFF\xC3")
+        .SetDouble("d", -inf)
+        .SetInt64("qty", -3)
         .SetString("region", "eu");
     // (*v)[3] has no attributes: everything is NULL.
     (*v)[4].SetString("a", "%").SetString("b", "_").SetString("s", "it's").SetInt64("i", -1);

@@ -2,7 +2,7 @@
 # configures a build. Sourced, not run.
 
 GRYPH_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-GRYPH_PACKAGES=(cmake ninja-build g++ clang libabsl-dev liblmdb-dev libfmt-dev catch2
+GRYPH_PACKAGES=(cmake ninja-build g++ clang clang-format libabsl-dev liblmdb-dev libfmt-dev catch2
                 libbenchmark-dev)
 
 # gryph_install_packages: apt-get installs what is missing when root; otherwise prints the exact

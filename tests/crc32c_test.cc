@@ -23,8 +23,7 @@ TEST_CASE("CRC-32C matches the check values of RFC 3720 and the catalogue", "[cr
   CHECK(Crc32c(down) == 0x113FDB5Cu);
 }
 
-TEST_CASE("CRC-32C: extending equals checksumming the concatenation, on both paths",
-          "[crc32c]") {
+TEST_CASE("CRC-32C: extending equals checksumming the concatenation, on both paths", "[crc32c]") {
   absl::BitGen gen;
   for (int round = 0; round < 200; ++round) {
     std::string data(absl::Uniform<size_t>(gen, 0, 300), '\0');

@@ -137,7 +137,8 @@ TEST_CASE("durable subscriber rejects absurd options, naming the option", "[subs
   Recorder rec;
   const std::vector<std::pair<std::string, std::function<void(DurableSubscriberOptions&)>>> cases =
       {{"subscription", [](DurableSubscriberOptions& o) { o.subscription = ""; }},
-       {"subscription", [](DurableSubscriberOptions& o) { o.subscription = std::string(257, 's'); }},
+       {"subscription",
+        [](DurableSubscriberOptions& o) { o.subscription = std::string(257, 's'); }},
        {"broker", [](DurableSubscriberOptions& o) { o.broker = ""; }},
        {"ack_interval", [](DurableSubscriberOptions& o) { o.ack_interval = absl::ZeroDuration(); }},
        {"keepalive_interval",
@@ -157,7 +158,8 @@ TEST_CASE("durable subscriber rejects absurd options, naming the option", "[subs
   o.broker = "shb";
   REQUIRE_OK(DurableSubscriber::Create(o, ch->get(), &rec));
   REQUIRE_CODE(DurableSubscriber::Create(o, nullptr, &rec), absl::StatusCode::kInvalidArgument);
-  REQUIRE_CODE(DurableSubscriber::Create(o, ch->get(), nullptr), absl::StatusCode::kInvalidArgument);
+  REQUIRE_CODE(DurableSubscriber::Create(o, ch->get(), nullptr),
+               absl::StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("durable subscriber connects with its CT, selector and epoch", "[subscriber]") {

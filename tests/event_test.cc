@@ -123,7 +123,8 @@ TEST_CASE("random byte strings and mutations never crash the decoder", "[event][
     for (int i = 0; i < 2000; ++i) {
       std::string bytes = good;
       const int flips = 1 + static_cast<int>(rng.Uniform(4));
-      for (int f = 0; f < flips; ++f) bytes[rng.Uniform(bytes.size())] = static_cast<char>(rng.Next());
+      for (int f = 0; f < flips; ++f)
+        bytes[rng.Uniform(bytes.size())] = static_cast<char>(rng.Next());
       if (rng.OneIn(3)) bytes.resize(rng.Uniform(bytes.size()));
       auto decoded = Event::Decode(bytes);
       if (decoded.ok()) REQUIRE(decoded->Encode() == bytes);  // decode accepts only canonical input

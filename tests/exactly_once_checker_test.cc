@@ -25,8 +25,8 @@ ExactlyOnceChecker WithLog() {
 
 ExactlyOnceChecker::SubscriberRecord Subscriber(std::vector<Consumed> consumed,
                                                 bool well_behaved = true) {
-  ExactlyOnceChecker::SubscriberRecord r{"s", *Subscription::Create("qty < 10"), {}, {},
-                                         well_behaved, {}};
+  ExactlyOnceChecker::SubscriberRecord r{
+      "s", *Subscription::Create("qty < 10"), {}, {}, well_behaved, {}};
   r.consumed[kP] = std::move(consumed);
   return r;
 }
@@ -40,37 +40,44 @@ std::vector<std::string> CheckOne(std::vector<Consumed> consumed, bool well_beha
 }
 
 TEST_CASE("the checker accepts exactly the matching events in order", "[checker]") {
-  REQUIRE(CheckOne({{DeliveryKind::kEvent, 10, Order(5)}, {DeliveryKind::kSilence, 25, nullptr},
+  REQUIRE(CheckOne({{DeliveryKind::kEvent, 10, Order(5)},
+                    {DeliveryKind::kSilence, 25, nullptr},
                     {DeliveryKind::kEvent, 30, Order(7)}})
               .empty());
 }
 
 TEST_CASE("the checker catches duplicates, skips, hidden matches and missing ends", "[checker]") {
-  REQUIRE_FALSE(CheckOne({{DeliveryKind::kEvent, 10, Order(5)}, {DeliveryKind::kEvent, 10, Order(5)},
+  REQUIRE_FALSE(CheckOne({{DeliveryKind::kEvent, 10, Order(5)},
+                          {DeliveryKind::kEvent, 10, Order(5)},
                           {DeliveryKind::kEvent, 30, Order(7)}})
                     .empty());
   REQUIRE_FALSE(CheckOne({{DeliveryKind::kEvent, 30, Order(7)}}).empty());  // skipped 10
-  REQUIRE_FALSE(CheckOne({{DeliveryKind::kSilence, 15, nullptr}, {DeliveryKind::kEvent, 30, Order(7)}})
-                    .empty());  // the Silence hid 10
+  REQUIRE_FALSE(
+      CheckOne({{DeliveryKind::kSilence, 15, nullptr}, {DeliveryKind::kEvent, 30, Order(7)}})
+          .empty());                                                        // the Silence hid 10
   REQUIRE_FALSE(CheckOne({{DeliveryKind::kEvent, 10, Order(5)}}).empty());  // never reached 30
-  REQUIRE_FALSE(CheckOne({{DeliveryKind::kEvent, 10, Order(6)}, {DeliveryKind::kEvent, 30, Order(7)}})
-                    .empty());  // not the logged event
-  REQUIRE_FALSE(CheckOne({{DeliveryKind::kEvent, 10, Order(5)}, {DeliveryKind::kEvent, 20, Order(50)},
+  REQUIRE_FALSE(
+      CheckOne({{DeliveryKind::kEvent, 10, Order(6)}, {DeliveryKind::kEvent, 30, Order(7)}})
+          .empty());  // not the logged event
+  REQUIRE_FALSE(CheckOne({{DeliveryKind::kEvent, 10, Order(5)},
+                          {DeliveryKind::kEvent, 20, Order(50)},
                           {DeliveryKind::kEvent, 30, Order(7)}})
                     .empty());  // 20 does not match
 }
 
 TEST_CASE("a Gap is honest only where something was released, and never for the well-behaved",
           "[checker]") {
-  const std::vector<Consumed> gap = {{DeliveryKind::kGap, 20, nullptr}, {DeliveryKind::kEvent, 30, Order(7)}};
+  const std::vector<Consumed> gap = {{DeliveryKind::kGap, 20, nullptr},
+                                     {DeliveryKind::kEvent, 30, Order(7)}};
   REQUIRE_FALSE(CheckOne(gap, /*well_behaved=*/false, /*released=*/0).empty());
   REQUIRE_FALSE(CheckOne(gap, /*well_behaved=*/true, /*released=*/15).empty());
   REQUIRE(CheckOne(gap, /*well_behaved=*/false, /*released=*/15).empty());
 }
 
-TEST_CASE("a Gap judged when it came must reach below what it could excuse then, and hide no "
-          "match above it",
-          "[checker]") {
+TEST_CASE(
+    "a Gap judged when it came must reach below what it could excuse then, and hide no "
+    "match above it",
+    "[checker]") {
   // Log: matches at 10 and 30 (qty 5, 7); 20 does not match.
   auto gap = [](Tick t, Tick excusable) {
     Consumed c{DeliveryKind::kGap, t, nullptr};

@@ -55,14 +55,14 @@ TEST_CASE("golden: an event's encoding", "[format][golden]") {
   e.SetTopic("t").SetInt64("a", -3).SetDouble("b", 1.5).SetString("c", "xy").SetBool("d", true);
   e.SetPayload("P");
   REQUIRE_BYTES(e.Encode(),
-                "01"                              // version 1
-                "01 74"                           // topic "t"
-                "04"                              // four attributes, names increasing
-                "01 61  00 05"                    // "a": tag 0 int64, zigzag(-3) = 5
+                "01"                                 // version 1
+                "01 74"                              // topic "t"
+                "04"                                 // four attributes, names increasing
+                "01 61  00 05"                       // "a": tag 0 int64, zigzag(-3) = 5
                 "01 62  01 00 00 00 00 00 00 f8 3f"  // "b": tag 1 double, 1.5 fixed64le
-                "01 63  02 02 78 79"              // "c": tag 2 string "xy"
-                "01 64  03 01"                    // "d": tag 3 bool true
-                "01 50");                         // payload "P"
+                "01 63  02 02 78 79"                 // "c": tag 2 string "xy"
+                "01 64  03 01"                       // "d": tag 3 bool true
+                "01 50");                            // payload "P"
   REQUIRE_BYTES(Event().Encode(), kEmptyEvent);
 }
 
@@ -86,17 +86,18 @@ TEST_CASE("golden: every message kind's encoding", "[format][golden]") {
     KnowledgeMessage m{PubendId{3},
                        {KnowledgeSpan::Lost({1, 2}), KnowledgeSpan::Silence({3, 3}),
                         KnowledgeSpan::Data(4, EmptyEvent()), KnowledgeSpan::Silence({5, 10})}};
-    REQUIRE_BYTES(EncodeMessage(m), std::string("01 01  03 04"  // pubend 3, four spans
-                                                "  03 00 01"    // L [1, 2]
-                                                "  01 00 00"    // S [3, 3]
+    REQUIRE_BYTES(EncodeMessage(m), std::string("01 01  03 04"       // pubend 3, four spans
+                                                "  03 00 01"         // L [1, 2]
+                                                "  01 00 00"         // S [3, 3]
                                                 "  02 00 00 04 ") +  // D 4, the event's 4 bytes
                                         std::string(kEmptyEvent) +
                                         "  01 00 05");  // S [5, 10]
   }
   SECTION("1 knowledge, version 2: unanswered ranges") {
     KnowledgeMessage m{PubendId{3}, {KnowledgeSpan::Silence({1, 2})}, {{5, 6}}};
-    REQUIRE_BYTES(EncodeMessage(m), "02 01  03 01  01 00 01"  // S [1, 2]
-                                    "  01  04 01");           // one range: [5, 6], from next = 1
+    REQUIRE_BYTES(EncodeMessage(m),
+                  "02 01  03 01  01 00 01"  // S [1, 2]
+                  "  01  04 01");           // one range: [5, 6], from next = 1
   }
   SECTION("2 curiosity") {
     CuriosityMessage m{PubendId{7}, {{5, 9}, {12, 12}}};
@@ -108,9 +109,10 @@ TEST_CASE("golden: every message kind's encoding", "[format][golden]") {
   }
   SECTION("4 connect") {
     ConnectMessage m{"s", "x=1", "t/#", Ct({{1, 300}}), 3, true};
-    REQUIRE_BYTES(EncodeMessage(m), "01 04  01 73  03 78 3d 31  03 74 2f 23"
-                                    "  05 01 01 01 ac 02"  // the CT, length-prefixed
-                                    "  03  01");           // epoch 3, create
+    REQUIRE_BYTES(EncodeMessage(m),
+                  "01 04  01 73  03 78 3d 31  03 74 2f 23"
+                  "  05 01 01 01 ac 02"  // the CT, length-prefixed
+                  "  03  01");           // epoch 3, create
   }
   SECTION("5 connected") {
     ConnectedMessage m{"s", CheckpointToken(), 3};
@@ -119,8 +121,8 @@ TEST_CASE("golden: every message kind's encoding", "[format][golden]") {
   SECTION("6 delivery: event, silence, gap") {
     // 501 = varint f5 03, 500 = f4 03, 600 = d8 04.
     DeliveryMessage e{"s", PubendId{1}, DeliveryKind::kEvent, 501, EmptyEvent(), 500};
-    REQUIRE_BYTES(EncodeMessage(e),
-                  std::string("01 06  01 73  01  00  f5 03  f4 03  04 ") + std::string(kEmptyEvent));
+    REQUIRE_BYTES(EncodeMessage(e), std::string("01 06  01 73  01  00  f5 03  f4 03  04 ") +
+                                        std::string(kEmptyEvent));
     DeliveryMessage s{"s", PubendId{1}, DeliveryKind::kSilence, 600, nullptr, 501};
     REQUIRE_BYTES(EncodeMessage(s), "01 06  01 73  01  01  d8 04  f5 03");
     DeliveryMessage g{"s", PubendId{1}, DeliveryKind::kGap, 600, nullptr, 0};
@@ -130,9 +132,7 @@ TEST_CASE("golden: every message kind's encoding", "[format][golden]") {
     REQUIRE_BYTES(EncodeMessage(AckMessage{"s", Ct({{1, 300}})}),
                   "01 07  01 73  05 01 01 01 ac 02");
   }
-  SECTION("8 disconnect") {
-    REQUIRE_BYTES(EncodeMessage(DisconnectMessage{"s"}), "01 08  01 73");
-  }
+  SECTION("8 disconnect") { REQUIRE_BYTES(EncodeMessage(DisconnectMessage{"s"}), "01 08  01 73"); }
   SECTION("9 session error") {
     SessionErrorMessage m{"s", absl::StatusCode::kOutOfRange, "m"};  // code 11
     REQUIRE_BYTES(EncodeMessage(m), "01 09  01 73  0b  01 6d");

@@ -11,9 +11,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
-#include "gryph/testing/fault_injecting_storage.h"
 #include "gryph/memory_storage.h"
 #include "gryph/storage.h"
+#include "gryph/testing/fault_injecting_storage.h"
 #include "lib/util/coding.h"
 #include "tests/test_util.h"
 
@@ -410,8 +410,7 @@ TEST_CASE("a submitter never waits for a commit in progress", "[group_commit]") 
 template <typename OpenFn>
 void RunConcurrentSubmitters(OpenFn open) {
   std::unique_ptr<Storage> storage = open();
-  GroupCommitter committer(storage.get(),
-                           Options(200, absl::Milliseconds(1)));
+  GroupCommitter committer(storage.get(), Options(200, absl::Milliseconds(1)));
   committer.Start();
   constexpr int kThreads = 4;
   constexpr uint64_t kPerThread = 1500;
@@ -455,8 +454,7 @@ TEST_CASE("concurrent submitters on memory storage: every callback once, all dat
   RunConcurrentSubmitters([] { return NewMemoryStorage(); });
 }
 
-TEST_CASE("concurrent submitters on LMDB: every callback once, all data there",
-          "[group_commit]") {
+TEST_CASE("concurrent submitters on LMDB: every callback once, all data there", "[group_commit]") {
   TempDir dir;
   RunConcurrentSubmitters([&] {
     StorageOptions options;

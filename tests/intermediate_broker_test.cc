@@ -131,8 +131,7 @@ TEST_CASE("the intermediate forwards upstream knowledge to every downstream node
   REQUIRE(f.ib().stats().knowledge_received == 1);
 }
 
-TEST_CASE("the intermediate ignores knowledge from a node that is not upstream",
-          "[intermediate]") {
+TEST_CASE("the intermediate ignores knowledge from a node that is not upstream", "[intermediate]") {
   Fixture f;
   f.SendFrom("x", Stream(1, 30));
   REQUIRE(f.Take<KnowledgeMessage>("a").empty());
@@ -240,8 +239,7 @@ TEST_CASE("outstanding nacks are sent upstream again on the timer", "[intermedia
   REQUIRE(f.Take<CuriosityMessage>("phb").empty());
 }
 
-TEST_CASE("a filtered link gets S for events none of its subscriptions match",
-          "[intermediate]") {
+TEST_CASE("a filtered link gets S for events none of its subscriptions match", "[intermediate]") {
   IntermediateBrokerOptions o = Fixture::Defaults();
   o.downstream[0].filter = {*Subscription::Create("k = 2"), *Subscription::Create("k >= 3")};
   Fixture f(o);
@@ -252,7 +250,7 @@ TEST_CASE("a filtered link gets S for events none of its subscriptions match",
   REQUIRE(a.ValueAt(20) == TickValue::kD);
   REQUIRE(a.ValueAt(30) == TickValue::kD);
   REQUIRE(a.SpanAt(10).range == TickRange{1, 19});  // coalesced with its neighbours
-  REQUIRE(b.ValueAt(10) == TickValue::kD);  // no filter: everything
+  REQUIRE(b.ValueAt(10) == TickValue::kD);          // no filter: everything
   REQUIRE(f.ib().stats().events_filtered == 1);
   // Nack answers go through the filter too.
   f.SendFrom("a", CuriosityMessage{kP, {{1, 40}}});

@@ -48,12 +48,21 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 TEST_CASE("a matcher finds subscribers by exact topic, '+' and '#' filters", "[matcher]") {
   const char* const filters[] = {
-      "orders/us/IBM", "orders/+/IBM", "orders/#", "#",       "+",        "+/+",
-      "orders/+",      "orders",       "a//b",     "a/+/b",   "+/#",      "",
+      "orders/us/IBM", "orders/+/IBM", "orders/#", "#",           "+",   "+/+",
+      "orders/+",      "orders",       "a//b",     "a/+/b",       "+/#", "",
       "orders/us/#",   "/a",           "+/a",      "orders/+/+/#"};
-  const char* const topics[] = {"orders/us/IBM", "orders/eu/IBM", "orders",   "orders/us",
-                                "orders/",       "",              "a//b",     "a/x/b",
-                                "/a",            "x",             "orders/us/IBM/x", "order",
+  const char* const topics[] = {"orders/us/IBM",
+                                "orders/eu/IBM",
+                                "orders",
+                                "orders/us",
+                                "orders/",
+                                "",
+                                "a//b",
+                                "a/x/b",
+                                "/a",
+                                "x",
+                                "orders/us/IBM/x",
+                                "order",
                                 "orders/us/east/IBM"};
   Matcher m;
   std::vector<Subscription> subs;
@@ -87,76 +96,108 @@ TEST_CASE("a matcher applies equality, range, IN, OR, LIKE and NULL semantics th
           "[matcher]") {
   const double two53 = 9007199254740992.0;
   const std::vector<SemanticsCase> cases = {
-      {"a = 5", {E().SetInt64("a", 5), E().SetDouble("a", 5.0)},
+      {"a = 5",
+       {E().SetInt64("a", 5), E().SetDouble("a", 5.0)},
        {E().SetInt64("a", 6), E().SetString("a", "5"), E(), E().SetDouble("a", kNaN),
         E().SetDouble("a", 5.5), E().SetBool("a", true)}},
       {"a = 5.0", {E().SetInt64("a", 5), E().SetDouble("a", 5.0)}, {E().SetDouble("a", 5.25)}},
       {"a = 2.5", {E().SetDouble("a", 2.5)}, {E().SetInt64("a", 2), E().SetInt64("a", 3)}},
-      {"a = 9007199254740993", {E().SetInt64("a", 9007199254740993)},
+      {"a = 9007199254740993",
+       {E().SetInt64("a", 9007199254740993)},
        {E().SetDouble("a", two53), E().SetInt64("a", 9007199254740992)}},
-      {"a = 9007199254740992.0", {E().SetDouble("a", two53), E().SetInt64("a", 9007199254740992)},
+      {"a = 9007199254740992.0",
+       {E().SetDouble("a", two53), E().SetInt64("a", 9007199254740992)},
        {E().SetInt64("a", 9007199254740993)}},
       {"s = 'x'", {E().SetString("s", "x")}, {E().SetString("s", "y"), E().SetInt64("s", 1), E()}},
       {"f = TRUE", {E().SetBool("f", true)}, {E().SetBool("f", false), E().SetString("f", "TRUE")}},
       {"f", {E().SetBool("f", true)}, {E().SetBool("f", false), E().SetInt64("f", 1)}},
-      {"a > 3", {E().SetInt64("a", 4), E().SetDouble("a", 3.5)},
+      {"a > 3",
+       {E().SetInt64("a", 4), E().SetDouble("a", 3.5)},
        {E().SetInt64("a", 3), E().SetDouble("a", kNaN), E().SetString("a", "9"), E()}},
       {"a >= 3", {E().SetInt64("a", 3), E().SetDouble("a", 3.0)}, {E().SetDouble("a", 2.999)}},
       {"3 > a", {E().SetInt64("a", 2), E().SetDouble("a", -1e300)}, {E().SetInt64("a", 3)}},
-      {"a < 9007199254740993", {E().SetInt64("a", 9007199254740992), E().SetDouble("a", two53)},
+      {"a < 9007199254740993",
+       {E().SetInt64("a", 9007199254740992), E().SetDouble("a", two53)},
        {E().SetInt64("a", 9007199254740993)}},
-      {"a > 9007199254740992", {E().SetInt64("a", 9007199254740993)},
+      {"a > 9007199254740992",
+       {E().SetInt64("a", 9007199254740993)},
        {E().SetDouble("a", two53), E().SetInt64("a", 9007199254740992)}},
-      {"a BETWEEN 1 AND 2", {E().SetInt64("a", 1), E().SetDouble("a", 1.5), E().SetInt64("a", 2)},
+      {"a BETWEEN 1 AND 2",
+       {E().SetInt64("a", 1), E().SetDouble("a", 1.5), E().SetInt64("a", 2)},
        {E().SetInt64("a", 3), E().SetDouble("a", 0.999), E().SetDouble("a", kNaN)}},
       {"a BETWEEN 2 AND 1", {}, {E().SetInt64("a", 1), E().SetInt64("a", 2)}},
-      {"a BETWEEN 5 AND 5", {E().SetInt64("a", 5)}, {E().SetInt64("a", 4), E().SetDouble("a", 5.1)}},
-      {"a BETWEEN -1e300 AND 1e300", {E().SetInt64("a", 0), E().SetDouble("a", 1e299)},
+      {"a BETWEEN 5 AND 5",
+       {E().SetInt64("a", 5)},
+       {E().SetInt64("a", 4), E().SetDouble("a", 5.1)}},
+      {"a BETWEEN -1e300 AND 1e300",
+       {E().SetInt64("a", 0), E().SetDouble("a", 1e299)},
        {E().SetDouble("a", 1e301), E().SetDouble("a", std::numeric_limits<double>::infinity())}},
       {"a BETWEEN -1.7976931348623157e308 AND 1.7976931348623157e308",
        {E().SetInt64("a", 0), E().SetDouble("a", 1e308)},
        {E().SetDouble("a", std::numeric_limits<double>::infinity())}},
-      {"a BETWEEN 1e-300 AND 2e-300", {E().SetDouble("a", 1.5e-300)},
+      {"a BETWEEN 1e-300 AND 2e-300",
+       {E().SetDouble("a", 1.5e-300)},
        {E().SetInt64("a", 0), E().SetDouble("a", 3e-300)}},
-      {"a > 1 AND a < 3 AND a <> 2", {E().SetDouble("a", 1.5), E().SetDouble("a", 2.5)},
+      {"a > 1 AND a < 3 AND a <> 2",
+       {E().SetDouble("a", 1.5), E().SetDouble("a", 2.5)},
        {E().SetInt64("a", 2), E().SetInt64("a", 3), E().SetInt64("a", 1)}},
-      {"a NOT BETWEEN 1 AND 2", {E().SetInt64("a", 0), E().SetInt64("a", 3)},
+      {"a NOT BETWEEN 1 AND 2",
+       {E().SetInt64("a", 0), E().SetInt64("a", 3)},
        {E().SetInt64("a", 1), E(), E().SetString("a", "x")}},
-      {"s IN ('x', 'y')", {E().SetString("s", "x"), E().SetString("s", "y")},
+      {"s IN ('x', 'y')",
+       {E().SetString("s", "x"), E().SetString("s", "y")},
        {E().SetString("s", "z"), E(), E().SetInt64("s", 1)}},
       {"a IN (1, 2.0, 1.0, 2.5)",
        {E().SetInt64("a", 1), E().SetDouble("a", 2.0), E().SetDouble("a", 2.5)},
        {E().SetInt64("a", 3), E().SetString("a", "1"), E().SetDouble("a", kNaN)}},
-      {"s NOT IN ('x')", {E().SetString("s", "y")}, {E().SetString("s", "x"), E(), E().SetInt64("s", 1)}},
-      {"s LIKE 'ab%'", {E().SetString("s", "ab"), E().SetString("s", "abc")},
+      {"s NOT IN ('x')",
+       {E().SetString("s", "y")},
+       {E().SetString("s", "x"), E(), E().SetInt64("s", 1)}},
+      {"s LIKE 'ab%'",
+       {E().SetString("s", "ab"), E().SetString("s", "abc")},
        {E().SetString("s", "a"), E().SetString("s", "ba"), E().SetInt64("s", 1), E()}},
       {"s LIKE 'ab'", {E().SetString("s", "ab")}, {E().SetString("s", "abc")}},
-      {"s LIKE 'a_c%'", {E().SetString("s", "abc"), E().SetString("s", "axcd")}, {E().SetString("s", "ac")}},
-      {"s LIKE '%c'", {E().SetString("s", "abc"), E().SetString("s", "c")}, {E().SetString("s", "ca")}},
+      {"s LIKE 'a_c%'",
+       {E().SetString("s", "abc"), E().SetString("s", "axcd")},
+       {E().SetString("s", "ac")}},
+      {"s LIKE '%c'",
+       {E().SetString("s", "abc"), E().SetString("s", "c")},
+       {E().SetString("s", "ca")}},
       {"s LIKE 'x\\_%' ESCAPE '\\'", {E().SetString("s", "x_1")}, {E().SetString("s", "xa1")}},
-      {"s NOT LIKE 'a%'", {E().SetString("s", "b")}, {E().SetString("s", "ab"), E(), E().SetBool("s", true)}},
+      {"s NOT LIKE 'a%'",
+       {E().SetString("s", "b")},
+       {E().SetString("s", "ab"), E(), E().SetBool("s", true)}},
       {"a IS NULL", {E(), E().SetInt64("b", 1)}, {E().SetInt64("a", 1)}},
       {"a IS NOT NULL", {E().SetInt64("a", 1), E().SetString("a", "")}, {E()}},
-      {"s = 'x' OR a > 5", {E().SetString("s", "x").SetInt64("a", 9), E().SetInt64("a", 6), E().SetString("s", "x")},
+      {"s = 'x' OR a > 5",
+       {E().SetString("s", "x").SetInt64("a", 9), E().SetInt64("a", 6), E().SetString("s", "x")},
        {E().SetString("s", "y").SetInt64("a", 1), E()}},
-      {"s = 'x' OR s = 'y' OR s IN ('y', 'z')", {E().SetString("s", "y"), E().SetString("s", "z")},
+      {"s = 'x' OR s = 'y' OR s IN ('y', 'z')",
+       {E().SetString("s", "y"), E().SetString("s", "z")},
        {E().SetString("s", "w")}},
       {"(s = 'x' AND a = 1) OR (s = 'y' AND a = 2)",
        {E().SetString("s", "x").SetInt64("a", 1), E().SetString("s", "y").SetInt64("a", 2)},
        {E().SetString("s", "x").SetInt64("a", 2), E().SetString("s", "x")}},
-      {"(a > 1 OR b < 0) AND s LIKE 'q%'", {E().SetInt64("a", 2).SetString("s", "q")},
+      {"(a > 1 OR b < 0) AND s LIKE 'q%'",
+       {E().SetInt64("a", 2).SetString("s", "q")},
        {E().SetInt64("a", 2).SetString("s", "r"), E().SetString("s", "q")}},
       {"NOT (a = 1)", {E().SetInt64("a", 2)}, {E().SetInt64("a", 1), E()}},
-      {"a + 1 > b", {E().SetInt64("a", 1).SetInt64("b", 1)}, {E().SetInt64("a", 1), E().SetInt64("a", 0).SetInt64("b", 1)}},
-      {"a <> 1", {E().SetInt64("a", 2)}, {E().SetInt64("a", 1), E().SetString("a", "x"), E(), E().SetDouble("a", kNaN)}},
+      {"a + 1 > b",
+       {E().SetInt64("a", 1).SetInt64("b", 1)},
+       {E().SetInt64("a", 1), E().SetInt64("a", 0).SetInt64("b", 1)}},
+      {"a <> 1",
+       {E().SetInt64("a", 2)},
+       {E().SetInt64("a", 1), E().SetString("a", "x"), E(), E().SetDouble("a", kNaN)}},
       {"s <> 'x'", {E().SetString("s", "y")}, {E().SetString("s", "x"), E().SetInt64("s", 1)}},
       {"a = b", {E().SetInt64("a", 1).SetDouble("b", 1.0)}, {E().SetInt64("a", 1)}},
-      {"s = 'x' AND a > 1 AND b < 2 AND c IS NULL", {E().SetString("s", "x").SetInt64("a", 2).SetInt64("b", 1)},
+      {"s = 'x' AND a > 1 AND b < 2 AND c IS NULL",
+       {E().SetString("s", "x").SetInt64("a", 2).SetInt64("b", 1)},
        {E().SetString("s", "x").SetInt64("a", 2).SetInt64("b", 1).SetInt64("c", 0)}},
       {"", {E(), E().SetInt64("a", 1)}, {}},
   };
   Matcher m;
-  for (size_t i = 0; i < cases.size(); ++i) REQUIRE_OK(m.Add(SubscriberId{i}, Sub(cases[i].selector)));
+  for (size_t i = 0; i < cases.size(); ++i)
+    REQUIRE_OK(m.Add(SubscriberId{i}, Sub(cases[i].selector)));
   m.Publish();
   for (size_t i = 0; i < cases.size(); ++i) {
     INFO("selector: " << cases[i].selector);
@@ -184,8 +225,9 @@ TEST_CASE("a subscriber reached through several OR branches is reported once", "
   REQUIRE(MatchIds(m, e) == std::vector<uint64_t>{1, 2});
 }
 
-TEST_CASE("a matcher rejects duplicate adds and unknown removes, and takes an id back after removal",
-          "[matcher]") {
+TEST_CASE(
+    "a matcher rejects duplicate adds and unknown removes, and takes an id back after removal",
+    "[matcher]") {
   Matcher m;
   REQUIRE_OK(m.Add(SubscriberId{1}, Sub("a = 1")));
   REQUIRE_CODE(m.Add(SubscriberId{1}, Sub("a = 2")), absl::StatusCode::kAlreadyExists);
@@ -328,17 +370,18 @@ TEST_CASE("removing wildcard filters prunes the trie upwards and leaves siblings
   // Filters sharing prefixes, '+' and '#' at several depths: each removal walks up from its group
   // through parent pointers, pruning only what no other filter uses.
   const std::vector<std::string> filters = {
-      "a/b/c/+", "a/b/c/d", "a/b/+/d", "a/+/c/d", "+/b/c/d", "a/b/#", "a/b/c/#", "a/#", "#",
-      "+",       "+/+",     "a/+",     "a/b/+",   "x/y/#",   "x/+/z", "+/+/+/+"};
-  const std::vector<std::string> topics = {"a",     "a/b",   "a/b/c", "a/b/c/d", "a/b/c/e",
-                                           "a/x/c/d", "q/b/c/d", "x/y",   "x/y/z",   "x/q/z",
-                                           "x",     "a/b/q/d"};
+      "a/b/c/+", "a/b/c/d", "a/b/+/d", "a/+/c/d", "+/b/c/d", "a/b/#", "a/b/c/#", "a/#",
+      "#",       "+",       "+/+",     "a/+",     "a/b/+",   "x/y/#", "x/+/z",   "+/+/+/+"};
+  const std::vector<std::string> topics = {"a",       "a/b",     "a/b/c",   "a/b/c/d",
+                                           "a/b/c/e", "a/x/c/d", "q/b/c/d", "x/y",
+                                           "x/y/z",   "x/q/z",   "x",       "a/b/q/d"};
   for (uint64_t seed : Seeds(7001, 20)) {
     INFO("seed " << seed);
     Rng rng(seed);
     // Several subscribers per filter, so that groups empty in different orders.
     std::vector<std::pair<uint64_t, std::string>> subs;
-    for (size_t i = 0; i < filters.size() * 3; ++i) subs.emplace_back(i, filters[i % filters.size()]);
+    for (size_t i = 0; i < filters.size() * 3; ++i)
+      subs.emplace_back(i, filters[i % filters.size()]);
     Matcher m(MatcherOptions{.max_unpublished = 1 + rng.Uniform(4)});
     for (const auto& [id, f] : subs) REQUIRE_OK(m.Add(SubscriberId{id}, Sub("", f)));
     std::vector<std::pair<uint64_t, std::string>> present = subs;
@@ -418,7 +461,9 @@ TEST_CASE("a subscription added and removed within one batch leaves nothing behi
   // Added and removed before any publication: both copies apply the add, then the removal, of a
   // record (the prefetching of the removal runs ahead of the add).
   for (uint64_t i = 0; i < 200; ++i) {
-    REQUIRE_OK(m.Add(SubscriberId{i}, Sub("", i % 3 == 0 ? "t/+/x" : i % 3 == 1 ? "t/a/x" : "t/#")));
+    REQUIRE_OK(m.Add(SubscriberId{i}, Sub("", i % 3 == 0   ? "t/+/x"
+                                              : i % 3 == 1 ? "t/a/x"
+                                                           : "t/#")));
   }
   for (uint64_t i = 0; i < 200; i += 2) REQUIRE_OK(m.Remove(SubscriberId{i}));
   m.Publish();
@@ -478,20 +523,31 @@ class RandomWorld {
     return kAttrs[rng_.Uniform(std::size(kAttrs))];
   }
   std::string Number() {
-    static const char* const kNumbers[] = {"0",   "1",    "-1",  "2",    "2.5", "1.0",
-                                           "-0.0", "3",   "0.5", "1e300", "9007199254740993",
-                                           "9007199254740992.0", "-2"};
+    static const char* const kNumbers[] = {"0",
+                                           "1",
+                                           "-1",
+                                           "2",
+                                           "2.5",
+                                           "1.0",
+                                           "-0.0",
+                                           "3",
+                                           "0.5",
+                                           "1e300",
+                                           "9007199254740993",
+                                           "9007199254740992.0",
+                                           "-2"};
     return kNumbers[rng_.Uniform(std::size(kNumbers))];
   }
   std::string String() {
-    static const char* const kStrings[] = {"''",  "'a'",  "'ab'", "'abc'", "'b'", "'x_y'",
-                                           "'ba'", "'abcdefgh'", "'abcdefghij'"};
+    static const char* const kStrings[] = {"''",    "'a'",  "'ab'",       "'abc'",       "'b'",
+                                           "'x_y'", "'ba'", "'abcdefgh'", "'abcdefghij'"};
     return kStrings[rng_.Uniform(std::size(kStrings))];
   }
   std::string Pattern() {
-    static const char* const kPatterns[] = {"'a%'",  "'ab%'", "'ab'", "'%b'", "'a_c%'", "'_'",
-                                            "'%'",   "'abc'", "'b%a'", "'x\\_%' ESCAPE '\\'",
-                                            "'a%c'", "''",    "'abcdefghi%'", "'abcdefghij'"};
+    static const char* const kPatterns[] = {
+        "'a%'",  "'ab%'", "'ab'",         "'%b'",        "'a_c%'",
+        "'_'",   "'%'",   "'abc'",        "'b%a'",       "'x\\_%' ESCAPE '\\'",
+        "'a%c'", "''",    "'abcdefghi%'", "'abcdefghij'"};
     return kPatterns[rng_.Uniform(std::size(kPatterns))];
   }
   std::string NumberList() {
@@ -515,7 +571,9 @@ class RandomWorld {
       case 3: return absl::StrCat(a, rng_.OneIn(3) ? " <> " : " = ", String());
       case 4: return absl::StrCat(a, " = ", rng_.OneIn(2) ? "TRUE" : "FALSE");
       case 5: return a;  // a boolean attribute as a condition
-      case 6: return absl::StrCat(a, rng_.OneIn(4) ? " NOT" : "", " BETWEEN ", Number(), " AND ", Number());
+      case 6:
+        return absl::StrCat(a, rng_.OneIn(4) ? " NOT" : "", " BETWEEN ", Number(), " AND ",
+                            Number());
       case 7: return absl::StrCat(a, rng_.OneIn(4) ? " NOT" : "", " IN (", StringList(), ")");
       case 8: return absl::StrCat(a, rng_.OneIn(4) ? " NOT" : "", " IN (", NumberList(), ")");
       case 9:
@@ -553,7 +611,8 @@ class RandomWorld {
       case 2:
       case 3: {  // a conjunction at the top, as most real selectors
         std::vector<std::string> ops;
-        for (uint64_t i = 0, n = rng_.Range(1, 4); i < n; ++i) ops.push_back(rng_.OneIn(4) ? Condition(1) : Atom());
+        for (uint64_t i = 0, n = rng_.Range(1, 4); i < n; ++i)
+          ops.push_back(rng_.OneIn(4) ? Condition(1) : Atom());
         return absl::StrJoin(ops, " AND ");
       }
       default: return Condition();
@@ -592,8 +651,8 @@ class RandomWorld {
         case 3: e.SetInt64(name, static_cast<int64_t>(rng_.Uniform(6)) - 2); break;
         case 4: e.SetDouble(name, static_cast<double>(rng_.Uniform(8)) / 2 - 1); break;
         case 5: {
-          static const char* const kStrings[] = {"",   "a",        "ab",         "abc",
-                                                 "b",  "x_y",      "ba",         "abcc",
+          static const char* const kStrings[] = {"",         "a",          "ab",        "abc",
+                                                 "b",        "x_y",        "ba",        "abcc",
                                                  "abcdefgh", "abcdefghij", "abcdefghiX"};
           e.SetString(name, kStrings[rng_.Uniform(std::size(kStrings))]);
           break;
@@ -606,8 +665,8 @@ class RandomWorld {
           break;
         }
         case 9: {
-          static const double kDoubles[] = {1e300, -1e300, 9007199254740992.0, 0.5, -0.0,
-                                            std::numeric_limits<double>::infinity()};
+          static const double kDoubles[] = {1e300, -1e300, 9007199254740992.0,
+                                            0.5,   -0.0,   std::numeric_limits<double>::infinity()};
           e.SetDouble(name, kDoubles[rng_.Uniform(std::size(kDoubles))]);
           break;
         }
@@ -672,14 +731,18 @@ TEST_CASE("the matcher's answer equals evaluating every subscription, under rand
             std::string diff;
             for (uint64_t x : got) {
               if (!std::binary_search(expected.begin(), expected.end(), x)) {
-                diff += absl::StrCat(" extra ", x, " [", published.at(x).selector().text(), " | ",
-                                     published.at(x).topic_filter() ? published.at(x).topic_filter()->text() : "", "]");
+                diff += absl::StrCat(
+                    " extra ", x, " [", published.at(x).selector().text(), " | ",
+                    published.at(x).topic_filter() ? published.at(x).topic_filter()->text() : "",
+                    "]");
               }
             }
             for (uint64_t x : expected) {
               if (!std::binary_search(got.begin(), got.end(), x)) {
-                diff += absl::StrCat(" missing ", x, " [", published.at(x).selector().text(), " | ",
-                                     published.at(x).topic_filter() ? published.at(x).topic_filter()->text() : "", "]");
+                diff += absl::StrCat(
+                    " missing ", x, " [", published.at(x).selector().text(), " | ",
+                    published.at(x).topic_filter() ? published.at(x).topic_filter()->text() : "",
+                    "]");
               }
             }
             std::string attrs;
@@ -707,12 +770,19 @@ TEST_CASE("readers matching while the owner churns always see one whole publicat
   // then publishes: after publication p, exactly blocks max(1, p - 2)..p are present.
   constexpr uint64_t kBlock = 50;
   constexpr uint64_t kPhases = 400;
-  const char* const kSelectors[] = {"", "x >= 0", "k = 'v'", "x BETWEEN 0 AND 10",
-                                    "k LIKE 'v%'", "x IN (1, 2)", "k = 'v' OR x < 0", "NOT (x < 0)"};
+  const char* const kSelectors[] = {"",
+                                    "x >= 0",
+                                    "k = 'v'",
+                                    "x BETWEEN 0 AND 10",
+                                    "k LIKE 'v%'",
+                                    "x IN (1, 2)",
+                                    "k = 'v' OR x < 0",
+                                    "NOT (x < 0)"};
   const char* const kFilters[] = {"", "t/u", "t/#", "+/u"};
   std::vector<Subscription> subs;
   for (uint64_t i = 0; i < kBlock; ++i) {
-    subs.push_back(Sub(kSelectors[i % std::size(kSelectors)], kFilters[(i / 8) % std::size(kFilters)]));
+    subs.push_back(
+        Sub(kSelectors[i % std::size(kSelectors)], kFilters[(i / 8) % std::size(kFilters)]));
   }
   Event event = Topic("t/u");
   event.SetInt64("x", 1).SetString("k", "v");
@@ -738,7 +808,8 @@ TEST_CASE("readers matching while the owner churns always see one whole publicat
       for (SubscriberId id : ids) per_block[id.value / kBlock]++;
       uint64_t q = per_block.empty() ? 0 : per_block.rbegin()->first;
       std::string problem;
-      if (q < before || q > after + 1) problem = absl::StrCat("phase ", q, " outside [", before, ", ", after + 1, "]");
+      if (q < before || q > after + 1)
+        problem = absl::StrCat("phase ", q, " outside [", before, ", ", after + 1, "]");
       for (uint64_t b = (q > 2 ? q - 2 : 1); q > 0 && b <= q; ++b) {
         if (per_block[b] != kBlock) problem += absl::StrCat(" block ", b, " has ", per_block[b]);
       }
@@ -756,7 +827,8 @@ TEST_CASE("readers matching while the owner churns always see one whole publicat
   for (uint64_t p = 1; p <= kPhases; ++p) {
     for (uint64_t i = 0; i < kBlock; ++i) REQUIRE_OK(m.Add(SubscriberId{p * kBlock + i}, subs[i]));
     if (p > 3) {
-      for (uint64_t i = 0; i < kBlock; ++i) REQUIRE_OK(m.Remove(SubscriberId{(p - 3) * kBlock + i}));
+      for (uint64_t i = 0; i < kBlock; ++i)
+        REQUIRE_OK(m.Remove(SubscriberId{(p - 3) * kBlock + i}));
     }
     m.Publish();
     published_phase.store(p, std::memory_order_release);

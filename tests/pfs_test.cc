@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "gryph/testing/fault_injecting_storage.h"
 #include "gryph/memory_storage.h"
 #include "gryph/storage.h"
+#include "gryph/testing/fault_injecting_storage.h"
 #include "lib/pfs/pfs_keys.h"
 #include "tests/test_util.h"
 
@@ -233,18 +233,10 @@ TEST_CASE("a PFS record finds each of its subscribers, however their ids are spr
       while (ids.size() < n) {
         const uint64_t r = rng.Next();
         switch (shape) {
-          case 0:
-            ids.insert(1 + r % (n * 10));
-            break;  // even
-          case 1:
-            ids.insert(uint64_t{1} << (r % 64));
-            break;  // exponential
-          case 2:
-            ids.insert(r % 2 ? 1 + r % 50 : (r >> 1));
-            break;  // two clusters
-          default:
-            ids.insert(r == 0 ? 1 : r);
-            break;  // full 64-bit range
+          case 0: ids.insert(1 + r % (n * 10)); break;               // even
+          case 1: ids.insert(uint64_t{1} << (r % 64)); break;        // exponential
+          case 2: ids.insert(r % 2 ? 1 + r % 50 : (r >> 1)); break;  // two clusters
+          default: ids.insert(r == 0 ? 1 : r); break;                // full 64-bit range
         }
         if (shape == 1 && ids.size() == 64) break;
       }
@@ -549,8 +541,7 @@ TEST_CASE("a chop reaching into a PFS reader's unread window is reported by its 
   REQUIRE(r.ticks == std::vector<Tick>{9, 10, 11});
 }
 
-TEST_CASE("a PFS read that fails after a chop still reports the chop on the next read",
-          "[pfs]") {
+TEST_CASE("a PFS read that fails after a chop still reports the chop on the next read", "[pfs]") {
   PfsOptions o = Harness::Options();
   o.reader_chunk_ticks = 4;  // the read after the chop walks storage again
   Harness h(o);
@@ -1075,7 +1066,8 @@ class PropertyRun {
       // Drop the stale readers, as a caller would.
       for (size_t k = chosen.size(); k-- > 0;) {
         auto reg = pending_.subs.find(readers_[chosen[k]].id);
-        if (reg == pending_.subs.end() || reg->second.incarnation != readers_[chosen[k]].incarnation) {
+        if (reg == pending_.subs.end() ||
+            reg->second.incarnation != readers_[chosen[k]].incarnation) {
           readers_.erase(readers_.begin() + static_cast<ptrdiff_t>(chosen[k]));
         }
       }

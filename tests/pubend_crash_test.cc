@@ -38,12 +38,11 @@ PublisherHostingBrokerOptions Options() {
   for (uint64_t seq = 1;; ++seq) {
     Event e;
     e.SetInt64("seq", static_cast<int64_t>(seq)).SetPayload(std::string(250, 'p'));
-    (*phb)->Publish(kP, "child", seq, MakeEventRef(std::move(e)),
-                    [ack_fd](absl::StatusOr<Tick> t) {
-                      if (!t.ok()) _exit(4);
-                      const Tick v = *t;
-                      if (write(ack_fd, &v, sizeof v) != sizeof v) _exit(5);
-                    });
+    (*phb)->Publish(kP, "child", seq, MakeEventRef(std::move(e)), [ack_fd](absl::StatusOr<Tick> t) {
+      if (!t.ok()) _exit(4);
+      const Tick v = *t;
+      if (write(ack_fd, &v, sizeof v) != sizeof v) _exit(5);
+    });
     if (seq % 32 == 0) usleep(100);
   }
 }
@@ -76,18 +75,18 @@ TEST_CASE("a publisher killed with SIGKILL loses no acknowledged event", "[puben
   REQUIRE_OK(storage);
   std::set<Tick> stored;
   int64_t previous_seq = 0;
-  absl::Status scanned = (*storage)->Scan("pubend.events", "", "", [&](absl::string_view k,
-                                                                          absl::string_view v) {
-    Tick tick = 0;
-    for (int i = 4; i < 12; ++i) tick = (tick << 8) | static_cast<uint8_t>(k[i]);
-    stored.insert(tick);
-    absl::StatusOr<Event> e = Event::Decode(v);
-    REQUIRE_OK(e);  // nothing half-written
-    const int64_t seq = std::get<int64_t>(*e->Find("seq"));
-    REQUIRE(seq == previous_seq + 1);  // a prefix of the publishes, in order
-    previous_seq = seq;
-    return true;
-  });
+  absl::Status scanned =
+      (*storage)->Scan("pubend.events", "", "", [&](absl::string_view k, absl::string_view v) {
+        Tick tick = 0;
+        for (int i = 4; i < 12; ++i) tick = (tick << 8) | static_cast<uint8_t>(k[i]);
+        stored.insert(tick);
+        absl::StatusOr<Event> e = Event::Decode(v);
+        REQUIRE_OK(e);  // nothing half-written
+        const int64_t seq = std::get<int64_t>(*e->Find("seq"));
+        REQUIRE(seq == previous_seq + 1);  // a prefix of the publishes, in order
+        previous_seq = seq;
+        return true;
+      });
   REQUIRE_OK(scanned);
   for (Tick a : acked) REQUIRE(stored.contains(a));
   InProcessNetwork net;

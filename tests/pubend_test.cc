@@ -1,10 +1,10 @@
 #include "gryph/pubend.h"
 
 #include <algorithm>
-#include <fstream>
-#include <iterator>
 #include <atomic>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <thread>
@@ -12,11 +12,10 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-
-#include "gryph/testing/fault_injecting_storage.h"
 #include "gryph/in_process_channel.h"
 #include "gryph/memory_storage.h"
 #include "gryph/publisher_hosting_broker.h"
+#include "gryph/testing/fault_injecting_storage.h"
 #include "lib/pubend/pubend_keys.h"
 #include "tests/gate_storage.h"
 #include "tests/test_util.h"
@@ -187,9 +186,10 @@ TEST_CASE("one group commit sends one knowledge message per node", "[pubend]") {
   REQUIRE(h.shb1->knowledge.DoubtHorizon(0) == h.pubend().committed_tick());
 }
 
-TEST_CASE("a committed group goes downstream at once, while later publishes still wait for "
-          "their commit",
-          "[pubend][threads]") {
+TEST_CASE(
+    "a committed group goes downstream at once, while later publishes still wait for "
+    "their commit",
+    "[pubend][threads]") {
   // Downstream latency: a group's events must not wait for the publishes that arrived during its
   // commit (under steady load some always have).
   InProcessNetwork net;
@@ -282,7 +282,8 @@ TEST_CASE("a retried publish returns the original tick and logs nothing", "[pube
   // A sequence below the latest that was never logged, and one older than the window.
   auto never = h.Publish(Order(2), "trader-1", 3);
   REQUIRE_CODE(**never, absl::StatusCode::kAlreadyExists);
-  for (uint64_t s = 8; s < 8 + 2 * Pubend::kSequenceWindow; s += 2) h.Publish(Order(s), "trader-1", s);
+  for (uint64_t s = 8; s < 8 + 2 * Pubend::kSequenceWindow; s += 2)
+    h.Publish(Order(s), "trader-1", s);
   REQUIRE_OK(h.phb->Flush());
   REQUIRE_CODE(**h.Publish(Order(9), "trader-1", 9), absl::StatusCode::kInvalidArgument);
   REQUIRE_CODE(**h.Publish(Order(1), "trader-1", 7), absl::StatusCode::kAlreadyExists);
@@ -305,7 +306,10 @@ TEST_CASE("absurd pubend and PHB options are InvalidArgument at Open, naming the
       {"max_nack_answer_bytes", [](Options& o) { o.pubends[0].max_nack_answer_bytes = 0; }},
       {"group_commit.max_records", [](Options& o) { o.group_commit.max_records = 0; }},
       {"group_commit.max_delay", [](Options& o) { o.group_commit.max_delay = -absl::Seconds(1); }},
-      {"downstream", [](Options& o) { o.downstream = {"shb", ""}; }},
+      {"downstream",
+       [](Options& o) {
+         o.downstream = {"shb", ""};
+       }},
   };
   Options base;
   base.pubends = {PubendOptions{kP}};
@@ -462,9 +466,10 @@ TEST_CASE("a flipped bit in a logged event on disk reaches no subscriber as data
   REQUIRE(report->damaged[0].table == "pubend.events");
 }
 
-TEST_CASE("a pubend at a full store fails those publishes, releases from the reserve, and "
-          "publishes again, also after a reopen",
-          "[pubend][release]") {
+TEST_CASE(
+    "a pubend at a full store fails those publishes, releases from the reserve, and "
+    "publishes again, also after a reopen",
+    "[pubend][release]") {
   testing::TempDir dir;
   StorageOptions so;
   so.path = (dir.path() / "store").string();
@@ -546,9 +551,10 @@ TEST_CASE("a pubend at a full store fails those publishes, releases from the res
   for (int i = 0; i < 100; ++i) REQUIRE_OK(publish());
 }
 
-TEST_CASE("a publish that failed for a full store is never taken for logged, also after a "
-          "restart, while later ones are",
-          "[pubend]") {
+TEST_CASE(
+    "a publish that failed for a full store is never taken for logged, also after a "
+    "restart, while later ones are",
+    "[pubend]") {
   Harness h;
   auto publish = [&](uint64_t seq) {
     h.now += absl::Microseconds(10);
@@ -589,10 +595,11 @@ TEST_CASE("a publisher's stored sequence rows stay bounded and its window surviv
   }
   h.Advance(absl::Milliseconds(1));
   size_t rows = 0;
-  REQUIRE_OK(h.storage->Scan("pubend.publishers", "", "", [&](absl::string_view, absl::string_view) {
-    ++rows;
-    return true;
-  }));
+  REQUIRE_OK(
+      h.storage->Scan("pubend.publishers", "", "", [&](absl::string_view, absl::string_view) {
+        ++rows;
+        return true;
+      }));
   REQUIRE(rows <= 2 * Pubend::kSequenceWindow);
   h.Restart();
   for (uint64_t seq = 200 - Pubend::kSequenceWindow + 1; seq <= 200; ++seq) {
@@ -628,8 +635,7 @@ TEST_CASE("a nack for a long span is answered in part, and asking again gets the
     // claimed past what was read.
     const Tick horizon = nacker->knowledge.DoubtHorizon(0);
     REQUIRE(horizon > from - 1);
-    REQUIRE((horizon == last ||
-             std::find(ticks.begin(), ticks.end(), horizon + 1) != ticks.end()));
+    REQUIRE((horizon == last || std::find(ticks.begin(), ticks.end(), horizon + 1) != ticks.end()));
     // The last message of a part names what it left unanswered, so that the nacker asks again at
     // once; the one that completes the answer names nothing.
     if (horizon == last) {
@@ -705,7 +711,7 @@ TEST_CASE("a nack is answered L only below the durable L prefix", "[pubend][rele
   }
   REQUIRE_OK(h.Release("shb1", ticks[3], ticks[5]));
   REQUIRE_OK(h.Release("shb2", ticks[3], ticks[5]));  // the new L prefix is submitted
-  REQUIRE(h.pubend().l_prefix() == 0);                  // and not committed
+  REQUIRE(h.pubend().l_prefix() == 0);                // and not committed
   auto nacker = std::make_unique<Downstream>(*h.net.Connect("nacker"));
   REQUIRE_OK(h.phb->HandleMessage("nacker", CuriosityMessage{kP, {{1, ticks[5]}}}));
   h.net.DeliverAll();
@@ -778,7 +784,7 @@ TEST_CASE("a failed commit fails the publisher and acknowledges nothing", "[pube
   REQUIRE(h.StoredEvents() == 1);
   REQUIRE(h.shb1->knowledge.DoubtHorizon(0) == h.pubend().committed_tick());
   REQUIRE_CODE(**h.Publish(Order(4)), absl::StatusCode::kDataLoss);  // failed for good
-  h.Restart();  // reopening recovers
+  h.Restart();                                                       // reopening recovers
   REQUIRE_OK(h.pubend().status());
   h.PublishAndCommit(Order(5));
   REQUIRE(h.StoredEvents() == 2);
@@ -798,9 +804,10 @@ TEST_CASE("a crash keeps every acknowledged event and nothing half-done", "[pube
   for (Tick t : acked) REQUIRE(nacker->knowledge.ValueAt(t) == TickValue::kD);
 }
 
-TEST_CASE("publishers on two threads with the commit thread: every publish answered once, in "
-          "tick order per pubend, all logged and sent downstream",
-          "[pubend][threads]") {
+TEST_CASE(
+    "publishers on two threads with the commit thread: every publish answered once, in "
+    "tick order per pubend, all logged and sent downstream",
+    "[pubend][threads]") {
   // The publishes of a group join one submission while the commit thread may be committing the
   // previous group and running its callback (run under TSan in CI).
   InProcessNetwork net;
@@ -849,7 +856,8 @@ TEST_CASE("publishers on two threads with the commit thread: every publish answe
   a.join();
   b.join();
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (answered.load() < 2 * kPerThread && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+  while (answered.load() < 2 * kPerThread && absl::Now() < deadline)
+    absl::SleepFor(absl::Milliseconds(1));
   REQUIRE(answered.load() == 2 * kPerThread);
   phb->reset();  // stops the commit thread
   net.DeliverAll();

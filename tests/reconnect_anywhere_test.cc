@@ -170,7 +170,8 @@ TEST_CASE("a subscriber that moves before any delivery gets everything after its
   REQUIRE(app.got[kP2].size() == 5);
 }
 
-TEST_CASE("a subscriber moved with ConnectTo goes on exactly where it stood", "[reconnect_anywhere]") {
+TEST_CASE("a subscriber moved with ConnectTo goes on exactly where it stood",
+          "[reconnect_anywhere]") {
   TwoShbs w;
   App app;
   DurableSubscriber& ds = w.StartSubscriber(app, "shb-a", 1);

@@ -393,7 +393,8 @@ const EventRow kEventRows[] = {
     {"age NOT BETWEEN 15 AND 19", {A("age", 17)}, F},
     {"NumberOfOrders > 1", {A("NumberOfOrders", "2")}, F},  // a string is not a number
     {"JMSType = 'car' AND color = 'blue' AND weight > 2500",
-     {A("JMSType", "car"), A("color", "blue"), A("weight", 3000)}, T},
+     {A("JMSType", "car"), A("color", "blue"), A("weight", 3000)},
+     T},
     // An event without attributes: everything is NULL.
     {"a IS NULL", {}, T},
     {"a IS NOT NULL", {}, F},
@@ -411,9 +412,9 @@ const EventRow kEventRows[] = {
     {"a <> b", {A("a", 1), A("b", "1")}, F},
     {"a = b", {A("a", 1), A("b", true)}, F},
     // LIKE corner cases.
-    {"a LIKE '%%' ESCAPE '%'", {A("a", "%")}, T},   // the escape character may be a wildcard
+    {"a LIKE '%%' ESCAPE '%'", {A("a", "%")}, T},  // the escape character may be a wildcard
     {"a LIKE '%%' ESCAPE '%'", {A("a", "x")}, F},
-    {"a LIKE 'a.c'", {A("a", "a.c")}, T},           // no regular expressions
+    {"a LIKE 'a.c'", {A("a", "a.c")}, T},  // no regular expressions
     {"a LIKE 'a.c'", {A("a", "abc")}, F},
     {"a LIKE '[ab]'", {A("a", "a")}, F},
     {"a LIKE '%a%a%a%b'", {A("a", "aaaaaaaaaaaaaaaaaaaaaaaaab")}, T},
@@ -421,9 +422,9 @@ const EventRow kEventRows[] = {
     {"a LIKE '%ab%ab%'", {A("a", "xxabyyab")}, T},
     {"a LIKE '%ab%ab'", {A("a", "abab")}, T},
     {"a LIKE '%ab%ab'", {A("a", "aba")}, F},
-    {"a LIKE '_'", {A("a", "\xE6\x97\xA5")}, T},    // one three-byte character
-    {"a LIKE '_'", {A("a", "\xFF")}, T},            // an invalid byte is one character
-    {"a LIKE '__'", {A("a", "\xE6\x97")}, T},       // a truncated sequence is two
+    {"a LIKE '_'", {A("a", "\xE6\x97\xA5")}, T},  // one three-byte character
+    {"a LIKE '_'", {A("a", "\xFF")}, T},          // an invalid byte is one character
+    {"a LIKE '__'", {A("a", "\xE6\x97")}, T},     // a truncated sequence is two
     // Booleans.
     {"flag", {A("flag", true)}, T},
     {"flag AND n > 1", {A("flag", true), A("n", 2)}, T},

@@ -1,5 +1,7 @@
 #include "gryph/selector.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -9,8 +11,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <pthread.h>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -116,12 +116,18 @@ TEST_CASE("threads evaluate one selector concurrently", "[selector]") {
       "(sym = 'IBM' OR sym LIKE 'MS%') AND qty * price BETWEEN 1000 AND 1e6 AND region NOT IN "
       "('eu')");
   std::vector<Event> events(4);
-  events[0].SetString("sym", "IBM").SetInt64("qty", 100).SetDouble("price", 50).SetString(
-      "region", "us");
+  events[0]
+      .SetString("sym", "IBM")
+      .SetInt64("qty", 100)
+      .SetDouble("price", 50)
+      .SetString("region", "us");
   events[1].SetString("sym", "MSFT").SetInt64("qty", 1).SetDouble("price", 5);
   events[2].SetString("sym", "MSFT").SetInt64("qty", 10).SetDouble("price", 500);
-  events[3].SetString("sym", "IBM").SetInt64("qty", 100).SetDouble("price", 50).SetString(
-      "region", "eu");
+  events[3]
+      .SetString("sym", "IBM")
+      .SetInt64("qty", 100)
+      .SetDouble("price", 50)
+      .SetString("region", "eu");
   const Truth expected[] = {Truth::kTrue, Truth::kFalse, Truth::kUnknown, Truth::kFalse};
   std::atomic<int> wrong{0};
   std::vector<std::thread> threads;
@@ -199,8 +205,7 @@ TEST_CASE("a sign before a number is part of the literal", "[selector]") {
   REQUIRE(MustParse("a > +5.5").DebugString() == "(a > 5.5)");
   REQUIRE(MustParse("a > -(5)").DebugString() == "(a > -5)");
   REQUIRE(MustParse("a = -9223372036854775808").DebugString() == "(a = -9223372036854775808)");
-  REQUIRE(MustParse("a = - -9223372036854775808").DebugString() ==
-          "(a = 9.223372036854776e+18)");
+  REQUIRE(MustParse("a = - -9223372036854775808").DebugString() == "(a = 9.223372036854776e+18)");
   REQUIRE(MustParse("a - -5 = 0").DebugString() == "((a - -5) = 0)");
   REQUIRE(MustParse("-a = 0").DebugString() == "((-a) = 0)");
 }
@@ -254,8 +259,7 @@ TEST_CASE("parse errors say what was expected and where", "[selector]") {
       {"NOT a = 1 = 2", "selector:1:11: expected AND, OR or end of selector, found '='"},
       // Found in review: this once parsed as ((a AND (NOT (b = 1))) = 2).
       {"a AND NOT b = 1 = 2", "selector:1:17: expected AND, OR or end of selector, found '='"},
-      {"a OR b AND NOT c = 1 < 2",
-       "selector:1:22: expected AND, OR or end of selector, found '<'"},
+      {"a OR b AND NOT c = 1 < 2", "selector:1:22: expected AND, OR or end of selector, found '<'"},
       {"a BETWEEN 1 AND 2 = TRUE", "selector:1:19: expected AND, OR or end of selector, found '='"},
       {"a = 1 IS NULL", "selector:1:7: expected AND, OR or end of selector, found 'IS'"},
       {"a b", "selector:1:3: expected an operator, found 'b'"},
@@ -291,13 +295,15 @@ TEST_CASE("parse errors say what was expected and where", "[selector]") {
       {"-'a' = 1", "selector:1:2: unary '-' needs numbers, found a string"},
       {"'a' BETWEEN 1 AND 2", "selector:1:1: BETWEEN needs numbers, found a string"},
       {"a BETWEEN 'x' AND 2", "selector:1:11: BETWEEN needs numbers, found a string"},
-      {"a BETWEEN 1 OR 2", "selector:1:13: expected AND after the lower bound of BETWEEN, found 'OR'"},
+      {"a BETWEEN 1 OR 2",
+       "selector:1:13: expected AND after the lower bound of BETWEEN, found 'OR'"},
       {"a BETWEEN 1 AND", "selector:1:16: expected a value after AND, found end of selector"},
       {"a NOT 5", "selector:1:7: expected BETWEEN, IN or LIKE after NOT, found '5'"},
       {"a NOT NULL", "selector:1:7: expected BETWEEN, IN or LIKE after NOT, found 'NULL'"},
       {"x IN ()", "selector:1:7: expected a string or numeric literal in the IN list, found ')'"},
       {"x IN ('a' 'b')", "selector:1:11: expected ',' or ')' in the IN list, found 'b'"},
-      {"x IN ('a',)", "selector:1:11: expected a string or numeric literal in the IN list, found ')'"},
+      {"x IN ('a',)",
+       "selector:1:11: expected a string or numeric literal in the IN list, found ')'"},
       {"x IN ('a', 1)", "selector:1:12: an IN list holds either strings or numbers, not both"},
       {"x IN (TRUE)",
        "selector:1:7: expected a string or numeric literal in the IN list, found 'TRUE'"},
@@ -305,7 +311,8 @@ TEST_CASE("parse errors say what was expected and where", "[selector]") {
       {"x IN ('a', NULL)", "selector:1:12: NULL may appear only in IS NULL and IS NOT NULL"},
       {"x IN 'a'", "selector:1:6: expected '(' after IN, found 'a'"},
       {"5 IN ('a')", "selector:1:1: IN needs an identifier on its left, found a number"},
-      {"x + 1 IN (2)", "selector:1:1: IN needs an identifier on its left, found an arithmetic expression"},
+      {"x + 1 IN (2)",
+       "selector:1:1: IN needs an identifier on its left, found an arithmetic expression"},
       {"x = NULL", "selector:1:5: NULL may appear only in IS NULL and IS NOT NULL"},
       {"NULL IS NULL", "selector:1:1: NULL may appear only in IS NULL and IS NOT NULL"},
       {"x IS 5", "selector:1:6: expected NULL or NOT NULL after IS, found '5'"},
@@ -313,7 +320,9 @@ TEST_CASE("parse errors say what was expected and where", "[selector]") {
       {"'x' IS NULL", "selector:1:1: IS NULL needs an identifier on its left, found a string"},
       {"x LIKE y", "selector:1:8: expected a string literal pattern after LIKE, found 'y'"},
       {"5 LIKE 'x'", "selector:1:1: LIKE needs an identifier on its left, found a number"},
-      {"x LIKE 'a' ESCAPE", "selector:1:18: expected a one-character string literal after ESCAPE, found end of selector"},
+      {"x LIKE 'a' ESCAPE",
+       "selector:1:18: expected a one-character string literal after ESCAPE, found end of "
+       "selector"},
       {"x LIKE 'a' ESCAPE 'ab'", "selector:1:19: ESCAPE needs exactly one character, found 'ab'"},
       {"x LIKE 'a' ESCAPE ''", "selector:1:19: ESCAPE needs exactly one character, found ''"},
       {"x LIKE 'a\\b' ESCAPE '\\'",
@@ -374,8 +383,8 @@ TEST_CASE("nesting deeper than the limit is an error, not a crash", "[selector]"
   REQUIRE(absl::StrContains(ParseError(repeat("NOT ", limit + 1) + "a"), too_deep));
   REQUIRE(absl::StrContains(ParseError("a" + repeat(" + a", limit) + " > 1"), too_deep));
   REQUIRE(absl::StrContains(ParseError(repeat("-", limit + 1) + "a > 1"), too_deep));
-  REQUIRE(absl::StrContains(ParseError(repeat("a = (", limit) + "a" + repeat(")", limit)),
-                            too_deep));
+  REQUIRE(
+      absl::StrContains(ParseError(repeat("a = (", limit) + "a" + repeat(")", limit)), too_deep));
   // Far beyond it: still an error, found without deep recursion.
   REQUIRE(absl::StrContains(ParseError(repeat("(", 100000)), too_deep));
   REQUIRE(absl::StrContains(ParseError(repeat("NOT ", 100000) + "a"), too_deep));
@@ -410,8 +419,7 @@ void RunWithStack(size_t bytes, const std::function<void()>& fn) {
     (*static_cast<const std::function<void()>*>(arg))();
     return nullptr;
   };
-  REQUIRE(pthread_create(&thread, &attr, trampoline, const_cast<std::function<void()>*>(&fn)) ==
-          0);
+  REQUIRE(pthread_create(&thread, &attr, trampoline, const_cast<std::function<void()>*>(&fn)) == 0);
   REQUIRE(pthread_join(thread, nullptr) == 0);
   pthread_attr_destroy(&attr);
 }
@@ -652,12 +660,20 @@ TEST_CASE("LIKE takes polynomial time on adversarial patterns", "[selector]") {
 // A random selector-ish string: mostly valid tokens in random order.
 std::string TokenSoup(Rng& rng) {
   static const char* const kTokens[] = {
-      "a",   "b",    "s",      "x",       "NOT",   "AND",    "OR",     "BETWEEN", "LIKE",
-      "IN",  "IS",   "NULL",   "ESCAPE",  "TRUE",  "FALSE",  "(",      ")",       ",",
-      "=",   "<>",   "<",      "<=",      ">",     ">=",     "+",      "-",       "*",
-      "/",   "0",    "1",      "-5",      "2.5",   "1e3",    ".5",     "7.",      "0x1F",
-      "017", "57L",  "'a'",    "'%b_'",   "'\\'",  "''''",   "'x",     "9223372036854775808",
-      "1e999", "!", "\"", "#", "\xC3\xA9", "\xFF", "\n", "not", "and", "Between",
+      "a",        "b",       "s",     "x",
+      "NOT",      "AND",     "OR",    "BETWEEN",
+      "LIKE",     "IN",      "IS",    "NULL",
+      "ESCAPE",   "TRUE",    "FALSE", "(",
+      ")",        ",",       "=",     "<>",
+      "<",        "<=",      ">",     ">=",
+      "+",        "-",       "*",     "/",
+      "0",        "1",       "-5",    "2.5",
+      "1e3",      ".5",      "7.",    "0x1F",
+      "017",      "57L",     "'a'",   "'%b_'",
+      "'\\'",     "''''",    "'x",    "9223372036854775808",
+      "1e999",    "!",       "\"",    "#",
+      "\xC3\xA9", "\xFF",    "\n",    "not",
+      "and",      "Between",
   };
   std::string out;
   for (uint64_t n = rng.Uniform(25); n > 0; --n) {
@@ -893,8 +909,8 @@ class ReferenceParser {
 
 TEST_CASE("the parser agrees with a textbook recursive-descent reference", "[selector][random]") {
   static const char* const kVocabulary[] = {
-      "a", "b", "1", "2", "'x'", "TRUE", "NOT", "AND", "OR", "=", "<>", "<", "+", "-", "*",
-      "/", "(", ")", "BETWEEN", "IN", "LIKE", "IS", "NULL", ",", "ESCAPE", "'%'"};
+      "a", "b", "1", "2", "'x'", "TRUE",    "NOT", "AND",  "OR", "=",    "<>", "<",      "+",
+      "-", "*", "/", "(", ")",   "BETWEEN", "IN",  "LIKE", "IS", "NULL", ",",  "ESCAPE", "'%'"};
   // Token sequences: grammatical ones without parentheses (where precedence decides), then a
   // few random edits, or plain random soups.
   std::function<void(Rng&, int, std::vector<std::string>*)> value, condition;
@@ -1037,10 +1053,8 @@ class ConditionGenerator {
       case 0: return Comparison();
       case 1: return absl::StrCat(Attribute(), rng_.OneIn(2) ? " IS NULL" : " IS NOT NULL");
       case 2: return absl::StrCat("NOT (", Condition(depth + 1), ")");
-      case 3:
-        return absl::StrCat("(", Condition(depth + 1), " AND ", Condition(depth + 1), ")");
-      case 4:
-        return absl::StrCat("(", Condition(depth + 1), " OR ", Condition(depth + 1), ")");
+      case 3: return absl::StrCat("(", Condition(depth + 1), " AND ", Condition(depth + 1), ")");
+      case 4: return absl::StrCat("(", Condition(depth + 1), " OR ", Condition(depth + 1), ")");
       default: return Attribute();  // a boolean attribute, or not
     }
   }
@@ -1076,8 +1090,7 @@ void RequireEquivalent(const std::string& left, const std::string& right,
   }
 }
 
-TEST_CASE("derived operators equal their definitions in three-valued logic",
-          "[selector][random]") {
+TEST_CASE("derived operators equal their definitions in three-valued logic", "[selector][random]") {
   for (uint64_t seed : Seeds(3000, 10)) {
     INFO("seed " << seed);
     Rng rng(seed);

@@ -38,9 +38,8 @@ class Sink : public SimNode {
 struct World {
   explicit World(uint64_t seed, LinkProfile link = {}) : sim(seed, link) {
     REQUIRE_OK(sim.AddNode("sink", [](SimContext& ctx) { return std::make_unique<Sink>(ctx); }));
-    REQUIRE_OK(sim.AddNode("ticker", [this](SimContext& ctx) {
-      return std::make_unique<Ticker>(ctx, &sent);
-    }));
+    REQUIRE_OK(sim.AddNode(
+        "ticker", [this](SimContext& ctx) { return std::make_unique<Ticker>(ctx, &sent); }));
   }
   std::vector<Tick>& got() { return sim.node_as<Sink>("sink")->got; }
 

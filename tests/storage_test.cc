@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <climits>
 #include <atomic>
+#include <climits>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -23,8 +23,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "gryph/testing/fault_injecting_storage.h"
 #include "gryph/memory_storage.h"
+#include "gryph/testing/fault_injecting_storage.h"
 #include "lib/storage/lmdb_storage.h"
 #include "lib/util/coding.h"
 #include "tests/test_util.h"
@@ -97,8 +97,8 @@ struct MemoryKind {
 
 // ---- The contract, for both implementations -----------------------------------------------------
 
-TEMPLATE_TEST_CASE("a committed batch is visible to Get and missing keys are nullopt",
-                   "[storage]", LmdbKind, MemoryKind) {
+TEMPLATE_TEST_CASE("a committed batch is visible to Get and missing keys are nullopt", "[storage]",
+                   LmdbKind, MemoryKind) {
   TestType kind;
   auto storage = kind.Open();
   REQUIRE(GetOrDie(*storage, "t", "a") == std::nullopt);  // the table does not exist yet
@@ -112,8 +112,7 @@ TEMPLATE_TEST_CASE("a committed batch is visible to Get and missing keys are nul
   REQUIRE(GetOrDie(*storage, "other", "a") == std::nullopt);
 }
 
-TEMPLATE_TEST_CASE("a batch applies its operations in order", "[storage]", LmdbKind,
-                   MemoryKind) {
+TEMPLATE_TEST_CASE("a batch applies its operations in order", "[storage]", LmdbKind, MemoryKind) {
   TestType kind;
   auto storage = kind.Open();
   WriteBatch batch;
@@ -131,8 +130,7 @@ TEMPLATE_TEST_CASE("a batch applies its operations in order", "[storage]", LmdbK
   REQUIRE_OK(storage->Commit(WriteBatch()));  // empty batch
 }
 
-TEMPLATE_TEST_CASE("a batch spanning tables is all or nothing", "[storage]", LmdbKind,
-                   MemoryKind) {
+TEMPLATE_TEST_CASE("a batch spanning tables is all or nothing", "[storage]", LmdbKind, MemoryKind) {
   TestType kind;
   auto storage = kind.Open();
   WriteBatch good;
@@ -172,8 +170,7 @@ TEMPLATE_TEST_CASE("bad table names, keys and ranges are rejected", "[storage]",
                StatusCode::kInvalidArgument);
   REQUIRE_CODE(commit_one([&](WriteBatch& b) { b.Put("t", long_key, "v"); }),
                StatusCode::kInvalidArgument);
-  REQUIRE_CODE(commit_one([](WriteBatch& b) { b.Delete("t", ""); }),
-               StatusCode::kInvalidArgument);
+  REQUIRE_CODE(commit_one([](WriteBatch& b) { b.Delete("t", ""); }), StatusCode::kInvalidArgument);
   REQUIRE_CODE(commit_one([](WriteBatch& b) { b.DeleteRange("t", "b", "a"); }),
                StatusCode::kInvalidArgument);
   REQUIRE_OK(commit_one([&](WriteBatch& b) { b.Put("t", max_key, "v"); }));
@@ -233,8 +230,8 @@ TEMPLATE_TEST_CASE("scans return keys in numeric order within half-open bounds",
   REQUIRE(calls == 3);  // stopped when the callback said so
 }
 
-TEMPLATE_TEST_CASE("a cursor seeks, steps both ways and finds the last key", "[storage]",
-                   LmdbKind, MemoryKind) {
+TEMPLATE_TEST_CASE("a cursor seeks, steps both ways and finds the last key", "[storage]", LmdbKind,
+                   MemoryKind) {
   TestType kind;
   auto storage = kind.Open();
   WriteBatch batch;
@@ -445,8 +442,8 @@ TEMPLATE_TEST_CASE("concurrent readers see whole batches while a writer commits"
 
 // ---- Fault injection and crashes ----------------------------------------------------------------
 
-TEMPLATE_TEST_CASE("an injected commit failure applies nothing of its batch", "[storage]",
-                   LmdbKind, MemoryKind) {
+TEMPLATE_TEST_CASE("an injected commit failure applies nothing of its batch", "[storage]", LmdbKind,
+                   MemoryKind) {
   TestType kind;
   auto base = kind.Open();
   FaultInjectingStorage storage(base.get());
@@ -796,9 +793,8 @@ TEST_CASE("a flipped bit in a value is a damaged row: reported, not returned, no
   REQUIRE(seen == std::vector<uint64_t>{9, 4, 3, 1, 0});
   REQUIRE_OK(c.status());
   // Scan stops there with the same error.
-  auto scanned = storage->Scan("log", "", "", [](absl::string_view, absl::string_view) {
-    return true;
-  });
+  auto scanned =
+      storage->Scan("log", "", "", [](absl::string_view, absl::string_view) { return true; });
   REQUIRE(DamagedRowKey(scanned) == Key(2));
   // Overwriting the row repairs it.
   cursor->reset();
@@ -864,7 +860,8 @@ TEST_CASE("a damaged value length is a damaged row, not a read past the data fil
   // Raising the high half makes the value gigabytes long: before, its checksum read past the
   // map (SIGSEGV).
   for (size_t at : FindAllInDataFile(kind.options.path, key)) {
-    std::fstream f(kind.options.path + "/data.mdb", std::ios::in | std::ios::out | std::ios::binary);
+    std::fstream f(kind.options.path + "/data.mdb",
+                   std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(static_cast<std::streamoff>(at - 6));
     f.put('\x7f');
   }
@@ -890,7 +887,8 @@ TEST_CASE("a damaged key in a leaf never makes an intact row read as absent", "[
   // row-key-50 becomes row-key-99: out of order in its page, which misleads the binary search
   // over the page for its neighbours.
   for (size_t at : FindAllInDataFile(kind.options.path, "row-key-50")) {
-    std::fstream f(kind.options.path + "/data.mdb", std::ios::in | std::ios::out | std::ios::binary);
+    std::fstream f(kind.options.path + "/data.mdb",
+                   std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(static_cast<std::streamoff>(at + 8));
     f.write("99", 2);
   }
@@ -955,8 +953,8 @@ TEST_CASE("VerifyStorage lists every damaged row of every table", "[storage]") {
   REQUIRE(clean->clean());
 }
 
-TEMPLATE_TEST_CASE("ListTables names every table, the meta table included", "[storage]",
-                   LmdbKind, MemoryKind) {
+TEMPLATE_TEST_CASE("ListTables names every table, the meta table included", "[storage]", LmdbKind,
+                   MemoryKind) {
   TestType kind;
   {
     auto storage = kind.Open();
@@ -1197,8 +1195,7 @@ TEST_CASE("a full disk fails the commit with ResourceExhausted and loses nothing
   REQUIRE(ReadTable(*storage, "log").size() == 2000);
 }
 
-TEST_CASE("a killed process leaves exactly its acknowledged batches or more, whole",
-          "[storage]") {
+TEST_CASE("a killed process leaves exactly its acknowledged batches or more, whole", "[storage]") {
   // The real crash: a child commits batches and reports each acknowledgement through a pipe;
   // the parent kills it with SIGKILL at a random moment and reopens the store.
   for (uint64_t seed : testing::Seeds(1, 3)) {
@@ -1262,12 +1259,8 @@ void ApplyToModel(const WriteBatch& batch, Model& model) {
     const WriteBatch::Op op = batch.op(i);
     auto& table = model[std::string(op.table)];
     switch (op.type) {
-      case WriteBatch::OpType::kPut:
-        table[std::string(op.key)] = std::string(op.value);
-        break;
-      case WriteBatch::OpType::kDelete:
-        table.erase(std::string(op.key));
-        break;
+      case WriteBatch::OpType::kPut: table[std::string(op.key)] = std::string(op.value); break;
+      case WriteBatch::OpType::kDelete: table.erase(std::string(op.key)); break;
       case WriteBatch::OpType::kDeleteRange: {
         auto first = op.key.empty() ? table.begin() : table.lower_bound(std::string(op.key));
         auto last = op.value.empty() ? table.end() : table.lower_bound(std::string(op.value));

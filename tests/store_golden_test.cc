@@ -55,11 +55,11 @@ std::string FirstDifference(const std::string& want, const std::string& got) {
 }
 
 // What the golden history left, read off rows.txt (docs/format.md gives each layout):
-constexpr Tick kGwA3 = 41000;            // pubend.publishers 1/"gw-a"/3 -> 02 a8c002
-constexpr Tick kAnnounced = 441000;      // pubend.meta 1 'T' -> 0x6baa8
-constexpr Tick kDelivered = 341000;      // shb.delivered 1 -> 0x53408
-constexpr Tick kAllAcked1 = 41001;       // shb.positions 2/1 released -> 0xa029
-constexpr Tick kAllAcked2 = 41000;       // shb.positions 2/2 released -> 0xa028
+constexpr Tick kGwA3 = 41000;        // pubend.publishers 1/"gw-a"/3 -> 02 a8c002
+constexpr Tick kAnnounced = 441000;  // pubend.meta 1 'T' -> 0x6baa8
+constexpr Tick kDelivered = 341000;  // shb.delivered 1 -> 0x53408
+constexpr Tick kAllAcked1 = 41001;   // shb.positions 2/1 released -> 0xa029
+constexpr Tick kAllAcked2 = 41000;   // shb.positions 2/2 released -> 0xa028
 
 TEST_CASE("golden: a store written by format version 2 opens and reads as written",
           "[format][golden]") {

@@ -15,9 +15,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "gryph/durable_subscriber.h"
-#include "gryph/testing/fault_injecting_storage.h"
 #include "gryph/in_process_channel.h"
 #include "gryph/memory_storage.h"
+#include "gryph/testing/fault_injecting_storage.h"
 #include "tests/gate_storage.h"
 #include "tests/test_util.h"
 
@@ -481,10 +481,8 @@ TEST_CASE("subscribers back from an outage catch up together, a bounded amount p
   t.DeliverOnly();
   REQUIRE(flushes > 1);
   REQUIRE(t.shb().catching_up() == 0);
-  REQUIRE(a.rec.log ==
-          Strings{"E2", "E4", "E12", "E14", "E22", "E24", "E26", "E28", "E30", "S40"});
-  REQUIRE(b.rec.log ==
-          Strings{"E2", "E4", "E12", "E14", "E22", "E24", "E26", "E28", "E30", "S40"});
+  REQUIRE(a.rec.log == Strings{"E2", "E4", "E12", "E14", "E22", "E24", "E26", "E28", "E30", "S40"});
+  REQUIRE(b.rec.log == Strings{"E2", "E4", "E12", "E14", "E22", "E24", "E26", "E28", "E30", "S40"});
   REQUIRE(red.rec.log == Strings{"E2", "E12", "E22", "E26", "E30", "S40"});
   for (Client* c : {&a, &b, &red}) {
     REQUIRE(c->ds->duplicates_dropped() == 0);
@@ -557,9 +555,10 @@ TEST_CASE("a CT below the PFS's chop point gets a Gap for exactly the chopped sp
   REQUIRE(t.shb().stats().gaps_delivered == 1);
 }
 
-TEST_CASE("an L tick above latestDelivered (an event upstream lost to damage) is a Gap for "
-          "every subscriber, live and catching up",
-          "[shb][damage]") {
+TEST_CASE(
+    "an L tick above latestDelivered (an event upstream lost to damage) is a Gap for "
+    "every subscriber, live and catching up",
+    "[shb][damage]") {
   ShbTest t;
   t.Open();
   Client& red = t.Subscribe("red", "color = 'red'");
@@ -617,7 +616,8 @@ TEST_CASE("options that would stall every stream are InvalidArgument at Open", "
       {"max_unacked_events", [](Options& o) { o.max_unacked_events = 0; }},
       {"catchup.max_buffered_matches", [](Options& o) { o.catchup.max_buffered_matches = 1; }},
       {"catchup.nack_window", [](Options& o) { o.catchup.nack_window = 0; }},
-      {"catchup.max_deliveries_per_step", [](Options& o) { o.catchup.max_deliveries_per_step = 0; }},
+      {"catchup.max_deliveries_per_step",
+       [](Options& o) { o.catchup.max_deliveries_per_step = 0; }},
       {"renack_interval", [](Options& o) { o.renack_interval = absl::ZeroDuration(); }},
       {"release_interval", [](Options& o) { o.release_interval = -absl::Seconds(1); }},
       {"silence_interval", [](Options& o) { o.silence_interval = absl::ZeroDuration(); }},
@@ -1160,14 +1160,16 @@ TEST_CASE("an answer that stopped short is followed by a nack for the rest at on
   t.options.nack_delay = absl::Milliseconds(20);
   t.options.renack_interval = absl::Seconds(10);
   t.Open();
-  t.Publish(KnowledgeMessage{kP, {KnowledgeSpan::Silence({1, 10}), KnowledgeSpan::Silence({100, 110})}});
+  t.Publish(
+      KnowledgeMessage{kP, {KnowledgeSpan::Silence({1, 10}), KnowledgeSpan::Silence({100, 110})}});
   t.Timer();
   t.Timer(absl::Milliseconds(20));
   REQUIRE(t.TakeCuriosity() == std::vector<CuriosityMessage>{{kP, {{11, 99}}}});
   // Upstream answers (11, 40] and says it left (41, 99) unanswered: the rest is asked for in the
   // same Flush, long before the renack timer.
-  KnowledgeMessage part{kP, {KnowledgeSpan::Silence({11, 29}), KnowledgeSpan::Data(30, Ev(30, "red")),
-                             KnowledgeSpan::Silence({31, 40})}};
+  KnowledgeMessage part{kP,
+                        {KnowledgeSpan::Silence({11, 29}), KnowledgeSpan::Data(30, Ev(30, "red")),
+                         KnowledgeSpan::Silence({31, 40})}};
   part.unanswered = {{41, 99}};
   t.Publish(part);
   REQUIRE(t.TakeCuriosity() == std::vector<CuriosityMessage>{{kP, {{41, 99}}}});

@@ -73,7 +73,11 @@ TEST_CASE("a subscription round-trips through its encoding", "[subscription]") {
 TEST_CASE("the subscription encoding is as documented", "[subscription]") {
   auto sub = Subscription::Create("a", "b/#");
   REQUIRE_OK(sub);
-  REQUIRE(sub->Encode() == std::string("\x01\x01" "a" "\x03" "b/#", 7));
+  REQUIRE(sub->Encode() == std::string("\x01\x01"
+                                       "a"
+                                       "\x03"
+                                       "b/#",
+                                       7));
 }
 
 TEST_CASE("every truncation of an encoded subscription is rejected", "[subscription]") {

@@ -4,6 +4,7 @@
 #ifndef GRYPH_TESTS_TEST_UTIL_H_
 #define GRYPH_TESTS_TEST_UTIL_H_
 
+#include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -12,8 +13,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -29,19 +28,19 @@ const absl::Status& StatusOf(const absl::StatusOr<T>& s) {
 }  // namespace gryph::testing
 
 // REQUIRE that a Status or StatusOr is OK, printing the status when it is not.
-#define REQUIRE_OK(expr)                                                      \
-  do {                                                                        \
-    const ::absl::Status gryph_s_ = ::gryph::testing::StatusOf(expr);         \
-    INFO(gryph_s_.ToString());                                                \
-    REQUIRE(gryph_s_.ok());                                                   \
+#define REQUIRE_OK(expr)                                              \
+  do {                                                                \
+    const ::absl::Status gryph_s_ = ::gryph::testing::StatusOf(expr); \
+    INFO(gryph_s_.ToString());                                        \
+    REQUIRE(gryph_s_.ok());                                           \
   } while (0)
 
 // REQUIRE that a Status or StatusOr failed with `code`.
-#define REQUIRE_CODE(expr, expected_code)                                              \
-  do {                                                                        \
-    const ::absl::Status gryph_s_ = ::gryph::testing::StatusOf(expr);         \
-    INFO(gryph_s_.ToString());                                                \
-    REQUIRE(gryph_s_.code() == (expected_code));                              \
+#define REQUIRE_CODE(expr, expected_code)                             \
+  do {                                                                \
+    const ::absl::Status gryph_s_ = ::gryph::testing::StatusOf(expr); \
+    INFO(gryph_s_.ToString());                                        \
+    REQUIRE(gryph_s_.code() == (expected_code));                      \
   } while (0)
 
 namespace gryph::testing {

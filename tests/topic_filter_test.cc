@@ -25,8 +25,7 @@ struct MatchCase {
   bool matches;
 };
 
-TEST_CASE("topic filters match levels exactly, '+' one level and '#' the rest",
-          "[topic_filter]") {
+TEST_CASE("topic filters match levels exactly, '+' one level and '#' the rest", "[topic_filter]") {
   const MatchCase cases[] = {
       {"orders/us/IBM", "orders/us/IBM", true},
       {"orders/us/IBM", "orders/us/ibm", false},
@@ -35,7 +34,7 @@ TEST_CASE("topic filters match levels exactly, '+' one level and '#' the rest",
       {"orders/us/IBM", "orders/us/IB", false},
       {"orders/+/IBM", "orders/us/IBM", true},
       {"orders/+/IBM", "orders/eu/IBM", true},
-      {"orders/+/IBM", "orders//IBM", true},        // '+' matches an empty level
+      {"orders/+/IBM", "orders//IBM", true},  // '+' matches an empty level
       {"orders/+/IBM", "orders/us/east/IBM", false},
       {"orders/+/IBM", "orders/IBM", false},
       {"orders/+", "orders/us", true},
@@ -43,12 +42,12 @@ TEST_CASE("topic filters match levels exactly, '+' one level and '#' the rest",
       {"orders/+", "orders", false},
       {"orders/+", "orders/us/IBM", false},
       {"+", "orders", true},
-      {"+", "", true},                              // "" is one empty level
+      {"+", "", true},  // "" is one empty level
       {"+", "a/b", false},
       {"+/+", "a/b", true},
       {"+/+", "/", true},
       {"+/+", "a", false},
-      {"orders/#", "orders", true},                 // '#' matches zero levels
+      {"orders/#", "orders", true},  // '#' matches zero levels
       {"orders/#", "orders/", true},
       {"orders/#", "orders/us", true},
       {"orders/#", "orders/us/IBM", true},
@@ -69,7 +68,7 @@ TEST_CASE("topic filters match levels exactly, '+' one level and '#' the rest",
       {"a/", "a", false},
       {"a//b", "a//b", true},
       {"a//b", "a/b", false},
-      {"a/+/b", "a/+/b", true},                     // a topic's '+' is a plain character
+      {"a/+/b", "a/+/b", true},  // a topic's '+' is a plain character
       {"a/b", "a/+", false},
   };
   for (const MatchCase& c : cases) {
@@ -78,8 +77,7 @@ TEST_CASE("topic filters match levels exactly, '+' one level and '#' the rest",
   }
 }
 
-TEST_CASE("malformed topic filters are rejected with the column of the fault",
-          "[topic_filter]") {
+TEST_CASE("malformed topic filters are rejected with the column of the fault", "[topic_filter]") {
   const std::pair<const char*, const char*> cases[] = {
       {"", "topic filter:1:1: a topic filter cannot be empty"},
       {"a/#/b", "topic filter:1:3: '#' must be the last level (it matches all the rest)"},

@@ -51,9 +51,7 @@ Fn Next(const char* rest) {
   return reinterpret_cast<Fn>(sym);
 }
 
-void* ReaderAddress(const void* mu) {
-  return const_cast<char*>(static_cast<const char*>(mu)) + 1;
-}
+void* ReaderAddress(const void* mu) { return const_cast<char*>(static_cast<const char*>(mu)) + 1; }
 
 void AcquireExclusive(absl::Mutex* mu) {
   __tsan_acquire(mu);
@@ -72,8 +70,7 @@ using CvWait = void (*)(absl::CondVar*, absl::Mutex*);
 using CvWaitDuration = bool (*)(absl::CondVar*, absl::Mutex*, absl::Duration);
 using CvWaitTime = bool (*)(absl::CondVar*, absl::Mutex*, absl::Time);
 
-#define GRYPH_NEXT(type, mangled)                  \
-  static const type next = Next<type>(mangled)
+#define GRYPH_NEXT(type, mangled) static const type next = Next<type>(mangled)
 
 }  // namespace
 
@@ -131,32 +128,28 @@ void Mutex::ReaderLockWhen(const Condition& cond) {
 }
 
 bool Mutex::LockWhenWithTimeout(const Condition& cond, Duration timeout) {
-  GRYPH_NEXT(BoolCondDuration,
-             "5Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
+  GRYPH_NEXT(BoolCondDuration, "5Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
   const bool result = next(this, cond, timeout);
   AcquireExclusive(this);  // held on return either way
   return result;
 }
 
 bool Mutex::LockWhenWithDeadline(const Condition& cond, Time deadline) {
-  GRYPH_NEXT(BoolCondTime,
-             "5Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
+  GRYPH_NEXT(BoolCondTime, "5Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
   const bool result = next(this, cond, deadline);
   AcquireExclusive(this);
   return result;
 }
 
 bool Mutex::ReaderLockWhenWithTimeout(const Condition& cond, Duration timeout) {
-  GRYPH_NEXT(BoolCondDuration,
-             "5Mutex25ReaderLockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
+  GRYPH_NEXT(BoolCondDuration, "5Mutex25ReaderLockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
   const bool result = next(this, cond, timeout);
   AcquireShared(this);
   return result;
 }
 
 bool Mutex::ReaderLockWhenWithDeadline(const Condition& cond, Time deadline) {
-  GRYPH_NEXT(BoolCondTime,
-             "5Mutex26ReaderLockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
+  GRYPH_NEXT(BoolCondTime, "5Mutex26ReaderLockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
   const bool result = next(this, cond, deadline);
   AcquireShared(this);
   return result;
@@ -173,8 +166,7 @@ void Mutex::Await(const Condition& cond) {
 }
 
 bool Mutex::AwaitWithTimeout(const Condition& cond, Duration timeout) {
-  GRYPH_NEXT(BoolCondDuration,
-             "5Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE");
+  GRYPH_NEXT(BoolCondDuration, "5Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE");
   ReleaseExclusive(this);
   ReleaseShared(this);
   const bool result = next(this, cond, timeout);
@@ -183,8 +175,7 @@ bool Mutex::AwaitWithTimeout(const Condition& cond, Duration timeout) {
 }
 
 bool Mutex::AwaitWithDeadline(const Condition& cond, Time deadline) {
-  GRYPH_NEXT(BoolCondTime,
-             "5Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE");
+  GRYPH_NEXT(BoolCondTime, "5Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE");
   ReleaseExclusive(this);
   ReleaseShared(this);
   const bool result = next(this, cond, deadline);

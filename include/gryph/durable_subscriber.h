@@ -14,10 +14,11 @@
 // messages it handled (the exactly-once pattern), and gives it back to the constructor after a
 // restart. It stores it once connected too (OnConnected): a new subscription's start CT names
 // every pubend, 0 included, which lets any broker serve it (ConnectTo); a CT that names no pubend
-// starts a new subscription at a broker that does not host it. Acks (the CT) go to the broker every ack_interval, so that it can release: once acked,
-// what the CT covers may be discarded upstream. An application that stores its CT after the
-// handler returns (in batches, say) sets ack_stored_only and reports each stored CT with
-// Stored(): acks then never run ahead of what a crash would bring back.
+// starts a new subscription at a broker that does not host it. Acks (the CT) go to the broker every
+// ack_interval, so that it can release: once acked, what the CT covers may be discarded upstream.
+// An application that stores its CT after the handler returns (in batches, say) sets
+// ack_stored_only and reports each stored CT with Stored(): acks then never run ahead of what a
+// crash would bring back.
 //
 // Errors (Handler::OnError) and what the subscriber does about them itself, with auto_reconnect,
 // while the application wants a connection (after Connect or ConnectTo, until Disconnect or
@@ -100,8 +101,8 @@ class DurableSubscriber {
 
   // Validates the options (InvalidArgument naming the option): a subscription name of 1 to
   // kMaxSubscriptionNameBytes bytes, a broker, positive intervals, a selector and topic filter
-  // that parse, a channel and a handler. `channel` and `handler` must outlive the subscriber; it does not set itself as the channel's receiver: pass messages to
-  // HandleMessage.
+  // that parse, a channel and a handler. `channel` and `handler` must outlive the subscriber; it
+  // does not set itself as the channel's receiver: pass messages to HandleMessage.
   static absl::StatusOr<std::unique_ptr<DurableSubscriber>> Create(DurableSubscriberOptions options,
                                                                    Channel* channel,
                                                                    Handler* handler);

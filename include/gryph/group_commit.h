@@ -185,8 +185,8 @@ class GroupCommitter {
   // The frees_space submissions pending, committed ahead of pending_; due at once.
   Group freeing_ ABSL_GUARDED_BY(mu_);
   uint64_t pending_number_ ABSL_GUARDED_BY(mu_) = 1;  // pending_'s number (SubmitInto)
-  absl::Time first_pending_ ABSL_GUARDED_BY(mu_);  // when pending_ got its first submission
-  absl::Status status_ ABSL_GUARDED_BY(mu_);       // sticky failure
+  absl::Time first_pending_ ABSL_GUARDED_BY(mu_);     // when pending_ got its first submission
+  absl::Status status_ ABSL_GUARDED_BY(mu_);          // sticky failure
   Stats stats_ ABSL_GUARDED_BY(mu_);
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool flush_on_stop_ ABSL_GUARDED_BY(mu_) = false;

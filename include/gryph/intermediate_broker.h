@@ -53,9 +53,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "gryph/channel.h"
 #include "gryph/broker/curiosity_stream.h"
 #include "gryph/broker/knowledge_stream.h"
+#include "gryph/channel.h"
 #include "gryph/message.h"
 #include "gryph/subscription.h"
 #include "gryph/tick.h"
@@ -91,26 +91,26 @@ struct IntermediateBrokerOptions {
 class IntermediateBroker {
  public:
   struct Stats {
-    uint64_t knowledge_received = 0;    // knowledge messages accepted from upstream
-    uint64_t knowledge_sent = 0;        // knowledge messages sent downstream
-    uint64_t nacks_received = 0;        // curiosity messages accepted from downstream
+    uint64_t knowledge_received = 0;         // knowledge messages accepted from upstream
+    uint64_t knowledge_sent = 0;             // knowledge messages sent downstream
+    uint64_t nacks_received = 0;             // curiosity messages accepted from downstream
     uint64_t ticks_answered_from_cache = 0;  // nacked ticks answered without going upstream
-    uint64_t nacks_sent = 0;            // curiosity messages sent upstream (incl. retries)
-    uint64_t nack_ranges_consolidated = 0;  // nacked ranges already outstanding upstream
-    uint64_t events_filtered = 0;       // D ticks sent as S on a filtered link
+    uint64_t nacks_sent = 0;                 // curiosity messages sent upstream (incl. retries)
+    uint64_t nack_ranges_consolidated = 0;   // nacked ranges already outstanding upstream
+    uint64_t events_filtered = 0;            // D ticks sent as S on a filtered link
     uint64_t releases_sent = 0;
-    uint64_t unknown_releases = 0;      // release entries from unknown senders or for unknown pubends
-    uint64_t invalid_releases = 0;      // release entries with released > latest_delivered
-    uint64_t unknown_senders = 0;       // knowledge not from upstream, nacks not from downstream
-    uint64_t stale_knowledge = 0;       // S or D for ticks already L in the cache
-    uint64_t conflicting_knowledge = 0; // should stay 0
+    uint64_t unknown_releases = 0;  // release entries from unknown senders or for unknown pubends
+    uint64_t invalid_releases = 0;  // release entries with released > latest_delivered
+    uint64_t unknown_senders = 0;   // knowledge not from upstream, nacks not from downstream
+    uint64_t stale_knowledge = 0;   // S or D for ticks already L in the cache
+    uint64_t conflicting_knowledge = 0;  // should stay 0
   };
 
   // Validates `options` and sets the broker as `channel`'s receiver. `channel` must outlive the
   // broker. Fails with InvalidArgument when there is no pubend or no downstream node, or a pubend
   // or downstream node appears twice.
-  static absl::StatusOr<std::unique_ptr<IntermediateBroker>> Open(
-      IntermediateBrokerOptions options, Channel* channel);
+  static absl::StatusOr<std::unique_ptr<IntermediateBroker>> Open(IntermediateBrokerOptions options,
+                                                                  Channel* channel);
   ~IntermediateBroker();
 
   // Handles one message (the channel receiver calls this): knowledge from upstream, nacks and

@@ -25,8 +25,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "gryph/checkpoint_token.h"
 #include "gryph/broker/knowledge_stream.h"
+#include "gryph/checkpoint_token.h"
 #include "gryph/tick.h"
 
 namespace gryph {

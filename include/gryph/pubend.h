@@ -76,8 +76,9 @@ struct PubendOptions {
   // One nack is answered with at most about this many bytes of logged events (their encoded
   // size), shared equally among its ranges; each range's part may pass its share by one event,
   // so that every range with a share makes progress. The last message of the answer names what
-  // it left unanswered (KnowledgeMessage::unanswered), and the nacker asks for it again. A node back from a long outage nacks
-  // the whole span it missed at once: this bounds what the answer holds in memory.
+  // it left unanswered (KnowledgeMessage::unanswered), and the nacker asks for it again. A node
+  // back from a long outage nacks the whole span it missed at once: this bounds what the answer
+  // holds in memory.
   uint64_t max_nack_answer_bytes = uint64_t{64} << 20;
   // When the stream is idle this long, OnTimer announces silence up to now (so that downstream
   // nodes advance, and learn of anything they missed before a restart).

@@ -57,8 +57,8 @@ class PublisherHostingBroker {
   // Publishes to pubend `p` (Pubend::Publish: `done` runs on the commit thread, with the
   // event's tick once durable; see there for the retry window of `sequence` and why `done` must
   // not take a lock held around Publish). NotFound through `done` for an unknown pubend.
-  virtual void Publish(PubendId p, absl::string_view publisher, uint64_t sequence,
-                       EventRef event, Pubend::PublishDone done) = 0;
+  virtual void Publish(PubendId p, absl::string_view publisher, uint64_t sequence, EventRef event,
+                       Pubend::PublishDone done) = 0;
   // Publishes to PubendForKey(key, pubend_ids()) and returns that pubend: the ticks `done`
   // reports are that pubend's, and a retry after a crash must name the same key (or that pubend)
   // to be recognised. The choice depends only on the key and the broker's pubend ids.

@@ -269,8 +269,8 @@ class Storage {
   // Calls fn(key, value) for each entry of `table` with begin <= key < end, in key order, from one
   // snapshot, until fn returns false. Empty bounds are unbounded. begin > end (both set) is
   // kInvalidArgument. The default implementation walks NewCursor().
-  virtual absl::Status Scan(absl::string_view table, absl::string_view begin,
-                            absl::string_view end, ScanFn fn);
+  virtual absl::Status Scan(absl::string_view table, absl::string_view begin, absl::string_view end,
+                            ScanFn fn);
 
   // The name of every table that exists, in byte order, the reserved ones included.
   virtual absl::StatusOr<std::vector<std::string>> ListTables() = 0;
@@ -309,9 +309,7 @@ class StorageWrapper : public Storage {
                     ScanFn fn) override {
     return target_->Scan(table, begin, end, fn);
   }
-  absl::StatusOr<std::vector<std::string>> ListTables() override {
-    return target_->ListTables();
-  }
+  absl::StatusOr<std::vector<std::string>> ListTables() override { return target_->ListTables(); }
   absl::StatusOr<std::optional<uint64_t>> RecordedRowCount(absl::string_view table) override {
     return target_->RecordedRowCount(table);
   }
@@ -378,9 +376,9 @@ absl::StatusOr<StorageVerifyReport> VerifyStorage(Storage& storage);
 // Scans finish; new reads are not held back while it waits, and are held only during the remap
 // itself). Hence the rule that a thread must not Commit while holding a Cursor. At the ceiling
 // the commit fails with kResourceExhausted (for a batch that does not free space, already at
-// max_map_bytes - reserve_bytes: see StorageOptions::reserve_bytes); so does a full disk (ENOSPC, EDQUOT, EFBIG, or an EIO
-// short write when the disk or file-size limit is nearly exhausted). Neither is sticky and
-// neither loses anything committed before.
+// max_map_bytes - reserve_bytes: see StorageOptions::reserve_bytes); so does a full disk (ENOSPC,
+// EDQUOT, EFBIG, or an EIO short write when the disk or file-size limit is nearly exhausted).
+// Neither is sticky and neither loses anything committed before.
 absl::StatusOr<std::unique_ptr<Storage>> OpenLmdbStorage(const StorageOptions& options);
 
 // A fresh, empty in-memory storage with the same semantics as LMDB's. Equivalent to

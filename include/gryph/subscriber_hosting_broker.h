@@ -12,9 +12,10 @@
 // and fences the older session; a lower epoch is refused (kAborted). A CT that is ahead of this
 // broker is refused with a clear error, as is one that names a pubend this broker does not serve
 // for a subscription it never hosted (a hosted subscription's CT may name a pubend removed since:
-// that name is ignored; docs/format.md, "CheckpointToken"); a CT below what the subscriber acknowledged is accepted, with Gaps where the PFS
-// no longer knows (paper §2). A subscriber presenting a subscription this broker never hosted,
-// with a CT, is served by refiltering the events it missed (reconnect anywhere).
+// that name is ignored; docs/format.md, "CheckpointToken"); a CT below what the subscriber
+// acknowledged is accepted, with Gaps where the PFS no longer knows (paper §2). A subscriber
+// presenting a subscription this broker never hosted, with a CT, is served by refiltering the
+// events it missed (reconnect anywhere).
 //
 // Each delivery names the tick of the session's previous one from the same pubend (the session's
 // start CT for the first), so a subscriber finds a lost one and reconnects from its CT. An ack
@@ -146,9 +147,9 @@ class SubscriberHostingBroker {
     uint64_t commits = 0;  // storage transactions submitted
     // Sessions whose CT was above the constream's position: sent before a crash, not durable.
     uint64_t resumed_ahead = 0;
-    uint64_t demotions = 0;  // slow constream members moved to catchup
-    uint64_t resent = 0;     // last messages resent to a subscriber whose ack lacked them
-    uint64_t stale_knowledge = 0;        // knowledge for ticks already L here
+    uint64_t demotions = 0;        // slow constream members moved to catchup
+    uint64_t resent = 0;           // last messages resent to a subscriber whose ack lacked them
+    uint64_t stale_knowledge = 0;  // knowledge for ticks already L here
     uint64_t conflicting_knowledge = 0;  // should stay 0
   };
 

@@ -61,9 +61,9 @@ absl::Status DurableSubscriber::Connect() {
   want_connected_ = true;
   reconnect_pending_ = false;
   connect_sent_ = absl::InfinitePast();
-  return channel_->Send(broker_,
-                        ConnectMessage{options_.subscription, options_.selector,
-                                       options_.topic_filter, checkpoint_, options_.epoch, true});
+  return channel_->Send(
+      broker_, ConnectMessage{options_.subscription, options_.selector, options_.topic_filter,
+                              checkpoint_, options_.epoch, true});
 }
 
 absl::Status DurableSubscriber::ConnectTo(absl::string_view broker) {
@@ -148,19 +148,15 @@ void DurableSubscriber::Deliver(const DeliveryMessage& d) {
   switch (d.kind) {
     case DeliveryKind::kEvent:
       if (d.event == nullptr || !subscription_.Matches(*d.event)) {
-        handler_->OnError(absl::DataLossError(absl::StrCat(
-            "broker delivered an event at pubend ", d.pubend.value, " tick ", d.tick,
-            " that does not match subscription '", options_.subscription, "'")));
+        handler_->OnError(absl::DataLossError(
+            absl::StrCat("broker delivered an event at pubend ", d.pubend.value, " tick ", d.tick,
+                         " that does not match subscription '", options_.subscription, "'")));
         return;
       }
       handler_->OnEvent(d.pubend, d.tick, d.event);
       break;
-    case DeliveryKind::kSilence:
-      handler_->OnSilence(d.pubend, d.tick);
-      break;
-    case DeliveryKind::kGap:
-      handler_->OnGap(d.pubend, d.tick);
-      break;
+    case DeliveryKind::kSilence: handler_->OnSilence(d.pubend, d.tick); break;
+    case DeliveryKind::kGap: handler_->OnGap(d.pubend, d.tick); break;
   }
   checkpoint_.Set(d.pubend, d.tick);
 }
@@ -169,8 +165,8 @@ void DurableSubscriber::OnTimer(absl::Time now) {
   if (reconnect_pending_) {
     if (reconnect_at_ == absl::InfinitePast()) {
       reconnect_at_ = now + reconnect_delay_;
-      reconnect_delay_ = std::min(
-          2 * reconnect_delay_, std::max(options_.connect_retry_interval, options_.reconnect_interval));
+      reconnect_delay_ = std::min(2 * reconnect_delay_, std::max(options_.connect_retry_interval,
+                                                                 options_.reconnect_interval));
     }
     if (now >= reconnect_at_) {
       ++reconnects_;
@@ -197,9 +193,9 @@ void DurableSubscriber::OnTimer(absl::Time now) {
 absl::Status DurableSubscriber::Stored(const CheckpointToken& ct) {
   for (const auto& [p, t] : ct.entries()) {
     if (t > checkpoint_.Get(p)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("stored CT tick ", t, " for pubend ", p.value,
-                       " is ahead of the subscriber's CT (", checkpoint_.Get(p), ")"));
+      return absl::InvalidArgumentError(absl::StrCat("stored CT tick ", t, " for pubend ", p.value,
+                                                     " is ahead of the subscriber's CT (",
+                                                     checkpoint_.Get(p), ")"));
     }
   }
   stored_ = ct;

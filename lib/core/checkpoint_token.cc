@@ -93,9 +93,12 @@ absl::StatusOr<CheckpointToken> CheckpointToken::Decode(absl::string_view bytes)
 }
 
 std::string CheckpointToken::ToString() const {
-  return absl::StrCat("{", absl::StrJoin(ticks_, ", ", [](std::string* out, const auto& e) {
-                        absl::StrAppend(out, "p", e.first.value, ":", e.second);
-                      }), "}");
+  return absl::StrCat("{",
+                      absl::StrJoin(ticks_, ", ",
+                                    [](std::string* out, const auto& e) {
+                                      absl::StrAppend(out, "p", e.first.value, ":", e.second);
+                                    }),
+                      "}");
 }
 
 }  // namespace gryph

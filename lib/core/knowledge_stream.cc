@@ -29,7 +29,9 @@ KnowledgeSpan KnowledgeStream::SpanAt(Tick t) const {
   return {{it->first, LastOf(it)}, it->second.value, it->second.event};
 }
 
-TickValue KnowledgeStream::ValueAt(Tick t) const { return Holding(std::max(t, kFirstTick))->second.value; }
+TickValue KnowledgeStream::ValueAt(Tick t) const {
+  return Holding(std::max(t, kFirstTick))->second.value;
+}
 
 KnowledgeStream::Cursor::Cursor(const KnowledgeStream& stream)
     : stream_(stream), it_(stream.spans_.end()) {}
@@ -67,28 +69,27 @@ absl::Status KnowledgeStream::Check(const KnowledgeSpan& span, bool* changes) co
   for (auto it = Holding(r.first); it != spans_.end() && it->first <= r.last; ++it) {
     const TickValue have = it->second.value;
     if (have == span.value) {
-      if (have == TickValue::kD && !(it->second.event == span.event ||
-                                     *it->second.event == *span.event)) {
+      if (have == TickValue::kD &&
+          !(it->second.event == span.event || *it->second.event == *span.event)) {
         return absl::InvalidArgumentError(
             absl::StrCat("conflicting knowledge: tick ", r.first, " is D with another event"));
       }
       continue;
     }
     switch (have) {
-      case TickValue::kQ:
-        break;
+      case TickValue::kQ: break;
       case TickValue::kS:
       case TickValue::kD:
         if (span.value != TickValue::kL) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "conflicting knowledge: ", TickValueName(span.value), " over ",
-              TickValueName(have), " at tick ", std::max(it->first, r.first)));
+          return absl::InvalidArgumentError(
+              absl::StrCat("conflicting knowledge: ", TickValueName(span.value), " over ",
+                           TickValueName(have), " at tick ", std::max(it->first, r.first)));
         }
         break;
       case TickValue::kL:
-        return absl::FailedPreconditionError(absl::StrCat(
-            "stale knowledge: ", TickValueName(span.value), " for tick ",
-            std::max(it->first, r.first), " which is already L"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("stale knowledge: ", TickValueName(span.value), " for tick ",
+                         std::max(it->first, r.first), " which is already L"));
     }
     *changes = true;
   }
@@ -162,7 +163,8 @@ void KnowledgeStream::ForEachSpan(TickRange window,
   for (auto it = Holding(std::max(window.first, kFirstTick));
        it != spans_.end() && it->first <= window.last; ++it) {
     KnowledgeSpan s{{std::max(it->first, window.first), std::min(LastOf(it), window.last)},
-                    it->second.value, it->second.event};
+                    it->second.value,
+                    it->second.event};
     if (!fn(s)) return;
   }
 }

@@ -159,7 +159,8 @@ bool Decode(ByteReader& in, KnowledgeMessage* m) {
     uint8_t value = 0;
     KnowledgeSpan s;
     if (!in.ReadByte(&value, "tick value")) return false;
-    if (value < static_cast<uint8_t>(TickValue::kS) || value > static_cast<uint8_t>(TickValue::kL)) {
+    if (value < static_cast<uint8_t>(TickValue::kS) ||
+        value > static_cast<uint8_t>(TickValue::kL)) {
       return in.Fail(absl::StrCat("tick value ", value, " is not S, D or L"));
     }
     s.value = static_cast<TickValue>(value);
@@ -223,8 +224,8 @@ bool Decode(ByteReader& in, ReleaseMessage* m) {
       return in.Fail(absl::StrCat("pubend ", e.pubend.value, " is out of order or repeated"));
     }
     if (e.released > e.latest_delivered) {
-      return in.Fail(absl::StrCat("released ", e.released, " is above latest delivered ",
-                                  e.latest_delivered));
+      return in.Fail(
+          absl::StrCat("released ", e.released, " is above latest delivered ", e.latest_delivered));
     }
     m->entries.push_back(e);
   }
@@ -302,26 +303,16 @@ bool DecodeAs(ByteReader& in, Message* out) {
 
 bool DecodeKind(ByteReader& in, uint8_t kind, Message* out) {
   switch (static_cast<MessageKind>(kind)) {
-    case MessageKind::kKnowledge:
-      return DecodeAs<KnowledgeMessage>(in, out);
-    case MessageKind::kCuriosity:
-      return DecodeAs<CuriosityMessage>(in, out);
-    case MessageKind::kRelease:
-      return DecodeAs<ReleaseMessage>(in, out);
-    case MessageKind::kConnect:
-      return DecodeAs<ConnectMessage>(in, out);
-    case MessageKind::kConnected:
-      return DecodeAs<ConnectedMessage>(in, out);
-    case MessageKind::kDelivery:
-      return DecodeAs<DeliveryMessage>(in, out);
-    case MessageKind::kAck:
-      return DecodeAs<AckMessage>(in, out);
-    case MessageKind::kDisconnect:
-      return DecodeAs<DisconnectMessage>(in, out);
-    case MessageKind::kSessionError:
-      return DecodeAs<SessionErrorMessage>(in, out);
-    case MessageKind::kUnsubscribe:
-      return DecodeAs<UnsubscribeMessage>(in, out);
+    case MessageKind::kKnowledge: return DecodeAs<KnowledgeMessage>(in, out);
+    case MessageKind::kCuriosity: return DecodeAs<CuriosityMessage>(in, out);
+    case MessageKind::kRelease: return DecodeAs<ReleaseMessage>(in, out);
+    case MessageKind::kConnect: return DecodeAs<ConnectMessage>(in, out);
+    case MessageKind::kConnected: return DecodeAs<ConnectedMessage>(in, out);
+    case MessageKind::kDelivery: return DecodeAs<DeliveryMessage>(in, out);
+    case MessageKind::kAck: return DecodeAs<AckMessage>(in, out);
+    case MessageKind::kDisconnect: return DecodeAs<DisconnectMessage>(in, out);
+    case MessageKind::kSessionError: return DecodeAs<SessionErrorMessage>(in, out);
+    case MessageKind::kUnsubscribe: return DecodeAs<UnsubscribeMessage>(in, out);
   }
   return in.Fail(absl::StrCat("unknown message kind ", kind));
 }
@@ -339,12 +330,9 @@ bool operator==(const DeliveryMessage& a, const DeliveryMessage& b) {
 
 const char* DeliveryKindName(DeliveryKind k) {
   switch (k) {
-    case DeliveryKind::kEvent:
-      return "Event";
-    case DeliveryKind::kSilence:
-      return "Silence";
-    case DeliveryKind::kGap:
-      return "Gap";
+    case DeliveryKind::kEvent: return "Event";
+    case DeliveryKind::kSilence: return "Silence";
+    case DeliveryKind::kGap: return "Gap";
   }
   return "?";
 }
@@ -355,26 +343,16 @@ MessageKind KindOf(const Message& m) {
 
 const char* MessageKindName(MessageKind kind) {
   switch (kind) {
-    case MessageKind::kKnowledge:
-      return "knowledge";
-    case MessageKind::kCuriosity:
-      return "curiosity";
-    case MessageKind::kRelease:
-      return "release";
-    case MessageKind::kConnect:
-      return "connect";
-    case MessageKind::kConnected:
-      return "connected";
-    case MessageKind::kDelivery:
-      return "delivery";
-    case MessageKind::kAck:
-      return "ack";
-    case MessageKind::kDisconnect:
-      return "disconnect";
-    case MessageKind::kSessionError:
-      return "session-error";
-    case MessageKind::kUnsubscribe:
-      return "unsubscribe";
+    case MessageKind::kKnowledge: return "knowledge";
+    case MessageKind::kCuriosity: return "curiosity";
+    case MessageKind::kRelease: return "release";
+    case MessageKind::kConnect: return "connect";
+    case MessageKind::kConnected: return "connected";
+    case MessageKind::kDelivery: return "delivery";
+    case MessageKind::kAck: return "ack";
+    case MessageKind::kDisconnect: return "disconnect";
+    case MessageKind::kSessionError: return "session-error";
+    case MessageKind::kUnsubscribe: return "unsubscribe";
   }
   return "?";
 }

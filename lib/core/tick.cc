@@ -6,14 +6,10 @@ namespace gryph {
 
 const char* TickValueName(TickValue v) {
   switch (v) {
-    case TickValue::kQ:
-      return "Q";
-    case TickValue::kS:
-      return "S";
-    case TickValue::kD:
-      return "D";
-    case TickValue::kL:
-      return "L";
+    case TickValue::kQ: return "Q";
+    case TickValue::kS: return "S";
+    case TickValue::kD: return "D";
+    case TickValue::kL: return "L";
   }
   return "?";
 }

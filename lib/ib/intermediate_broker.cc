@@ -26,9 +26,9 @@ absl::StatusOr<std::unique_ptr<IntermediateBroker>> IntermediateBroker::Open(
   if (options.max_spans_per_message == 0) {
     return absl::InvalidArgumentError("intermediate broker option max_spans_per_message is 0");
   }
-  GRYPH_RETURN_IF_ERROR(internal::CheckPositive(
-      "intermediate broker", {{options.renack_interval, "renack_interval"},
-                              {options.release_interval, "release_interval"}}));
+  GRYPH_RETURN_IF_ERROR(internal::CheckPositive("intermediate broker",
+                                                {{options.renack_interval, "renack_interval"},
+                                                 {options.release_interval, "release_interval"}}));
   for (const auto& up : options.pubends) {
     if (up.node.empty()) {
       return absl::InvalidArgumentError(
@@ -40,7 +40,8 @@ absl::StatusOr<std::unique_ptr<IntermediateBroker>> IntermediateBroker::Open(
       return absl::InvalidArgumentError("intermediate broker: a downstream node has no name");
     }
   }
-  if (channel == nullptr) return absl::InvalidArgumentError("an intermediate broker needs a channel");
+  if (channel == nullptr)
+    return absl::InvalidArgumentError("an intermediate broker needs a channel");
   std::unique_ptr<IntermediateBroker> ib(new IntermediateBroker(options, channel));
   for (const auto& up : options.pubends) {
     if (ib->pubends_.contains(up.pubend)) {
@@ -93,7 +94,8 @@ uint64_t IntermediateBroker::SendKnown(PubendState& p, const std::string& to,
     if (!m.spans.empty()) {
       KnowledgeSpan& last = m.spans.back();
       // Coalesce adjacent S (or L) runs: a filtered D between two S becomes one span.
-      if (last.value == s.value && s.value != TickValue::kD && last.range.last + 1 == s.range.first) {
+      if (last.value == s.value && s.value != TickValue::kD &&
+          last.range.last + 1 == s.range.first) {
         last.range.last = s.range.last;
         return;
       }

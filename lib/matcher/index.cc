@@ -78,12 +78,9 @@ TrieGroup* Index::NewTrieGroup(TrieNode* node) {
 
 Group& Index::GroupFor(const Record* rec) {
   switch (rec->placement) {
-    case Placement::kAnyTopic:
-      return any_topic_;
-    case Placement::kExactTopic:
-      return exact_.FindOrCreate({rec->topic(), rec->topic_hash});
-    case Placement::kWildcardTopic:
-      break;
+    case Placement::kAnyTopic: return any_topic_;
+    case Placement::kExactTopic: return exact_.FindOrCreate({rec->topic(), rec->topic_hash});
+    case Placement::kWildcardTopic: break;
   }
   TrieNode* node = &wildcards_;
   for (const std::string& level : rec->subscription.topic_filter()->levels()) {
@@ -154,36 +151,21 @@ void Index::AddToGroup(Group& g, Record* rec, uint32_t slot) {
   g.content->entries++;
   const CheckedEntry e = MakeChecked(rec, slot);
   switch (a.kind) {
-    case Access::Kind::kEqString:
-      ai.strings.try_emplace(a.str).first->second.Add(e, copy_);
-      break;
-    case Access::Kind::kEqInt:
-      ai.ints[a.key.i].Add(e, copy_);
-      break;
-    case Access::Kind::kEqDouble:
-      ai.doubles[a.key.d].Add(e, copy_);
-      break;
-    case Access::Kind::kEqBool:
-      ai.bools[a.key.b ? 1 : 0].Add(e, copy_);
-      break;
-    case Access::Kind::kAtLeast:
-      ai.at_least.insert(BoundEntry{a.key.d, e});
-      break;
-    case Access::Kind::kAtMost:
-      ai.at_most.insert(BoundEntry{a.key.d, e});
-      break;
+    case Access::Kind::kEqString: ai.strings.try_emplace(a.str).first->second.Add(e, copy_); break;
+    case Access::Kind::kEqInt: ai.ints[a.key.i].Add(e, copy_); break;
+    case Access::Kind::kEqDouble: ai.doubles[a.key.d].Add(e, copy_); break;
+    case Access::Kind::kEqBool: ai.bools[a.key.b ? 1 : 0].Add(e, copy_); break;
+    case Access::Kind::kAtLeast: ai.at_least.insert(BoundEntry{a.key.d, e}); break;
+    case Access::Kind::kAtMost: ai.at_most.insert(BoundEntry{a.key.d, e}); break;
     case Access::Kind::kInterval:
       ai.intervals[a.width_class][a.key.i].Add(e, a.bounds.lo, a.bounds.hi, copy_);
       break;
-    case Access::Kind::kWide:
-      ai.wide.Add(e, a.bounds.lo, a.bounds.hi, copy_);
-      break;
+    case Access::Kind::kWide: ai.wide.Add(e, a.bounds.lo, a.bounds.hi, copy_); break;
     case Access::Kind::kPrefix:
       ai.prefixes.try_emplace(a.str).first->second.Add(e, copy_);
       ai.prefix_lengths[a.str.size()]++;
       break;
-    case Access::Kind::kUnindexed:
-      break;
+    case Access::Kind::kUnindexed: break;
   }
 }
 
@@ -201,18 +183,10 @@ void Index::RemoveFromGroup(Group& g, Record* rec, uint32_t slot) {
   auto ait = g.content->attrs.find(a.attr);
   AttrIndex& ai = *ait->second;
   switch (a.kind) {
-    case Access::Kind::kEqString:
-      RemoveKeyed(ai.strings, a.str, rec, slot, copy_);
-      break;
-    case Access::Kind::kEqInt:
-      RemoveKeyed(ai.ints, a.key.i, rec, slot, copy_);
-      break;
-    case Access::Kind::kEqDouble:
-      RemoveKeyed(ai.doubles, a.key.d, rec, slot, copy_);
-      break;
-    case Access::Kind::kEqBool:
-      ai.bools[a.key.b ? 1 : 0].Remove(rec, slot, copy_);
-      break;
+    case Access::Kind::kEqString: RemoveKeyed(ai.strings, a.str, rec, slot, copy_); break;
+    case Access::Kind::kEqInt: RemoveKeyed(ai.ints, a.key.i, rec, slot, copy_); break;
+    case Access::Kind::kEqDouble: RemoveKeyed(ai.doubles, a.key.d, rec, slot, copy_); break;
+    case Access::Kind::kEqBool: ai.bools[a.key.b ? 1 : 0].Remove(rec, slot, copy_); break;
     case Access::Kind::kAtLeast:
     case Access::Kind::kAtMost: {
       (a.kind == Access::Kind::kAtLeast ? ai.at_least : ai.at_most)
@@ -225,17 +199,14 @@ void Index::RemoveFromGroup(Group& g, Record* rec, uint32_t slot) {
       if (cit->second.empty()) ai.intervals.erase(cit);
       break;
     }
-    case Access::Kind::kWide:
-      ai.wide.Remove(rec, slot, copy_);
-      break;
+    case Access::Kind::kWide: ai.wide.Remove(rec, slot, copy_); break;
     case Access::Kind::kPrefix: {
       RemoveKeyed(ai.prefixes, a.str, rec, slot, copy_);
       auto lit = ai.prefix_lengths.find(a.str.size());
       if (--lit->second == 0) ai.prefix_lengths.erase(lit);
       break;
     }
-    case Access::Kind::kUnindexed:
-      break;
+    case Access::Kind::kUnindexed: break;
   }
   if (--ai.entries == 0) g.content->attrs.erase(ait);
   if (--g.content->entries == 0) g.content.reset();
@@ -266,9 +237,7 @@ void Index::Remove(Record* rec) {
       if (g->empty()) exact_.Erase({rec->topic(), rec->topic_hash});
       break;
     }
-    case Placement::kWildcardTopic:
-      RemoveWildcard(rec);
-      break;
+    case Placement::kWildcardTopic: RemoveWildcard(rec); break;
   }
   for (const auto& [name, id] : rec->attributes()) {
     auto it = names_.find(name);
@@ -462,11 +431,8 @@ class Index::Matching {
         }
         return;
       }
-      case 3:
-        EmitAll(ai.bools[*std::get_if<bool>(&v) ? 1 : 0]);
-        return;
-      default:
-        break;
+      case 3: EmitAll(ai.bools[*std::get_if<bool>(&v) ? 1 : 0]); return;
+      default: break;
     }
     Access::Kind kind;
     Scalar key;
@@ -481,7 +447,8 @@ class Index::Matching {
       Emit(it->entry.hot, it->entry.cold);
     }
     if (!ai.at_most.empty()) {
-      for (auto it = ai.at_most.lower_bound(BoundKey(x, nullptr, 0)); it != ai.at_most.end(); ++it) {
+      for (auto it = ai.at_most.lower_bound(BoundKey(x, nullptr, 0)); it != ai.at_most.end();
+           ++it) {
         Emit(it->entry.hot, it->entry.cold);
       }
     }

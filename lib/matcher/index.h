@@ -316,7 +316,7 @@ class NameTable {
     void* mem = pool_->Allocate(sizeof(Node) + k.name.size());
     Node* n = new (mem) Node(k.name.size(), std::forward<Args>(args)...);
     if (!k.name.empty()) std::memcpy(reinterpret_cast<char*>(n + 1), k.name.data(), k.name.size());
-    if constexpr (requires(T& v) { v.SetName(absl::string_view()); }) n->value.SetName(n->name());
+    if constexpr (requires(T & v) { v.SetName(absl::string_view()); }) n->value.SetName(n->name());
     return n;
   }
   void Destroy(Node* n) {
@@ -360,7 +360,7 @@ struct AttrIndex {
 struct Content {
   CheckedList residual;  // no access: verified for every event reaching the group
   absl::flat_hash_map<uint32_t, std::unique_ptr<AttrIndex>> attrs;  // by attribute id
-  size_t entries = 0;  // in residual and attrs
+  size_t entries = 0;                                               // in residual and attrs
 };
 
 struct Group {
@@ -426,7 +426,7 @@ struct Scratch {
   std::vector<absl::string_view> levels;      // the event topic's levels
   std::vector<size_t> level_hashes;
   std::vector<std::pair<const TrieNode*, size_t>> stack;
-  absl::flat_hash_set<uint64_t> seen;         // ids of records reachable several ways
+  absl::flat_hash_set<uint64_t> seen;  // ids of records reachable several ways
 };
 
 class Index {

@@ -40,8 +40,6 @@
 #include "lib/matcher/index.h"
 #include "lib/matcher/plan.h"
 
-
-
 namespace gryph {
 
 namespace mi = matcher_internal;
@@ -323,12 +321,12 @@ class Matcher::Impl {
   mi::Pool pool_;  // records and index nodes; declared first, destroyed last
   // Owned; the latest state.
   absl::flat_hash_map<SubscriberId, RecordRef> records_;
-  absl::flat_hash_map<std::string, Name> names_;             // interned attribute names
+  absl::flat_hash_map<std::string, Name> names_;  // interned attribute names
   std::vector<uint32_t> free_ids_;
   uint32_t next_id_ = 0;
   mi::AccessStats stats_;
-  std::vector<Op> pending_;  // in neither copy yet
-  std::vector<Op> lagging_;  // in copies_[current_] only
+  std::vector<Op> pending_;          // in neither copy yet
+  std::vector<Op> lagging_;          // in copies_[current_] only
   std::vector<mi::TrieWalk> walks_;  // Apply's, kept to reuse its memory
 
   // Shared with readers: copies_[current_] is read-only while current.

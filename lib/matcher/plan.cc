@@ -1,13 +1,12 @@
 #include "lib/matcher/plan.h"
 
-#include "absl/hash/hash.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <optional>
 
+#include "absl/hash/hash.h"
 #include "lib/selector/evaluator.h"
 #include "lib/selector/like_pattern.h"
 #include "lib/selector/numeric.h"
@@ -37,9 +36,7 @@ inline std::optional<int> CompareNumeric(const AttributeValue& v, Tag tag, Scala
       if (std::isnan(x)) return std::nullopt;
       return tag == Tag::kInt ? -sa::CompareInt64Double(lit.i, x) : sa::CompareDouble(x, lit.d);
     }
-    default:
-      *mismatch = true;
-      return std::nullopt;
+    default: *mismatch = true; return std::nullopt;
   }
 }
 
@@ -123,8 +120,7 @@ Truth Check::Evaluate(AttrValues values, const Event& event) const {
           if (in.numeric) return Truth::kFalse;
           found = in.ContainsString(*std::get_if<std::string>(v));
           break;
-        default:
-          return Truth::kFalse;  // a boolean is in no list, nor outside one
+        default: return Truth::kFalse;  // a boolean is in no list, nor outside one
       }
       return FromBool(found != in.negated);
     }
@@ -136,10 +132,8 @@ Truth Check::Evaluate(AttrValues values, const Event& event) const {
       const auto& like = *static_cast<const sa::LikeNode*>(ptr);
       return FromBool(like.compiled_pattern.Matches(*s) != like.negated);
     }
-    case Kind::kIsNull:
-      return FromBool(values[attr] == nullptr);
-    case Kind::kIsNotNull:
-      return FromBool(values[attr] != nullptr);
+    case Kind::kIsNull: return FromBool(values[attr] == nullptr);
+    case Kind::kIsNotNull: return FromBool(values[attr] != nullptr);
     case Kind::kIsTrue: {
       const AttributeValue* v = values[attr];
       const bool* b = v == nullptr ? nullptr : std::get_if<bool>(v);
@@ -162,8 +156,7 @@ Truth Check::Evaluate(AttrValues values, const Event& event) const {
       }
       return result;
     }
-    case Kind::kBranchEnd:
-      break;
+    case Kind::kBranchEnd: break;
     case Kind::kInShort:
     case Kind::kNotInShort: {
       const AttributeValue* v = values[attr];
@@ -182,12 +175,12 @@ Truth Check::Evaluate(AttrValues values, const Event& event) const {
         const std::optional<int> c1 = CompareNumeric(*v, lo_tag(), lo, &mismatch);
         if (!c1.has_value()) return Truth::kUnknown;  // NaN
         found = *c1 == 0;
-        if (!found && hi_tag() != Tag::kNone) found = *CompareNumeric(*v, hi_tag(), hi, &mismatch) == 0;
+        if (!found && hi_tag() != Tag::kNone)
+          found = *CompareNumeric(*v, hi_tag(), hi, &mismatch) == 0;
       }
       return FromBool(found != (kind == Kind::kNotInShort));
     }
-    case Kind::kGeneric:
-      return sa::EvaluateCondition(*static_cast<const sa::Node*>(ptr), event);
+    case Kind::kGeneric: return sa::EvaluateCondition(*static_cast<const sa::Node*>(ptr), event);
   }
   return Truth::kUnknown;
 }
@@ -309,10 +302,14 @@ void SetLiteral(const AttributeValue& v, Check* k) {
       k->ptr = &str;
       k->lo.i = 0;
       std::memcpy(&k->lo, str.data(), std::min<size_t>(str.size(), sizeof(k->lo)));
-      k->flags = str.size() <= sizeof(k->lo) ? static_cast<uint8_t>(str.size()) : Check::kLongString;
+      k->flags =
+          str.size() <= sizeof(k->lo) ? static_cast<uint8_t>(str.size()) : Check::kLongString;
       break;
     }
-    default: k->set_lo_tag(Tag::kBool); k->lo.b = *std::get_if<bool>(&v); break;
+    default:
+      k->set_lo_tag(Tag::kBool);
+      k->lo.b = *std::get_if<bool>(&v);
+      break;
   }
 }
 
@@ -506,7 +503,8 @@ class Compiler {
           return k;
       }
     }
-    if (const auto* b = c.As<sa::BinaryNode>(); b != nullptr && b->kind() == sa::NodeKind::kNotEqual) {
+    if (const auto* b = c.As<sa::BinaryNode>();
+        b != nullptr && b->kind() == sa::NodeKind::kNotEqual) {
       const auto* id = b->lhs->As<sa::IdentifierNode>();
       const auto* lit = b->rhs->As<sa::LiteralNode>();
       if (id == nullptr || lit == nullptr) {
@@ -733,7 +731,8 @@ double AccessStats::Cost(const Access& a) const {
   };
   auto share = [](size_t n) { return 1.0 / static_cast<double>(std::max<size_t>(1, n)); };
   switch (a.kind) {
-    case Access::Kind::kEqString: return kEq + (p ? count(p->strings, a.str) * share(p->keys()) : 0);
+    case Access::Kind::kEqString:
+      return kEq + (p ? count(p->strings, a.str) * share(p->keys()) : 0);
     case Access::Kind::kEqInt: return kEq + (p ? count(p->ints, a.key.i) * share(p->keys()) : 0);
     case Access::Kind::kEqDouble:
       return kEq + (p ? count(p->doubles, a.key.d) * share(p->keys()) : 0);
@@ -751,8 +750,7 @@ double AccessStats::Cost(const Access& a) const {
     }
     case Access::Kind::kWide: return kInterval + (p ? static_cast<double>(p->wide) : 0);
     case Access::Kind::kAtLeast:
-    case Access::Kind::kAtMost:
-      return kOneSided + (p ? static_cast<double>(p->one_sided) / 2 : 0);
+    case Access::Kind::kAtMost: return kOneSided + (p ? static_cast<double>(p->one_sided) / 2 : 0);
     case Access::Kind::kUnindexed: break;
   }
   return std::numeric_limits<double>::infinity();

@@ -87,12 +87,12 @@ struct Check {
     kLike,      // ptr: the LikeNode (NOT LIKE too)
     kIsNull,    // attr IS NULL
     kIsNotNull,
-    kIsTrue,    // attr used as a condition: TRUE for boolean true, UNKNOWN unless boolean
-    kInShort,   // attr IN (v1[, v2]): values in lo and hi (tags; string lengths in flags' nibbles)
+    kIsTrue,   // attr used as a condition: TRUE for boolean true, UNKNOWN unless boolean
+    kInShort,  // attr IN (v1[, v2]): values in lo and hi (tags; string lengths in flags' nibbles)
     kNotInShort,
-    kOr,        // ptr: lo.i checks, branches each closed by kBranchEnd (owned by the record)
+    kOr,  // ptr: lo.i checks, branches each closed by kBranchEnd (owned by the record)
     kBranchEnd,
-    kGeneric,   // ptr: a condition node, evaluated by the evaluator
+    kGeneric,  // ptr: a condition node, evaluated by the evaluator
   };
   // Range flags.
   static constexpr uint8_t kLowInclusive = 1;
@@ -134,7 +134,8 @@ struct Check {
       if (v->index() == 1 && (tags & 0x0F) != static_cast<uint8_t>(Tag::kInt) &&
           (tags >> 4) != static_cast<uint8_t>(Tag::kInt)) {
         const double x = *std::get_if<double>(v);
-        if (lo_tag() != Tag::kNone && !((flags & kLowInclusive) ? x >= lo.d : x > lo.d)) return false;
+        if (lo_tag() != Tag::kNone && !((flags & kLowInclusive) ? x >= lo.d : x > lo.d))
+          return false;
         if (hi_tag() != Tag::kNone && !((flags & kHighInclusive) ? x <= hi.d : x < hi.d)) {
           return false;
         }
@@ -143,14 +144,14 @@ struct Check {
       if (v->index() == 0 && (tags & 0x0F) != static_cast<uint8_t>(Tag::kDouble) &&
           (tags >> 4) != static_cast<uint8_t>(Tag::kDouble)) {
         const int64_t x = *std::get_if<int64_t>(v);
-        if (lo_tag() != Tag::kNone && !((flags & kLowInclusive) ? x >= lo.i : x > lo.i)) return false;
+        if (lo_tag() != Tag::kNone && !((flags & kLowInclusive) ? x >= lo.i : x > lo.i))
+          return false;
         return hi_tag() == Tag::kNone || ((flags & kHighInclusive) ? x <= hi.i : x < hi.i);
       }
     }
     return Evaluate(values, event) == (negated ? Truth::kFalse : Truth::kTrue);
   }
 };
-
 
 static_assert(sizeof(Check) == 24);
 

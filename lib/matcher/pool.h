@@ -21,8 +21,8 @@
 #ifndef GRYPH_LIB_MATCHER_POOL_H_
 #define GRYPH_LIB_MATCHER_POOL_H_
 
-#include <cstddef>
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <new>
 #include <vector>

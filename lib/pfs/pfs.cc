@@ -310,7 +310,8 @@ absl::Status PFS::Chop(Tick through, WriteBatch* batch) {
       kPfsRecordsTable, internal::PfsRecordKey(options_.pubend, chopped_ + 1),
       through == kMaxTick ? records_end_ : internal::PfsRecordKey(options_.pubend, through + 1));
   batch->Put(internal::kPfsMetaTable,
-             internal::PfsMetaKey(options_.pubend, internal::kPfsMetaChopped), internal::EncodePfsMetaTick(through));
+             internal::PfsMetaKey(options_.pubend, internal::kPfsMetaChopped),
+             internal::EncodePfsMetaTick(through));
   chopped_ = through;
   last_tick_ = std::max(last_tick_, through);
   return absl::OkStatus();
@@ -434,7 +435,7 @@ std::vector<SubscriberId> PFS::subscribers() const {
 }
 
 absl::Status PFS::ReadTogether(absl::Span<Reader* const> readers, size_t max_records,
-                              std::vector<ReadResult>* results) {
+                               std::vector<ReadResult>* results) {
   GRYPH_RETURN_IF_ERROR(CheckUsable());
   if (max_records == 0) return absl::InvalidArgumentError("PFS read of no records");
   results->resize(readers.size());
@@ -472,9 +473,8 @@ absl::Status PFS::ReadTogether(absl::Span<Reader* const> readers, size_t max_rec
     lo = std::min(lo, from);
     hi = std::max(hi, r.end_);
   }
-  std::sort(wants.begin(), wants.end(), [](const Want& a, const Want& b) {
-    return a.subscriber.value < b.subscriber.value;
-  });
+  std::sort(wants.begin(), wants.end(),
+            [](const Want& a, const Want& b) { return a.subscriber.value < b.subscriber.value; });
   // The pass: records in (lo, hi], committed ones from storage and the rest from memory, in tick
   // order; `through` ends at the last record read when max_records ran out.
   Tick through = hi;
@@ -488,8 +488,8 @@ absl::Status PFS::ReadTogether(absl::Span<Reader* const> readers, size_t max_rec
     ++records;
     internal::PfsRecordView record;
     if (!record.Parse(value)) {
-      parse = absl::DataLossError(absl::StrCat("PFS: the record of tick ", t, " (",
-                                               value.size(), " bytes) does not parse"));
+      parse = absl::DataLossError(absl::StrCat("PFS: the record of tick ", t, " (", value.size(),
+                                               " bytes) does not parse"));
       return false;
     }
     auto take = [t](const Want& w) {

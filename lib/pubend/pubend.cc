@@ -11,8 +11,8 @@
 #include "lib/pubend/pubend_impl.h"
 #include "lib/pubend/pubend_keys.h"
 #include "lib/storage/last_row.h"
-#include "lib/util/fnv1a.h"
 #include "lib/util/coding.h"
+#include "lib/util/fnv1a.h"
 #include "lib/util/status_macros.h"
 
 namespace gryph {
@@ -25,7 +25,8 @@ namespace {
 absl::StatusOr<Tick> DecodeTickValue(absl::string_view what, absl::string_view bytes) {
   std::optional<Tick> t = internal::ParseMetaTick(bytes);
   if (!t) {
-    return absl::DataLossError(absl::StrCat("pubend ", what, " is ", bytes.size(), " bytes, not 8"));
+    return absl::DataLossError(
+        absl::StrCat("pubend ", what, " is ", bytes.size(), " bytes, not 8"));
   }
   return *t;
 }
@@ -34,8 +35,8 @@ absl::StatusOr<Tick> DecodeTickValue(absl::string_view what, absl::string_view b
 
 namespace internal {
 
-PubendImpl::PubendImpl(const PubendOptions& options, Storage* storage,
-                       GroupCommitter* committer, Channel* channel)
+PubendImpl::PubendImpl(const PubendOptions& options, Storage* storage, GroupCommitter* committer,
+                       Channel* channel)
     : options_(options), storage_(storage), committer_(committer), channel_(channel) {}
 
 PubendImpl::~PubendImpl() = default;
@@ -92,9 +93,9 @@ absl::Status PubendImpl::Recover() {
         std::optional<internal::PublisherSequence> seq = internal::ParsePublisherSequenceKey(key);
         absl::StatusOr<Tick> tick = internal::ParsePublisherRow(value);
         if (!seq || seq->name.size() > kMaxPublisherNameBytes || !tick.ok()) {
-          parse = absl::DataLossError(absl::StrCat(
-              "pubend ", options_.id.value, " publisher row \"", absl::CHexEscape(key),
-              "\" is malformed", tick.ok() ? "" : ": ", tick.status().message()));
+          parse = absl::DataLossError(
+              absl::StrCat("pubend ", options_.id.value, " publisher row \"", absl::CHexEscape(key),
+                           "\" is malformed", tick.ok() ? "" : ": ", tick.status().message()));
           return false;
         }
         const SequenceEntry e{seq->sequence, *tick};
@@ -123,7 +124,7 @@ void PubendImpl::Fail(const absl::Status& status) {
 }
 
 void PubendImpl::Publish(absl::string_view publisher, uint64_t sequence, EventRef event,
-                     absl::Time now, PublishDone done) {
+                         absl::Time now, PublishDone done) {
   absl::StatusOr<Tick> immediate;  // the outcome when known without a commit
   // Encoded before the lock, which the commit thread takes for every committed event: the
   // buffer is the calling thread's and keeps its capacity.
@@ -138,9 +139,8 @@ void PubendImpl::Publish(absl::string_view publisher, uint64_t sequence, EventRe
       immediate = absl::InvalidArgumentError("publish of a null event");
     } else if (publisher.size() > kMaxPublisherNameBytes) {
       // Checked here, where it enters: in the group commit it would fail everyone's publishes.
-      immediate = absl::InvalidArgumentError(
-          absl::StrCat("publisher name of ", publisher.size(), " bytes; at most ",
-                       kMaxPublisherNameBytes));
+      immediate = absl::InvalidArgumentError(absl::StrCat(
+          "publisher name of ", publisher.size(), " bytes; at most ", kMaxPublisherNameBytes));
     } else {
       Publisher* pub = sequence > 0 ? &publishers_[publisher] : nullptr;
       if (pub != nullptr && sequence <= pub->last_sequence) {
@@ -153,14 +153,15 @@ void PubendImpl::Publish(absl::string_view publisher, uint64_t sequence, EventRe
         if (hit != pub->committed.end()) {
           immediate = hit->tick;
         } else if (pub->committed.empty() || sequence < pub->committed.front().sequence) {
-          immediate = absl::AlreadyExistsError(absl::StrCat(
-              "publisher '", publisher, "' sequence ", sequence,
-              " was logged but is older than the retry window of ", kSequenceWindow));
+          immediate = absl::AlreadyExistsError(
+              absl::StrCat("publisher '", publisher, "' sequence ", sequence,
+                           " was logged but is older than the retry window of ", kSequenceWindow));
         } else {
-          immediate = absl::InvalidArgumentError(absl::StrCat(
-              "publisher '", publisher, "' sequence ", sequence, " is below its latest ",
-              pub->last_sequence, " and was never logged (if its publish failed, publish it "
-              "again under a new sequence)"));
+          immediate = absl::InvalidArgumentError(
+              absl::StrCat("publisher '", publisher, "' sequence ", sequence,
+                           " is below its latest ", pub->last_sequence,
+                           " and was never logged (if its publish failed, publish it "
+                           "again under a new sequence)"));
         }
       } else {
         const Tick t = std::max(assigned_ + 1, NowTick(now));
@@ -253,9 +254,9 @@ void PubendImpl::OnCommitted(CommitBatch& batch, absl::Status status) {
 void PubendImpl::TrimPublisherLocked(const std::string& name, Publisher& pub) {
   // The rows below the committed window: deleting them depends on nothing still pending.
   WriteBatch batch;
-  batch.DeleteRange(internal::kPublishersTable,
-                    internal::PublisherSequenceKey(options_.id, name, 0),
-                    internal::PublisherSequenceKey(options_.id, name, pub.committed.front().sequence));
+  batch.DeleteRange(
+      internal::kPublishersTable, internal::PublisherSequenceKey(options_.id, name, 0),
+      internal::PublisherSequenceKey(options_.id, name, pub.committed.front().sequence));
   batch.set_frees_space(true);
   pub.stored_rows = pub.committed.size();
   SubmitOtherLocked(std::move(batch), [this](absl::Status s) {
@@ -497,7 +498,7 @@ absl::Status PubendImpl::RemoveDownstream(absl::string_view node) {
 }
 
 absl::Status PubendImpl::HandleRelease(absl::string_view from, const ReleaseEntry& entry,
-                                   absl::Time now) {
+                                       absl::Time now) {
   absl::MutexLock lock(&mu_);
   if (!status_.ok()) return status_;
   if (entry.pubend != options_.id) {
@@ -509,14 +510,13 @@ absl::Status PubendImpl::HandleRelease(absl::string_view from, const ReleaseEntr
     return absl::NotFoundError(absl::StrCat("release from unknown downstream node '", from, "'"));
   }
   if (entry.released > entry.latest_delivered) {
-    return absl::InvalidArgumentError(absl::StrCat("released ", entry.released,
-                                                   " is above latest delivered ",
-                                                   entry.latest_delivered));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "released ", entry.released, " is above latest delivered ", entry.latest_delivered));
   }
   if (entry.latest_delivered > committed_) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "node '", from, "' claims delivery through tick ", entry.latest_delivered,
-        " but pubend ", options_.id.value, " has committed only through ", committed_));
+        "node '", from, "' claims delivery through tick ", entry.latest_delivered, " but pubend ",
+        options_.id.value, " has committed only through ", committed_));
   }
   Downstream& d = it->second;
   const Downstream before = d;
@@ -532,8 +532,8 @@ absl::Status PubendImpl::HandleRelease(absl::string_view from, const ReleaseEntr
 
 absl::Status PubendImpl::HandleCuriosity(absl::string_view from, const CuriosityMessage& nack) {
   if (nack.pubend != options_.id) {
-    return absl::InvalidArgumentError(absl::StrCat("nack for pubend ", nack.pubend.value,
-                                                   " sent to pubend ", options_.id.value));
+    return absl::InvalidArgumentError(
+        absl::StrCat("nack for pubend ", nack.pubend.value, " sent to pubend ", options_.id.value));
   }
   Tick after = 0;  // ranges are ascending and disjoint, of ticks >= 1
   for (TickRange r : nack.ranges) {
@@ -692,9 +692,9 @@ absl::StatusOr<Tick> PubendImpl::ReadKnowledge(
       add(KnowledgeSpan::Data(t, MakeEventRef(*std::move(event))));
       next = t + 1;
     } else {  // intact as stored but not an event: as damaged
-      note_damage(std::string(key), absl::DataLossError(absl::StrCat("pubend ", options_.id.value,
-                                                   " event at tick ", t, " does not decode: ",
-                                                   event.status().message())));
+      note_damage(std::string(key), absl::DataLossError(absl::StrCat(
+                                        "pubend ", options_.id.value, " event at tick ", t,
+                                        " does not decode: ", event.status().message())));
     }
     c->Next();
   }
@@ -751,9 +751,8 @@ absl::Status PubendImpl::status() const {
 
 }  // namespace internal
 
-absl::StatusOr<std::unique_ptr<Pubend>> Pubend::Open(const PubendOptions& options,
-                                                     Storage* storage, GroupCommitter* committer,
-                                                     Channel* channel) {
+absl::StatusOr<std::unique_ptr<Pubend>> Pubend::Open(const PubendOptions& options, Storage* storage,
+                                                     GroupCommitter* committer, Channel* channel) {
   const std::string what = absl::StrCat("pubend ", options.id.value, " option ");
   if (options.max_retain < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(what, "max_retain is negative"));
@@ -761,15 +760,15 @@ absl::StatusOr<std::unique_ptr<Pubend>> Pubend::Open(const PubendOptions& option
   if (options.heartbeat <= absl::ZeroDuration() || options.heartbeat == absl::InfiniteDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(what, "heartbeat must be positive and finite"));
   }
-  for (const auto& [value, name] : {std::pair<uint64_t, const char*>{options.max_spans_per_message,
-                                                                     "max_spans_per_message"},
-                                    {options.max_bytes_per_message, "max_bytes_per_message"},
-                                    {options.max_nack_answer_bytes, "max_nack_answer_bytes"}}) {
+  for (const auto& [value, name] :
+       {std::pair<uint64_t, const char*>{options.max_spans_per_message, "max_spans_per_message"},
+        {options.max_bytes_per_message, "max_bytes_per_message"},
+        {options.max_nack_answer_bytes, "max_nack_answer_bytes"}}) {
     if (value == 0) return absl::InvalidArgumentError(absl::StrCat(what, name, " is 0"));
   }
   if (storage == nullptr || committer == nullptr || channel == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("pubend ", options.id.value,
-                                                   " needs a storage, a committer and a channel"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("pubend ", options.id.value, " needs a storage, a committer and a channel"));
   }
   auto p = std::make_unique<internal::PubendImpl>(options, storage, committer, channel);
   GRYPH_RETURN_IF_ERROR(p->Recover());

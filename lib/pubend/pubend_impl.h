@@ -117,13 +117,13 @@ class PubendImpl final : public Pubend {
 
   mutable absl::Mutex mu_;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
-  Tick assigned_ ABSL_GUARDED_BY(mu_) = 0;    // the highest tick handed out or announced
-  Tick committed_ ABSL_GUARDED_BY(mu_) = 0;   // T(p), durable
-  Tick l_prefix_ ABSL_GUARDED_BY(mu_) = 0;    // durable L prefix
-  Tick releasing_ ABSL_GUARDED_BY(mu_) = 0;   // L prefix being committed (>= l_prefix_)
-  Tick reclaimed_ ABSL_GUARDED_BY(mu_) = 0;   // events at or below are deleted
+  Tick assigned_ ABSL_GUARDED_BY(mu_) = 0;   // the highest tick handed out or announced
+  Tick committed_ ABSL_GUARDED_BY(mu_) = 0;  // T(p), durable
+  Tick l_prefix_ ABSL_GUARDED_BY(mu_) = 0;   // durable L prefix
+  Tick releasing_ ABSL_GUARDED_BY(mu_) = 0;  // L prefix being committed (>= l_prefix_)
+  Tick reclaimed_ ABSL_GUARDED_BY(mu_) = 0;  // events at or below are deleted
   bool reclaiming_ ABSL_GUARDED_BY(mu_) = false;
-  size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0; // publishes and heartbeats not yet committed
+  size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // publishes and heartbeats not yet committed
   absl::Time last_activity_ ABSL_GUARDED_BY(mu_);
   std::vector<KnowledgeSpan> unsent_ ABSL_GUARDED_BY(mu_);  // committed, in tick order
   // The batch later publishes may join (null: none; any other submission of this pubend closes

@@ -85,7 +85,7 @@ Pubend* PublisherHostingBrokerImpl::pubend(PubendId p) const {
 }
 
 void PublisherHostingBrokerImpl::Publish(PubendId p, absl::string_view publisher, uint64_t sequence,
-                                     EventRef event, Pubend::PublishDone done) {
+                                         EventRef event, Pubend::PublishDone done) {
   Pubend* pubend = this->pubend(p);
   if (pubend == nullptr) {
     std::move(done)(absl::NotFoundError(absl::StrCat("no pubend ", p.value, " at this PHB")));
@@ -94,9 +94,9 @@ void PublisherHostingBrokerImpl::Publish(PubendId p, absl::string_view publisher
   pubend->Publish(publisher, sequence, std::move(event), Now(), std::move(done));
 }
 
-PubendId PublisherHostingBrokerImpl::PublishByKey(absl::string_view key, absl::string_view publisher,
-                                              uint64_t sequence, EventRef event,
-                                              Pubend::PublishDone done) {
+PubendId PublisherHostingBrokerImpl::PublishByKey(absl::string_view key,
+                                                  absl::string_view publisher, uint64_t sequence,
+                                                  EventRef event, Pubend::PublishDone done) {
   const PubendId p = PubendForKey(key, ids_);
   Publish(p, publisher, sequence, std::move(event), std::move(done));
   return p;
@@ -114,9 +114,10 @@ absl::Status PublisherHostingBrokerImpl::HandleMessage(absl::string_view from, c
     absl::Status first;
     for (const ReleaseEntry& e : release->entries) {
       Pubend* p = pubend(e.pubend);
-      absl::Status s = p == nullptr ? absl::NotFoundError(absl::StrCat(
-                                          "release for unknown pubend ", e.pubend.value))
-                                    : p->HandleRelease(from, e, Now());
+      absl::Status s =
+          p == nullptr
+              ? absl::NotFoundError(absl::StrCat("release for unknown pubend ", e.pubend.value))
+              : p->HandleRelease(from, e, Now());
       if (first.ok()) first = s;
     }
     return first;
@@ -151,7 +152,8 @@ absl::StatusOr<std::unique_ptr<PublisherHostingBroker>> PublisherHostingBroker::
     return absl::InvalidArgumentError("PHB option group_commit.max_delay is negative");
   }
   for (const std::string& node : options.downstream) {
-    if (node.empty()) return absl::InvalidArgumentError("PHB option downstream names an empty node");
+    if (node.empty())
+      return absl::InvalidArgumentError("PHB option downstream names an empty node");
   }
   if (storage == nullptr || channel == nullptr) {
     return absl::InvalidArgumentError("a PHB needs a storage and a channel");

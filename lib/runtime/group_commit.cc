@@ -15,9 +15,7 @@ GroupCommitter::~GroupCommitter() {
   // pending_ (batch and callbacks) is destroyed without running anything: a crash.
 }
 
-absl::Time GroupCommitter::Now() const {
-  return options_.clock ? options_.clock() : absl::Now();
-}
+absl::Time GroupCommitter::Now() const { return options_.clock ? options_.clock() : absl::Now(); }
 
 void GroupCommitter::Submit(WriteBatch batch, size_t records, Done done) {
   const absl::Time now = Now();

@@ -16,12 +16,9 @@ namespace {
 StaticType TypeOfLiteral(const AttributeValue& v) {
   switch (v.index()) {
     case 0:
-    case 1:
-      return StaticType::kNumeric;
-    case 2:
-      return StaticType::kString;
-    default:
-      return StaticType::kBoolean;
+    case 1: return StaticType::kNumeric;
+    case 2: return StaticType::kString;
+    default: return StaticType::kBoolean;
   }
 }
 
@@ -236,10 +233,8 @@ std::string LiteralToString(const AttributeValue& v) {
 
 std::string ToString(const Node& node) {
   switch (node.kind()) {
-    case NodeKind::kLiteral:
-      return LiteralToString(node.As<LiteralNode>()->value);
-    case NodeKind::kIdentifier:
-      return node.As<IdentifierNode>()->name;
+    case NodeKind::kLiteral: return LiteralToString(node.As<LiteralNode>()->value);
+    case NodeKind::kIdentifier: return node.As<IdentifierNode>()->name;
     case NodeKind::kNegate:
     case NodeKind::kUnaryPlus:
       return absl::StrCat("(", KindName(node.kind()), ToString(*node.As<UnaryNode>()->operand),
@@ -267,11 +262,9 @@ std::string ToString(const Node& node) {
     }
     case NodeKind::kLike: {
       const auto* like = node.As<LikeNode>();
-      return absl::StrCat("(", like->attribute, like->negated ? " NOT" : "", " LIKE ",
-                          QuoteString(like->pattern),
-                          like->escape.empty() ? "" : absl::StrCat(" ESCAPE ",
-                                                                    QuoteString(like->escape)),
-                          ")");
+      return absl::StrCat(
+          "(", like->attribute, like->negated ? " NOT" : "", " LIKE ", QuoteString(like->pattern),
+          like->escape.empty() ? "" : absl::StrCat(" ESCAPE ", QuoteString(like->escape)), ")");
     }
     case NodeKind::kIsNull: {
       const auto* n = node.As<IsNullNode>();

@@ -172,8 +172,8 @@ struct InNode final : Node {
   bool numeric;                        // the list holds numbers (else strings)
   // Lookup structures derived from `values`.
   absl::flat_hash_set<std::string> strings;
-  std::vector<int64_t> ints;     // sorted
-  std::vector<double> doubles;   // sorted
+  std::vector<int64_t> ints;    // sorted
+  std::vector<double> doubles;  // sorted
 };
 
 // `attribute [NOT] LIKE 'pattern' [ESCAPE 'c']`.
@@ -244,7 +244,7 @@ struct IndexableConjunct {
   std::vector<const AttributeValue*> values;  // kEqual, kIn
   const AttributeValue* lower = nullptr;      // kRange
   bool lower_inclusive = false;
-  const AttributeValue* upper = nullptr;      // kRange
+  const AttributeValue* upper = nullptr;  // kRange
   bool upper_inclusive = false;
 };
 

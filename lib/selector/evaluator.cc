@@ -272,12 +272,9 @@ Truth EvaluateCondition(const Node& node, const Event& event) {
       }
       return result;
     }
-    case NodeKind::kBetween:
-      return EvaluateBetween(static_cast<const BetweenNode&>(node), event);
-    case NodeKind::kIn:
-      return EvaluateIn(static_cast<const InNode&>(node), event);
-    case NodeKind::kLike:
-      return EvaluateLike(static_cast<const LikeNode&>(node), event);
+    case NodeKind::kBetween: return EvaluateBetween(static_cast<const BetweenNode&>(node), event);
+    case NodeKind::kIn: return EvaluateIn(static_cast<const InNode&>(node), event);
+    case NodeKind::kLike: return EvaluateLike(static_cast<const LikeNode&>(node), event);
     case NodeKind::kIsNull: {
       const auto& n = static_cast<const IsNullNode&>(node);
       return FromBool((event.Find(n.attribute) == nullptr) != n.negated);

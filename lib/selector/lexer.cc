@@ -18,9 +18,9 @@ struct Keyword {
   TokenKind kind;
 };
 constexpr Keyword kKeywords[] = {
-    {"NULL", TokenKind::kNull},       {"TRUE", TokenKind::kTrue},   {"FALSE", TokenKind::kFalse},
-    {"NOT", TokenKind::kNot},         {"AND", TokenKind::kAnd},     {"OR", TokenKind::kOr},
-    {"BETWEEN", TokenKind::kBetween}, {"LIKE", TokenKind::kLike},   {"IN", TokenKind::kIn},
+    {"NULL", TokenKind::kNull},       {"TRUE", TokenKind::kTrue},     {"FALSE", TokenKind::kFalse},
+    {"NOT", TokenKind::kNot},         {"AND", TokenKind::kAnd},       {"OR", TokenKind::kOr},
+    {"BETWEEN", TokenKind::kBetween}, {"LIKE", TokenKind::kLike},     {"IN", TokenKind::kIn},
     {"IS", TokenKind::kIs},           {"ESCAPE", TokenKind::kEscape},
 };
 
@@ -102,13 +102,11 @@ class Lexer {
       case '!':
         if (Peek(1) == '=') return Error(pos_, "unexpected '!=': write <> for 'not equal'");
         break;
-      case '"':
-        return Error(pos_, "unexpected '\"': string literals use single quotes");
-      default:
-        break;
+      case '"': return Error(pos_, "unexpected '\"': string literals use single quotes");
+      default: break;
     }
-    return Error(pos_, absl::StrCat("unexpected character '", Printable(text_.substr(pos_, 1)),
-                                    "'"));
+    return Error(pos_,
+                 absl::StrCat("unexpected character '", Printable(text_.substr(pos_, 1)), "'"));
   }
 
   absl::Status String(Token* token) {
@@ -137,8 +135,9 @@ class Lexer {
       } else if (static_cast<unsigned char>(c) >= 0x80) {
         const size_t len = Utf8CharLength(text_, pos_);
         if (len == 1) {
-          return Error(pos_, absl::StrCat("invalid UTF-8 byte 0x",
-                                          absl::Hex(static_cast<unsigned char>(c), absl::kZeroPad2)));
+          return Error(pos_,
+                       absl::StrCat("invalid UTF-8 byte 0x",
+                                    absl::Hex(static_cast<unsigned char>(c), absl::kZeroPad2)));
         }
         pos_ += len;
       } else {
@@ -239,9 +238,9 @@ class Lexer {
                                          Printable(text_.substr(start, pos_ - start))));
       }
       if (value > (limit - d) / static_cast<uint64_t>(base)) {
-        return Error(start, absl::StrCat("integer literal ",
-                                         Printable(text_.substr(start, pos_ - start)),
-                                         " is out of the range of a 64-bit integer"));
+        return Error(start,
+                     absl::StrCat("integer literal ", Printable(text_.substr(start, pos_ - start)),
+                                  " is out of the range of a 64-bit integer"));
       }
       value = value * static_cast<uint64_t>(base) + d;
     }
@@ -252,9 +251,10 @@ class Lexer {
   absl::Status Malformed(size_t start) {
     size_t end = pos_;
     while (end < text_.size() && (IsAsciiIdentifierPart(text_[end]) || text_[end] == '.')) ++end;
-    return Error(start, absl::StrCat("malformed number '",
-                                     Printable(text_.substr(start, std::min<size_t>(end - start, 40))),
-                                     "'"));
+    return Error(
+        start,
+        absl::StrCat("malformed number '",
+                     Printable(text_.substr(start, std::min<size_t>(end - start, 40))), "'"));
   }
 
   absl::Status Error(size_t offset, absl::string_view message) const {

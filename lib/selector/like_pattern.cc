@@ -31,9 +31,9 @@ absl::StatusOr<LikePattern> LikePattern::Compile(absl::string_view pattern,
       }
       const absl::string_view next = pattern.substr(pos, Utf8CharLength(pattern, pos));
       if (next != "_" && next != "%" && next != escape) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "in a LIKE pattern the escape character '", escape,
-            "' must be followed by '_', '%' or itself, not '", next, "'"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("in a LIKE pattern the escape character '", escape,
+                         "' must be followed by '_', '%' or itself, not '", next, "'"));
       }
       add_literal(next);
       pos += next.size();
@@ -63,11 +63,11 @@ absl::string_view LikePattern::literal_prefix() const {
 // absorb instead, the later one can absorb too, since the elements between them are fixed.
 bool LikePattern::Matches(absl::string_view text) const {
   const size_t n = elements_.size();
-  size_t e = 0;                   // next element
-  size_t t = 0;                   // next text byte
-  bool have_star = false;         // a `%` has been seen
-  size_t star_e = 0;              // the element after the last `%` seen
-  size_t star_t = 0;              // the text position that `%` has absorbed up to
+  size_t e = 0;            // next element
+  size_t t = 0;            // next text byte
+  bool have_star = false;  // a `%` has been seen
+  size_t star_e = 0;       // the element after the last `%` seen
+  size_t star_t = 0;       // the text position that `%` has absorbed up to
   while (true) {
     bool ok = false;
     if (e < n) {

@@ -15,8 +15,8 @@ namespace gryph::selector_ast {
 // -1, 0 or 1 as i is less than, equal to or greater than d. REQUIRES: d is not NaN.
 inline int CompareInt64Double(int64_t i, double d) {
   constexpr double kTwo63 = 9223372036854775808.0;  // 2^63, exactly representable
-  if (d >= kTwo63) return -1;                        // also +inf
-  if (d < -kTwo63) return 1;                         // also -inf
+  if (d >= kTwo63) return -1;                       // also +inf
+  if (d < -kTwo63) return 1;                        // also -inf
   // Now -2^63 <= d < 2^63, so trunc(d) is an exactly representable int64.
   const double t = std::trunc(d);
   const int64_t ti = static_cast<int64_t>(t);

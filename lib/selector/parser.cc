@@ -42,10 +42,8 @@ bool CanStartValue(TokenKind k) {
     case TokenKind::kNull:  // so that Prefix() explains where NULL may appear
     case TokenKind::kLeftParen:
     case TokenKind::kPlus:
-    case TokenKind::kMinus:
-      return true;
-    default:
-      return false;
+    case TokenKind::kMinus: return true;
+    default: return false;
   }
 }
 
@@ -72,16 +70,12 @@ int InfixPrecedence(TokenKind k) {
     case TokenKind::kBetween:
     case TokenKind::kIn:
     case TokenKind::kLike:
-    case TokenKind::kIs:
-      return kComparison;
+    case TokenKind::kIs: return kComparison;
     case TokenKind::kPlus:
-    case TokenKind::kMinus:
-      return kSum;
+    case TokenKind::kMinus: return kSum;
     case TokenKind::kStar:
-    case TokenKind::kSlash:
-      return kProduct;
-    default:
-      return ComparisonKind(k) ? kComparison : 0;
+    case TokenKind::kSlash: return kProduct;
+    default: return ComparisonKind(k) ? kComparison : 0;
   }
 }
 
@@ -99,12 +93,10 @@ std::string WhatIs(const Node& n) {
   switch (n.type()) {
     case StaticType::kAny:
       return absl::StrCat("the identifier '", n.As<IdentifierNode>()->name, "'");
-    case StaticType::kString:
-      return "a string";
+    case StaticType::kString: return "a string";
     case StaticType::kNumeric:
       return n.kind() == NodeKind::kLiteral ? "a number" : "an arithmetic expression";
-    case StaticType::kBoolean:
-      return n.kind() == NodeKind::kLiteral ? "a boolean" : "a condition";
+    case StaticType::kBoolean: return n.kind() == NodeKind::kLiteral ? "a boolean" : "a condition";
   }
   return "a value";
 }
@@ -128,10 +120,9 @@ class Parser {
     if (!CanStartCondition(Peek().kind)) return Unexpected("a condition", Peek());
     GRYPH_ASSIGN_OR_RETURN(NodePtr root, Expression(kOr));
     if (Peek().kind != TokenKind::kEnd) {
-      return Unexpected(root->type() == StaticType::kBoolean
-                            ? "AND, OR or end of selector"
-                            : "an operator",
-                        Peek());
+      return Unexpected(
+          root->type() == StaticType::kBoolean ? "AND, OR or end of selector" : "an operator",
+          Peek());
     }
     GRYPH_RETURN_IF_ERROR(CheckCondition(*root, nullptr));
     return root;
@@ -160,14 +151,14 @@ class Parser {
   }
 
   // Error builders stay out of line, so that the recursive functions keep small frames.
-  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status Error(
-      size_t offset, absl::string_view message) const {
+  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status Error(size_t offset,
+                                                                 absl::string_view message) const {
     return SyntaxError(text_, offset, message);
   }
   ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status Unexpected(absl::string_view expected,
-                                                                       const Token& found) const {
-    return Error(found.offset, absl::StrCat("expected ", expected, ", found ",
-                                            Describe(text_, found)));
+                                                                      const Token& found) const {
+    return Error(found.offset,
+                 absl::StrCat("expected ", expected, ", found ", Describe(text_, found)));
   }
   ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status TooDeep(size_t offset) const {
     return Error(offset, absl::StrCat("expression is nested too deeply (more than ",
@@ -194,8 +185,8 @@ class Parser {
     if (CanStartCondition(Peek().kind)) return absl::OkStatus();
     return MissingOperand("a condition", op);
   }
-  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status MissingOperand(
-      absl::string_view what, const Token& op) const {
+  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status MissingOperand(absl::string_view what,
+                                                                          const Token& op) const {
     return Unexpected(absl::StrCat(what, " after ", OperatorName(op)), Peek());
   }
 
@@ -214,7 +205,7 @@ class Parser {
     return NotACondition(n, op);
   }
   ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status NotACondition(const Node& n,
-                                                                          const char* op) const {
+                                                                         const char* op) const {
     return Error(n.offset(), op == nullptr
                                  ? absl::StrCat("expected a condition, found ", WhatIs(n))
                                  : absl::StrCat(op, " needs conditions, found ", WhatIs(n)));
@@ -226,8 +217,8 @@ class Parser {
     return NotANumber(n, op, unary);
   }
   ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status NotANumber(const Node& n,
-                                                                       const Token& op,
-                                                                       bool unary) const {
+                                                                      const Token& op,
+                                                                      bool unary) const {
     return Error(n.offset(), absl::StrCat(unary ? "unary " : "", OperatorName(op),
                                           " needs numbers, found ", WhatIs(n)));
   }
@@ -265,9 +256,9 @@ class Parser {
     GRYPH_ASSIGN_OR_RETURN(NodePtr rhs, Expression(prec + 1));  // left-associative
     GRYPH_RETURN_IF_ERROR(CheckNumeric(*rhs, op));
     const size_t offset = lhs->offset();
-    return Finish(
-        std::make_unique<BinaryNode>(ArithmeticKind(op.kind), std::move(lhs), std::move(rhs), offset),
-        op.offset);
+    return Finish(std::make_unique<BinaryNode>(ArithmeticKind(op.kind), std::move(lhs),
+                                               std::move(rhs), offset),
+                  op.offset);
   }
 
   // `first` AND ... AND ..., or the same with OR, as one node.
@@ -290,10 +281,10 @@ class Parser {
   }
 
   ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status NotOrderable(const Token& op,
-                                                                         const Node& operand) const {
-    return Error(op.offset, absl::StrCat(OperatorName(op), " compares only numbers, found ",
-                                         WhatIs(operand),
-                                         " (strings and booleans allow only = and <>)"));
+                                                                        const Node& operand) const {
+    return Error(op.offset,
+                 absl::StrCat(OperatorName(op), " compares only numbers, found ", WhatIs(operand),
+                              " (strings and booleans allow only = and <>)"));
   }
 
   // The comparison-level operator after `lhs`.
@@ -323,14 +314,10 @@ class Parser {
       negated = true;
     }
     switch (Peek().kind) {
-      case TokenKind::kBetween:
-        return Between(std::move(lhs), negated);
-      case TokenKind::kIn:
-        return In(std::move(lhs), negated);
-      case TokenKind::kLike:
-        return Like(std::move(lhs), negated);
-      default:
-        return IsNull(std::move(lhs));
+      case TokenKind::kBetween: return Between(std::move(lhs), negated);
+      case TokenKind::kIn: return In(std::move(lhs), negated);
+      case TokenKind::kLike: return Like(std::move(lhs), negated);
+      default: return IsNull(std::move(lhs));
     }
   }
 
@@ -356,8 +343,8 @@ class Parser {
   // The attribute on the left of IN, LIKE or IS NULL.
   absl::StatusOr<std::string> AttributeOperand(const Node& lhs, absl::string_view op) const {
     if (const auto* id = lhs.As<IdentifierNode>()) return id->name;
-    return Error(lhs.offset(), absl::StrCat(op, " needs an identifier on its left, found ",
-                                            WhatIs(lhs)));
+    return Error(lhs.offset(),
+                 absl::StrCat(op, " needs an identifier on its left, found ", WhatIs(lhs)));
   }
 
   ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<NodePtr> In(NodePtr lhs, bool negated) {
@@ -380,8 +367,9 @@ class Parser {
     }
     Take();  // ')'
     const size_t offset = lhs->offset();
-    return Finish(std::make_unique<InNode>(negated, std::move(attribute), std::move(values), offset),
-                  in.offset);
+    return Finish(
+        std::make_unique<InNode>(negated, std::move(attribute), std::move(values), offset),
+        in.offset);
   }
 
   // A string literal, or a numeric literal with an optional sign.
@@ -464,16 +452,11 @@ class Parser {
   absl::StatusOr<NodePtr> Prefix(int* limit) {
     const Token& t = Peek();
     switch (t.kind) {
-      case TokenKind::kNot:
-        *limit = kNot;
-        return Not();
+      case TokenKind::kNot: *limit = kNot; return Not();
       case TokenKind::kPlus:
-      case TokenKind::kMinus:
-        return Sign();
-      case TokenKind::kLeftParen:
-        return Parenthesized();
-      default:
-        return Leaf();
+      case TokenKind::kMinus: return Sign();
+      case TokenKind::kLeftParen: return Parenthesized();
+      default: return Leaf();
     }
   }
 
@@ -494,10 +477,8 @@ class Parser {
       case TokenKind::kFalse:
         return NodePtr(std::make_unique<LiteralNode>(
             AttributeValue(Take().kind == TokenKind::kTrue), t.offset));
-      case TokenKind::kNull:
-        return NullMisplaced(t);
-      default:
-        return Unexpected("a value", t);
+      case TokenKind::kNull: return NullMisplaced(t);
+      default: return Unexpected("a value", t);
     }
   }
 

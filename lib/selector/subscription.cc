@@ -24,8 +24,9 @@ bool Subscription::Matches(const Event& event) const {
 void Subscription::EncodeTo(std::string* out) const {
   out->push_back(static_cast<char>(kEncodingVersion));
   internal::PutLengthPrefixed(out, selector_.text());
-  internal::PutLengthPrefixed(out, topic_filter_.has_value() ? absl::string_view(topic_filter_->text())
-                                                             : absl::string_view());
+  internal::PutLengthPrefixed(out, topic_filter_.has_value()
+                                       ? absl::string_view(topic_filter_->text())
+                                       : absl::string_view());
 }
 
 std::string Subscription::Encode() const {

@@ -46,7 +46,7 @@ absl::StatusOr<TopicFilter> TopicFilter::Parse(absl::string_view text) {
 bool TopicFilter::Matches(absl::string_view topic) const {
   size_t begin = 0;  // start of the next topic level; topic.size() + 1 once all are consumed
   for (const std::string& level : levels_) {
-    if (level == "#") return true;  // zero or more remaining levels
+    if (level == "#") return true;           // zero or more remaining levels
     if (begin > topic.size()) return false;  // the topic has fewer levels
     size_t end = topic.find('/', begin);
     if (end == absl::string_view::npos) end = topic.size();

@@ -108,12 +108,12 @@ void CatchupStream::Step(const KnowledgeStream& knowledge, Tick latest_delivered
         continue;
       }
       case TickValue::kS:  // filtered upstream: no event for anyone downstream
-      case TickValue::kQ:
-        break;
+      case TickValue::kQ: break;
     }
     position_ = t;
   }
-  if (matches_.empty()) position_ = std::max(position_, std::min(matches_through_, latest_delivered));
+  if (matches_.empty())
+    position_ = std::max(position_, std::min(matches_through_, latest_delivered));
   if (position_ >= latest_delivered) {
     // Caught up: a lost span still held goes out now, and a Silence moves the CT to the end.
     EmitPendingGap(out);
@@ -137,8 +137,7 @@ void CatchupStream::StepRefilter(const KnowledgeStream& knowledge,
         }
         return;
       }
-      case TickValue::kS:
-        break;
+      case TickValue::kS: break;
       case TickValue::kD:
         if (subscription_.Matches(*span.event)) {
           if (pending_gap_ != 0) {

@@ -7,8 +7,8 @@ namespace gryph {
 ConStream::Batch ConStream::Next(const KnowledgeStream& knowledge, size_t max_data,
                                  Tick limit) const {
   Batch batch;
-  const Tick horizon = std::max(latest_delivered_,
-                                std::min(limit, knowledge.DoubtHorizon(latest_delivered_)));
+  const Tick horizon =
+      std::max(latest_delivered_, std::min(limit, knowledge.DoubtHorizon(latest_delivered_)));
   batch.through = horizon;
   if (horizon == latest_delivered_) return batch;
   // The L prefix is what upstream released: a stream that starts below it (a pubend added to
@@ -46,11 +46,13 @@ std::vector<DeliveryMessage> ConStream::Silences(absl::Time now, absl::Duration 
     if (m.last_tick >= latest_delivered_ || now - m.last_message < interval) continue;
     due.emplace_back(&name, &m);
   }
-  std::sort(due.begin(), due.end(), [](const auto& a, const auto& b) { return *a.first < *b.first; });
+  std::sort(due.begin(), due.end(),
+            [](const auto& a, const auto& b) { return *a.first < *b.first; });
   std::vector<DeliveryMessage> out;
   out.reserve(due.size());
   for (auto& [name, m] : due) {
-    out.push_back(DeliveryMessage{*name, pubend_, DeliveryKind::kSilence, latest_delivered_, nullptr});
+    out.push_back(
+        DeliveryMessage{*name, pubend_, DeliveryKind::kSilence, latest_delivered_, nullptr});
     m->last_message = now;
     m->last_tick = latest_delivered_;
   }

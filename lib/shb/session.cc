@@ -20,8 +20,7 @@ void SessionStream::Stamp(DeliveryMessage& d) {
   sent_since_ack_ = true;
 }
 
-DeliveryMessage SessionStream::LastMessage(const std::string& subscription,
-                                           PubendId pubend) const {
+DeliveryMessage SessionStream::LastMessage(const std::string& subscription, PubendId pubend) const {
   return DeliveryMessage{subscription, pubend, last_kind_, sent_through_, nullptr, last_previous_};
 }
 

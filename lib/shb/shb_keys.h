@@ -49,7 +49,7 @@ inline std::optional<DeliveredRow> ParseDeliveredRow(absl::string_view value) {
 struct SubscriptionRow {
   uint64_t id = 0;
   uint64_t epoch = 0;
-  absl::string_view selector;      // views into the parsed value
+  absl::string_view selector;  // views into the parsed value
   absl::string_view topic_filter;
 };
 inline std::string EncodeSubscriptionRow(const SubscriptionRow& row) {

@@ -1,11 +1,11 @@
 #include "gryph/subscriber_hosting_broker.h"
-#include "lib/shb/subscriber_hosting_broker_impl.h"
 
 #include <algorithm>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "lib/shb/shb_keys.h"
+#include "lib/shb/subscriber_hosting_broker_impl.h"
 #include "lib/util/coding.h"
 #include "lib/util/option_checks.h"
 #include "lib/util/status_macros.h"
@@ -92,15 +92,21 @@ absl::Status SubscriberHostingBrokerImpl::Recover() {
         // Ids are unique and below next_id: anything else is damage that would surface later
         // as another error (two subscriptions sharing PFS chains, a new one reusing an id).
         if (id >= next_id_ || names_.contains(id)) {
-          parse = absl::DataLossError(absl::StrCat(
-              "stored subscription '", key, "' has id ", id,
-              names_.contains(id) ? absl::StrCat(", which '", names_[id], "' has too")
-                                  : absl::StrCat(", not below the next id ", next_id_),
-              ": the subscriptions table is damaged"));
+          parse = absl::DataLossError(
+              absl::StrCat("stored subscription '", key, "' has id ", id,
+                           names_.contains(id) ? absl::StrCat(", which '", names_[id], "' has too")
+                                               : absl::StrCat(", not below the next id ", next_id_),
+                           ": the subscriptions table is damaged"));
           return false;
         }
-        SubscriptionState s{SubscriberId{id}, std::string(key), std::string(selector),
-                            std::string(topic), *std::move(sub), epoch, "", {}};
+        SubscriptionState s{SubscriberId{id},
+                            std::string(key),
+                            std::string(selector),
+                            std::string(topic),
+                            *std::move(sub),
+                            epoch,
+                            "",
+                            {}};
         names_[id] = s.name;
         const std::string name = s.name;
         subscriptions_.emplace(name, std::move(s));
@@ -129,8 +135,8 @@ absl::Status SubscriberHostingBrokerImpl::Recover() {
   // would a new subscription: registered in that pubend's PFS, starting at its latestDelivered.
   // What fails here on stored state is damage (DataLoss), whatever code the callee uses for it.
   auto damaged = [](const absl::Status& st, absl::string_view what) {
-    return absl::DataLossError(absl::StrCat("the stored subscriptions are inconsistent (", what,
-                                            "): ", st.message()));
+    return absl::DataLossError(
+        absl::StrCat("the stored subscriptions are inconsistent (", what, "): ", st.message()));
   };
   WriteBatch added;
   for (auto& [name, s] : subscriptions_) {
@@ -143,8 +149,8 @@ absl::Status SubscriberHostingBrokerImpl::Recover() {
       Position& pos = s.positions[id];
       pos.created = pos.released = p.committed;
       if (absl::Status st = p.pfs->AddSubscriber(s.id, &added); !st.ok()) {
-        return damaged(st, absl::StrCat(name, " has no position at pubend ", id.value,
-                                        " but is in its PFS"));
+        return damaged(
+            st, absl::StrCat(name, " has no position at pubend ", id.value, " but is in its PFS"));
       }
       PutPosition(s, id, added);
     }
@@ -159,8 +165,9 @@ void SubscriberHostingBrokerImpl::Fail(const absl::Status& st) {
   status_ = st;
   for (auto& [name, s] : subscriptions_) {
     if (!s.session.empty()) {
-      SendError(s.session, name, absl::UnavailableError(absl::StrCat(
-                                     "broker storage failed: ", st.message(), "; reconnect")));
+      SendError(s.session, name,
+                absl::UnavailableError(
+                    absl::StrCat("broker storage failed: ", st.message(), "; reconnect")));
       EndSession(s);
     }
   }
@@ -171,12 +178,12 @@ void SubscriberHostingBrokerImpl::Send(absl::string_view to, Message m) {
 }
 
 void SubscriberHostingBrokerImpl::SendError(absl::string_view to, const std::string& subscription,
-                                        const absl::Status& st) {
+                                            const absl::Status& st) {
   Send(to, SessionErrorMessage{subscription, st.code(), std::string(st.message())});
 }
 
 void SubscriberHostingBrokerImpl::PutPosition(const SubscriptionState& s, PubendId p,
-                                          WriteBatch& batch) const {
+                                              WriteBatch& batch) const {
   const Position& pos = s.positions.at(p);
   batch.Put(kShbPositionsTable, internal::PositionKey(s.id, p),
             internal::EncodePositionRow({pos.created, pos.released}));
@@ -408,7 +415,7 @@ absl::Status SubscriberHostingBrokerImpl::AdvanceConStreams() {
 }
 
 absl::Status SubscriberHostingBrokerImpl::LoseInConStream(PubendState& p, TickRange lost,
-                                                      WriteBatch* wb) {
+                                                          WriteBatch* wb) {
   const Tick t = lost.last;
   std::vector<SubscriberId> everyone = p.pfs->subscribers();
   std::sort(everyone.begin(), everyone.end());
@@ -432,7 +439,8 @@ absl::Status SubscriberHostingBrokerImpl::LoseInConStream(PubendState& p, TickRa
 }
 
 void SubscriberHostingBrokerImpl::SendRound(
-    PubendState& p, absl::Time now, std::vector<std::pair<SubscriptionState*, PubendState*>>& slow) {
+    PubendState& p, absl::Time now,
+    std::vector<std::pair<SubscriptionState*, PubendState*>>& slow) {
   std::vector<Channel::Outgoing>& deliveries = round_deliveries_;
   std::vector<std::pair<SubscriptionState*, Position*>>& delivered_to = round_delivered_to_;
   // The constream's silence and flow-control bookkeeping, once per member per round.
@@ -507,8 +515,8 @@ void SubscriberHostingBrokerImpl::Demote(SubscriptionState& s, PubendState& p, P
 }
 
 void SubscriberHostingBrokerImpl::StartCatchup(SubscriptionState& s, PubendState& p, Position& pos,
-                                           std::unique_ptr<PFS::Reader> reader, Tick from,
-                                           Tick refilter_through) {
+                                               std::unique_ptr<PFS::Reader> reader, Tick from,
+                                               Tick refilter_through) {
   pos.reader = std::move(reader);
   pos.catchup = std::make_unique<CatchupStream>(s.name, p.id, from, refilter_through,
                                                 s.subscription, options_.catchup);
@@ -545,7 +553,8 @@ bool SubscriberHostingBrokerImpl::StepCatchups(PubendState& p) {
     // Flow control: a consumer that has not acknowledged enough waits, and so does its hand-over.
     next.clear();
     for (const Catchup& c : active) {
-      if (c.second->catchup != nullptr && c.second->session.MaySendMore(options_.max_unacked_events)) {
+      if (c.second->catchup != nullptr &&
+          c.second->session.MaySendMore(options_.max_unacked_events)) {
         next.push_back(c);
       }
     }
@@ -562,8 +571,9 @@ bool SubscriberHostingBrokerImpl::StepCatchups(PubendState& p) {
       }
     }
     if (readers.size() >= 2 &&
-        p.pfs->ReadTogether(absl::MakeSpan(readers), options_.catchup.max_buffered_matches / 2,
-                            &results)
+        p.pfs
+            ->ReadTogether(absl::MakeSpan(readers), options_.catchup.max_buffered_matches / 2,
+                           &results)
             .ok()) {
       // (On an error each catchup reads alone below, and reports it to its own session.)
       for (size_t i = 0; i < wanting.size(); ++i) {
@@ -628,7 +638,7 @@ bool SubscriberHostingBrokerImpl::StepCatchups(PubendState& p) {
 }
 
 void SubscriberHostingBrokerImpl::Nack(PubendState& p, const std::string& requester,
-                                   const std::vector<TickRange>& ranges) {
+                                       const std::vector<TickRange>& ranges) {
   CuriosityMessage m{p.id, {}};
   const bool none_outstanding = p.curiosity.empty();
   for (TickRange r : ranges) {
@@ -647,8 +657,8 @@ void SubscriberHostingBrokerImpl::Nack(PubendState& p, const std::string& reques
 
 void SubscriberHostingBrokerImpl::OnConnect(absl::string_view from, const ConnectMessage& m) {
   if (!status_.ok()) {
-    SendError(from, m.subscription, absl::UnavailableError(absl::StrCat(
-                                        "broker is stopped: ", status_.message())));
+    SendError(from, m.subscription,
+              absl::UnavailableError(absl::StrCat("broker is stopped: ", status_.message())));
     return;
   }
   if (m.subscription.empty()) {
@@ -657,10 +667,10 @@ void SubscriberHostingBrokerImpl::OnConnect(absl::string_view from, const Connec
   }
   if (m.subscription.size() > kMaxSubscriptionNameBytes) {
     // The name is a storage key: a commit that fails on it would stop the broker for everyone.
-    SendError(from, m.subscription,
-              absl::InvalidArgumentError(absl::StrCat("subscription name of ",
-                                                      m.subscription.size(), " bytes; at most ",
-                                                      kMaxSubscriptionNameBytes)));
+    SendError(
+        from, m.subscription,
+        absl::InvalidArgumentError(absl::StrCat("subscription name of ", m.subscription.size(),
+                                                " bytes; at most ", kMaxSubscriptionNameBytes)));
     return;
   }
   // The CT must name pubends this broker serves and not be ahead of it. (The home broker of a
@@ -671,15 +681,15 @@ void SubscriberHostingBrokerImpl::OnConnect(absl::string_view from, const Connec
     if (it == pubends_.end() && hosted) continue;
     if (it == pubends_.end()) {
       SendError(from, m.subscription,
-                absl::InvalidArgumentError(absl::StrCat(
-                    "checkpoint names pubend ", p.value, " which this broker does not serve")));
+                absl::InvalidArgumentError(absl::StrCat("checkpoint names pubend ", p.value,
+                                                        " which this broker does not serve")));
       return;
     }
     if (t > AcceptableTick(it->second)) {
       SendError(from, m.subscription,
-                absl::OutOfRangeError(absl::StrCat(
-                    "checkpoint tick ", t, " for pubend ", p.value, " is ahead of this broker (",
-                    AcceptableTick(it->second), ")")));
+                absl::OutOfRangeError(absl::StrCat("checkpoint tick ", t, " for pubend ", p.value,
+                                                   " is ahead of this broker (",
+                                                   AcceptableTick(it->second), ")")));
       return;
     }
   }
@@ -712,7 +722,7 @@ void SubscriberHostingBrokerImpl::OnConnect(absl::string_view from, const Connec
       return;
     }
     SubscriptionState s{SubscriberId{next_id_++}, m.subscription, m.selector, m.topic_filter,
-                        *std::move(sub), m.epoch, "", {}};
+                        *std::move(sub),          m.epoch,        "",         {}};
     for (auto& [id, p] : pubends_) {
       // A new subscription starts at latestDelivered; a CT from elsewhere (reconnect anywhere)
       // is refiltered from there up to latestDelivered.
@@ -724,7 +734,8 @@ void SubscriberHostingBrokerImpl::OnConnect(absl::string_view from, const Connec
         return;
       }
     }
-    wb.Put(kShbSubscriptionsTable, s.name, internal::EncodeSubscriptionRow({s.id.value, s.epoch, s.selector, s.topic_filter}));
+    wb.Put(kShbSubscriptionsTable, s.name,
+           internal::EncodeSubscriptionRow({s.id.value, s.epoch, s.selector, s.topic_filter}));
     wb.Put(kShbMetaTable, kShbNextIdKey, internal::EncodeNextId(next_id_));
     names_[s.id.value] = s.name;
     it = subscriptions_.emplace(s.name, std::move(s)).first;
@@ -755,15 +766,16 @@ void SubscriberHostingBrokerImpl::OnConnect(absl::string_view from, const Connec
       // A session on another endpoint hears that it was fenced; one on this endpoint belonged
       // to a process this one replaced (the error would reach the new one).
       if (s.session != from) {
-        SendError(s.session, s.name,
-                  absl::AbortedError(absl::StrCat("fenced by a newer session (epoch ", m.epoch,
-                                                  ")")));
+        SendError(
+            s.session, s.name,
+            absl::AbortedError(absl::StrCat("fenced by a newer session (epoch ", m.epoch, ")")));
       }
       EndSession(s);
     }
     if (m.epoch > s.epoch) {
       s.epoch = m.epoch;
-      wb.Put(kShbSubscriptionsTable, s.name, internal::EncodeSubscriptionRow({s.id.value, s.epoch, s.selector, s.topic_filter}));
+      wb.Put(kShbSubscriptionsTable, s.name,
+             internal::EncodeSubscriptionRow({s.id.value, s.epoch, s.selector, s.topic_filter}));
     }
   }
   if (!wb.empty() && !CommitNow(std::move(wb)).ok()) {
@@ -838,9 +850,9 @@ void SubscriberHostingBrokerImpl::OnAck(absl::string_view from, const AckMessage
     auto pit = pubends_.find(p);
     if (pit == pubends_.end()) continue;
     if (t > AcceptableTick(pit->second)) {
-      SendError(from, s.name, absl::OutOfRangeError(absl::StrCat(
-                                  "ack for pubend ", p.value, " tick ", t,
-                                  " is beyond what this broker delivered")));
+      SendError(from, s.name,
+                absl::OutOfRangeError(absl::StrCat("ack for pubend ", p.value, " tick ", t,
+                                                   " is beyond what this broker delivered")));
       return;
     }
   }
@@ -860,14 +872,14 @@ void SubscriberHostingBrokerImpl::OnAck(absl::string_view from, const AckMessage
 }
 
 void SubscriberHostingBrokerImpl::OnDisconnect(absl::string_view from,
-                                           const std::string& subscription) {
+                                               const std::string& subscription) {
   auto it = subscriptions_.find(subscription);
   if (it == subscriptions_.end() || it->second.session != from) return;
   EndSession(it->second);
 }
 
 void SubscriberHostingBrokerImpl::OnUnsubscribe(absl::string_view from,
-                                            const std::string& subscription) {
+                                                const std::string& subscription) {
   auto it = subscriptions_.find(subscription);
   if (it == subscriptions_.end()) {
     SendError(from, subscription,
@@ -1005,11 +1017,11 @@ absl::StatusOr<std::unique_ptr<SubscriberHostingBroker>> SubscriberHostingBroker
           absl::StrCat("SHB option ", name, " is ", value, "; it must be at least ", least));
     }
   }
-  GRYPH_RETURN_IF_ERROR(internal::CheckPositive(
-      "SHB", {{options.renack_interval, "renack_interval"},
-              {options.release_interval, "release_interval"},
-              {options.silence_interval, "silence_interval"},
-              {options.session_timeout, "session_timeout"}}));
+  GRYPH_RETURN_IF_ERROR(
+      internal::CheckPositive("SHB", {{options.renack_interval, "renack_interval"},
+                                      {options.release_interval, "release_interval"},
+                                      {options.silence_interval, "silence_interval"},
+                                      {options.session_timeout, "session_timeout"}}));
   if (options.nack_delay < absl::ZeroDuration() || options.commit_interval < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("SHB options nack_delay and commit_interval must be >= 0");
   }
@@ -1026,8 +1038,8 @@ absl::StatusOr<std::unique_ptr<SubscriberHostingBroker>> SubscriberHostingBroker
     return absl::InvalidArgumentError("an SHB needs a storage and a channel");
   }
   if (!options.clock) options.clock = [] { return absl::Now(); };
-  auto shb = std::make_unique<internal::SubscriberHostingBrokerImpl>(std::move(options), storage,
-                                                                     channel);
+  auto shb =
+      std::make_unique<internal::SubscriberHostingBrokerImpl>(std::move(options), storage, channel);
   GRYPH_RETURN_IF_ERROR(shb->Recover());
   shb->Start();
   return shb;

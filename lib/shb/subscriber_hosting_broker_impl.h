@@ -17,10 +17,10 @@
 #include "gryph/broker/catchup_stream.h"
 #include "gryph/broker/con_stream.h"
 #include "gryph/broker/curiosity_stream.h"
-#include "gryph/group_commit.h"
 #include "gryph/broker/knowledge_stream.h"
 #include "gryph/broker/matcher.h"
 #include "gryph/broker/pfs.h"
+#include "gryph/group_commit.h"
 #include "gryph/subscriber_hosting_broker.h"
 #include "gryph/subscription.h"
 #include "lib/shb/session.h"
@@ -48,14 +48,14 @@ class SubscriberHostingBrokerImpl final : public SubscriberHostingBroker {
   const absl::Status& status() const override { return status_; }
 
  private:
-  struct Position {  // one subscription at one pubend
+  struct Position {     // one subscription at one pubend
     Tick created = 0;   // latestDelivered(p) when the subscription was created here
     Tick released = 0;  // released(s,p)
     std::unique_ptr<CatchupStream> catchup;
     std::unique_ptr<PFS::Reader> reader;
-    bool member = false;  // in the constream (connected, not catching up)
-    Tick resume_after = 0;  // a member's CT when it was ahead of the constream (after a crash)
-    SessionStream session;  // the live session's messages from this pubend
+    bool member = false;      // in the constream (connected, not catching up)
+    Tick resume_after = 0;    // a member's CT when it was ahead of the constream (after a crash)
+    SessionStream session;    // the live session's messages from this pubend
     Tick noted_tick = 0;      // scratch: the last Event tick sent in this constream round
     uint64_t round_sent = 0;  // scratch: Events sent in this constream round
   };

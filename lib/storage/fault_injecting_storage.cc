@@ -166,8 +166,7 @@ absl::StatusOr<std::optional<std::string>> FaultInjectingStorage::Get(absl::stri
   return value;
 }
 
-absl::StatusOr<std::unique_ptr<Cursor>> FaultInjectingStorage::NewCursor(
-    absl::string_view table) {
+absl::StatusOr<std::unique_ptr<Cursor>> FaultInjectingStorage::NewCursor(absl::string_view table) {
   if (absl::Status s = ReadFault(); !s.ok()) return s;
   std::set<std::string> damaged;
   {
@@ -178,8 +177,8 @@ absl::StatusOr<std::unique_ptr<Cursor>> FaultInjectingStorage::NewCursor(
   }
   absl::StatusOr<std::unique_ptr<Cursor>> cursor = StorageWrapper::NewCursor(table);
   if (!cursor.ok() || damaged.empty()) return cursor;
-  return std::unique_ptr<Cursor>(std::make_unique<DamagingCursor>(
-      *std::move(cursor), std::string(table), std::move(damaged)));
+  return std::unique_ptr<Cursor>(
+      std::make_unique<DamagingCursor>(*std::move(cursor), std::string(table), std::move(damaged)));
 }
 
 absl::Status FaultInjectingStorage::Scan(absl::string_view table, absl::string_view begin,

@@ -50,14 +50,11 @@ const char* LmdbCodeName(int rc) {
 
 absl::StatusCode LmdbCode(int rc) {
   switch (rc) {
-    case MDB_SUCCESS:
-      return absl::StatusCode::kOk;
+    case MDB_SUCCESS: return absl::StatusCode::kOk;
     case MDB_NOTFOUND:
     case ENOENT:
-    case ENOTDIR:
-      return absl::StatusCode::kNotFound;
-    case MDB_KEYEXIST:
-      return absl::StatusCode::kAlreadyExists;
+    case ENOTDIR: return absl::StatusCode::kNotFound;
+    case MDB_KEYEXIST: return absl::StatusCode::kAlreadyExists;
     case MDB_MAP_FULL:
     case MDB_DBS_FULL:
     case MDB_READERS_FULL:
@@ -66,8 +63,7 @@ absl::StatusCode LmdbCode(int rc) {
     case ENOSPC:
     case EDQUOT:
     case EFBIG:
-    case ENOMEM:
-      return absl::StatusCode::kResourceExhausted;
+    case ENOMEM: return absl::StatusCode::kResourceExhausted;
     case MDB_CORRUPTED:
     case MDB_PAGE_NOTFOUND:
     case MDB_INVALID:
@@ -77,48 +73,39 @@ absl::StatusCode LmdbCode(int rc) {
     case EISDIR:
     case ESPIPE:
     case ENXIO:
-    case EEXIST:
-      return absl::StatusCode::kDataLoss;
+    case EEXIST: return absl::StatusCode::kDataLoss;
     case MDB_PANIC:
     case MDB_CURSOR_FULL:
     case MDB_PAGE_FULL:
     case MDB_BAD_RSLOT:
     case MDB_BAD_TXN:
-    case MDB_BAD_DBI:
-      return absl::StatusCode::kInternal;
+    case MDB_BAD_DBI: return absl::StatusCode::kInternal;
     case MDB_VERSION_MISMATCH:
-    case MDB_INCOMPATIBLE:
-      return absl::StatusCode::kFailedPrecondition;
-    case MDB_MAP_RESIZED:
-      return absl::StatusCode::kAborted;
+    case MDB_INCOMPATIBLE: return absl::StatusCode::kFailedPrecondition;
+    case MDB_MAP_RESIZED: return absl::StatusCode::kAborted;
     case MDB_BAD_VALSIZE:
-    case EINVAL:
-      return absl::StatusCode::kInvalidArgument;
+    case EINVAL: return absl::StatusCode::kInvalidArgument;
     case EACCES:
     case EPERM:
-    case EROFS:
-      return absl::StatusCode::kPermissionDenied;
+    case EROFS: return absl::StatusCode::kPermissionDenied;
     case EAGAIN:
-    case EBUSY:
-      return absl::StatusCode::kUnavailable;
-    default:
-      return absl::StatusCode::kUnknown;
+    case EBUSY: return absl::StatusCode::kUnavailable;
+    default: return absl::StatusCode::kUnknown;
   }
 }
 
 }  // namespace
 
 bool LmdbErrorIsFatal(int rc) {
-  return rc == MDB_PANIC || rc == MDB_CORRUPTED || rc == MDB_PAGE_NOTFOUND ||
-         rc == MDB_INVALID || rc == EIO;
+  return rc == MDB_PANIC || rc == MDB_CORRUPTED || rc == MDB_PAGE_NOTFOUND || rc == MDB_INVALID ||
+         rc == EIO;
 }
 
 absl::Status LmdbStatus(absl::string_view operation, int rc, absl::string_view context) {
   if (rc == MDB_SUCCESS) return absl::OkStatus();
   const char* name = LmdbCodeName(rc);
-  std::string message = absl::StrCat(operation, ": ",
-                                     name != nullptr ? name : absl::StrCat("error ", rc), ": ",
-                                     mdb_strerror(rc));
+  std::string message = absl::StrCat(
+      operation, ": ", name != nullptr ? name : absl::StrCat("error ", rc), ": ", mdb_strerror(rc));
   if (rc == MDB_PANIC) absl::StrAppend(&message, "; the storage must be reopened");
   if (!context.empty()) absl::StrAppend(&message, " (", context, ")");
   return absl::Status(LmdbCode(rc), message);

@@ -23,12 +23,14 @@
 //              a malloc and a reader-slot search per read).
 // Lock order: write_mu_ before the gate; dbi_mu_ and pool_mu_ are leaves.
 
-#include <lmdb.h>
+#include "lib/storage/lmdb_storage.h"
+
 #include <fcntl.h>
+#include <lmdb.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,8 +38,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -55,7 +57,6 @@
 #include "absl/synchronization/mutex.h"
 #include "gryph/storage.h"
 #include "lib/storage/lmdb_handle.h"
-#include "lib/storage/lmdb_storage.h"
 #include "lib/storage/storage_internal.h"
 #include "lib/util/coding.h"
 #include "lib/util/crc32c.h"
@@ -203,17 +204,18 @@ absl::StatusOr<absl::string_view> CheckRow(absl::string_view table, const TableS
                                            absl::string_view key, absl::string_view stored) {
   if (!seed.checksummed) return stored;
   if (stored.size() < kChecksumBytes) {
-    return DamagedRowError(table, key,
-                           absl::StrCat("a stored value of ", stored.size(),
-                                        " bytes cannot hold its checksum"));
+    return DamagedRowError(
+        table, key,
+        absl::StrCat("a stored value of ", stored.size(), " bytes cannot hold its checksum"));
   }
   const absl::string_view value = stored.substr(0, stored.size() - kChecksumBytes);
   const uint32_t want = internal::DecodeFixed32BE(stored.data() + value.size());
   const uint32_t got = RowChecksum(seed, key, value);
   if (want != got) {
-    return DamagedRowError(table, key,
-                           absl::StrCat("checksum mismatch (stored ", absl::Hex(want, absl::kZeroPad8),
-                                        ", computed ", absl::Hex(got, absl::kZeroPad8), ")"));
+    return DamagedRowError(
+        table, key,
+        absl::StrCat("checksum mismatch (stored ", absl::Hex(want, absl::kZeroPad8), ", computed ",
+                     absl::Hex(got, absl::kZeroPad8), ")"));
   }
   return value;
 }
@@ -513,8 +515,8 @@ class LmdbStorageCursor final : public Cursor {
   bool valid_ = false;
   absl::string_view key_;
   absl::string_view value_;
-  absl::Status status_;  // kept: the first error of the snapshot
-  absl::Status damage_;  // the damaged row the cursor stands on, until the next move
+  absl::Status status_;          // kept: the first error of the snapshot
+  absl::Status damage_;          // the damaged row the cursor stands on, until the next move
   absl::string_view last_good_;  // the last intact key a move stood on (empty after none)
 };
 
@@ -523,9 +525,9 @@ class LmdbStorageCursor final : public Cursor {
 absl::StatusOr<std::unique_ptr<Storage>> LmdbStorage::Open(const StorageOptions& options) {
   if (options.path.empty()) return absl::InvalidArgumentError("OpenLmdbStorage: empty path");
   if (options.initial_map_bytes == 0 || options.initial_map_bytes > options.max_map_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "OpenLmdbStorage: need 0 < initial_map_bytes <= max_map_bytes, got ",
-        options.initial_map_bytes, " and ", options.max_map_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("OpenLmdbStorage: need 0 < initial_map_bytes <= max_map_bytes, got ",
+                     options.initial_map_bytes, " and ", options.max_map_bytes));
   }
   // Bounds that keep the arithmetic and the files sane: a map beyond the address space (or one
   // whose size overflows when rounded to pages), a lock file of gigabytes for the readers.
@@ -535,12 +537,12 @@ absl::StatusOr<std::unique_ptr<Storage>> LmdbStorage::Open(const StorageOptions&
         "OpenLmdbStorage: max_map_bytes is ", options.max_map_bytes, "; at most ", kMaxMapBytes));
   }
   if (options.max_tables < 1 || options.max_tables > 4096) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "OpenLmdbStorage: max_tables is ", options.max_tables, "; it must be 1 to 4096"));
+    return absl::InvalidArgumentError(absl::StrCat("OpenLmdbStorage: max_tables is ",
+                                                   options.max_tables, "; it must be 1 to 4096"));
   }
   if (options.max_readers < 1 || options.max_readers > 65536) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "OpenLmdbStorage: max_readers is ", options.max_readers, "; it must be 1 to 65536"));
+    return absl::InvalidArgumentError(absl::StrCat("OpenLmdbStorage: max_readers is ",
+                                                   options.max_readers, "; it must be 1 to 65536"));
   }
   std::error_code ec;
   if (std::filesystem::exists(options.path, ec) &&
@@ -638,8 +640,8 @@ absl::Status LmdbStorage::ConfirmAbsent(MDB_txn* txn, MDB_dbi dbi, absl::string_
 }
 
 absl::StatusOr<absl::string_view> LmdbStorage::CheckEntry(absl::string_view table,
-                                                          const TableSeed& seed,
-                                                          const MDB_val& k, const MDB_val& v) {
+                                                          const TableSeed& seed, const MDB_val& k,
+                                                          const MDB_val& v) {
   if (!InData(k)) return FailStructure(table, "a key outside the data file");
   if (!InData(v)) {
     return DamagedRowError(table, FromMdbVal(k), "its value lies outside the data file");
@@ -697,9 +699,9 @@ bool LmdbStorage::InData(const MDB_val& v) {
 }
 
 absl::Status LmdbStorage::FailStructure(absl::string_view table, absl::string_view what) {
-  absl::Status status = absl::DataLossError(absl::StrCat(
-      "storage: the page structure of table \"", table, "\" is damaged (", what, ") in ",
-      options_.path, "; restore the store from a copy"));
+  absl::Status status = absl::DataLossError(
+      absl::StrCat("storage: the page structure of table \"", table, "\" is damaged (", what,
+                   ") in ", options_.path, "; restore the store from a copy"));
   absl::MutexLock lock(&sticky_mu_);
   if (sticky_.ok()) sticky_ = status;
   failed_.store(true, std::memory_order_release);
@@ -735,8 +737,8 @@ absl::Status LmdbStorage::CheckDataFileSize() {
   // fallocate(2) itself, not glibc's emulation (which writes zeros over whatever is there):
   // where the file system cannot, or the disk is full, the store opens as it is — the missing
   // pages are most likely the unused ones.
-  const int rc_fallocate = ::fallocate(fd, 0, static_cast<off_t>(size),
-                                       static_cast<off_t>(used_bytes - size));
+  const int rc_fallocate =
+      ::fallocate(fd, 0, static_cast<off_t>(size), static_cast<off_t>(used_bytes - size));
   const int err = rc_fallocate == 0 ? 0 : errno;
   ::close(fd);
   if (err != 0 && err != EOPNOTSUPP && err != ENOSPC && err != EDQUOT) {
@@ -770,9 +772,9 @@ absl::Status LmdbStorage::CheckFormatAndOpenTables() {
       return Fail("mdb_dbi_open", rc);
     }
     const std::string version = internal::EncodeFormatVersion();
-    for (const auto& [k, v] : {std::pair(internal::kMetaMagicKey, internal::kMetaMagic),
-                               std::pair(internal::kMetaFormatVersionKey,
-                                         absl::string_view(version))}) {
+    for (const auto& [k, v] :
+         {std::pair(internal::kMetaMagicKey, internal::kMetaMagic),
+          std::pair(internal::kMetaFormatVersionKey, absl::string_view(version))}) {
       MDB_val key = ToMdbVal(k);
       MDB_val value = ToMdbVal(v);
       if ((rc = mdb_put(txn.get(), meta, &key, &value, 0)) != 0) return Fail("mdb_put", rc);
@@ -790,25 +792,24 @@ absl::Status LmdbStorage::CheckFormatAndOpenTables() {
           " is damaged (\"", absl::CHexEscape(FromMdbVal(value)), "\"); restore the store"));
     }
     if (rc == MDB_NOTFOUND || FromMdbVal(value) != internal::kMetaMagic) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("OpenLmdbStorage: ", path, " is not a gryph store: its ",
-                       internal::kMetaTable, " table lacks the magic \"", internal::kMetaMagic,
-                       "\""));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "OpenLmdbStorage: ", path, " is not a gryph store: its ", internal::kMetaTable,
+          " table lacks the magic \"", internal::kMetaMagic, "\""));
     }
     key = ToMdbVal(internal::kMetaFormatVersionKey);
     rc = mdb_get(txn.get(), meta, &key, &value);
     if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) return Fail("mdb_get", rc);
     if (rc == MDB_NOTFOUND || value.mv_size != 4) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "OpenLmdbStorage: ", path, " has no valid format version record in ",
-          internal::kMetaTable));
+      return absl::FailedPreconditionError(absl::StrCat("OpenLmdbStorage: ", path,
+                                                        " has no valid format version record in ",
+                                                        internal::kMetaTable));
     }
     const uint32_t version = internal::DecodeFixed32BE(static_cast<const char*>(value.mv_data));
     if (version != internal::kStorageFormatVersion) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "OpenLmdbStorage: ", path, " has storage format version ", version,
-          "; this build reads only version ", internal::kStorageFormatVersion,
-          " (the store was left unchanged)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("OpenLmdbStorage: ", path, " has storage format version ", version,
+                       "; this build reads only version ", internal::kStorageFormatVersion,
+                       " (the store was left unchanged)"));
     }
   }
 
@@ -819,8 +820,7 @@ absl::Status LmdbStorage::CheckFormatAndOpenTables() {
     LmdbCursor cursor;
     if ((rc = cursor.Open(txn.get(), main_dbi)) != 0) return Fail("mdb_cursor_open", rc);
     MDB_val k, v;
-    for (rc = cursor.Get(&k, &v, MDB_FIRST); rc == MDB_SUCCESS;
-         rc = cursor.Get(&k, &v, MDB_NEXT)) {
+    for (rc = cursor.Get(&k, &v, MDB_FIRST); rc == MDB_SUCCESS; rc = cursor.Get(&k, &v, MDB_NEXT)) {
       names.emplace_back(FromMdbVal(k));
     }
     if (rc != MDB_NOTFOUND) return Fail("mdb_cursor_get", rc);
@@ -852,7 +852,8 @@ LmdbStorage::~LmdbStorage() {
   // env_ closes after this body; claim_ is released last.
 }
 
-// ---- Errors --------------------------------------------------------------------------------------
+// ---- Errors
+// --------------------------------------------------------------------------------------
 
 absl::Status LmdbStorage::Fail(absl::string_view operation, int rc) {
   absl::Status status = internal::LmdbStatus(operation, rc, options_.path);
@@ -877,7 +878,8 @@ std::optional<MDB_dbi> LmdbStorage::FindDbi(absl::string_view table) const {
   return it->second;
 }
 
-// ---- Reads ---------------------------------------------------------------------------------------
+// ---- Reads
+// ---------------------------------------------------------------------------------------
 
 int LmdbStorage::AcquireReadTxn(MDB_txn** txn) {
   MDB_txn* idle = nullptr;
@@ -1016,7 +1018,8 @@ absl::Status LmdbStorage::LastPageEnd(uint64_t* end, uint64_t* page) {
   return absl::OkStatus();
 }
 
-// ---- Writes --------------------------------------------------------------------------------------
+// ---- Writes
+// --------------------------------------------------------------------------------------
 
 absl::Status LmdbStorage::Commit(const WriteBatch& batch) {
   GRYPH_RETURN_IF_ERROR(internal::ValidateBatch(batch));
@@ -1126,8 +1129,8 @@ LmdbStorage::Outcome LmdbStorage::TryCommit(const WriteBatch& batch) {
   return {};
 }
 
-LmdbStorage::Outcome LmdbStorage::DeleteRange(MDB_txn* txn, MDB_dbi dbi,
-                                              absl::string_view begin, absl::string_view end) {
+LmdbStorage::Outcome LmdbStorage::DeleteRange(MDB_txn* txn, MDB_dbi dbi, absl::string_view begin,
+                                              absl::string_view end) {
   LmdbCursor cursor;
   int rc = cursor.Open(txn, dbi);
   if (rc != MDB_SUCCESS) return {rc, "mdb_cursor_open"};
@@ -1169,9 +1172,9 @@ absl::Status LmdbStorage::CommitFailure(const Outcome& outcome, const WriteBatch
                          static_cast<uint64_t>(limit.rlim_cur), " bytes)");
     }
     if (!why.empty()) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          internal::LmdbStatus(outcome.operation, outcome.rc, options_.path).message(),
-          ": a short write, ", why, "; the batch was not applied"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat(internal::LmdbStatus(outcome.operation, outcome.rc, options_.path).message(),
+                       ": a short write, ", why, "; the batch was not applied"));
     }
   }
   return Fail(outcome.operation, outcome.rc);
@@ -1187,8 +1190,7 @@ absl::Status LmdbStorage::SetMapSize(uint64_t bytes) {
   if (rc != MDB_SUCCESS) {
     // A failed remap may leave the environment without a map: make the failure sticky.
     absl::Status status = internal::LmdbStatus("mdb_env_set_mapsize", rc, options_.path);
-    status = absl::InternalError(
-        absl::StrCat(status.message(), "; the storage must be reopened"));
+    status = absl::InternalError(absl::StrCat(status.message(), "; the storage must be reopened"));
     absl::MutexLock lock(&sticky_mu_);
     if (sticky_.ok()) sticky_ = status;
     failed_.store(true, std::memory_order_release);
@@ -1238,9 +1240,8 @@ uint64_t LmdbStorage::Ceiling(bool frees_space) const {
   const uint64_t hard =
       std::max(options_.max_map_bytes / os_page_bytes_ * os_page_bytes_, os_page_bytes_);
   if (frees_space) return hard;
-  const uint64_t reserve =
-      std::min(options_.reserve_bytes, options_.max_map_bytes / 8) / os_page_bytes_ *
-      os_page_bytes_;
+  const uint64_t reserve = std::min(options_.reserve_bytes, options_.max_map_bytes / 8) /
+                           os_page_bytes_ * os_page_bytes_;
   return std::max(hard - reserve, os_page_bytes_);
 }
 
@@ -1254,10 +1255,10 @@ absl::Status LmdbStorage::GrowMap(absl::string_view operation, bool frees_space)
           ", less the reserve kept for batches that free space); the batch was not applied (",
           options_.path, ")"));
     }
-    return absl::ResourceExhaustedError(absl::StrCat(
-        operation, ": MDB_MAP_FULL: the map is at its ceiling of ", map_bytes_,
-        " bytes (StorageOptions::max_map_bytes = ", options_.max_map_bytes,
-        "); the batch was not applied (", options_.path, ")"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(operation, ": MDB_MAP_FULL: the map is at its ceiling of ", map_bytes_,
+                     " bytes (StorageOptions::max_map_bytes = ", options_.max_map_bytes,
+                     "); the batch was not applied (", options_.path, ")"));
   }
   const uint64_t next = map_bytes_ >= ceiling / 2 ? ceiling : map_bytes_ * 2;
   GRYPH_RETURN_IF_ERROR(SetMapSize(next));

@@ -80,9 +80,7 @@ class MemoryCursor final : public Cursor {
     it_ = table_->map.lower_bound(target);
   }
   void Next() override { ++it_; }
-  void Prev() override {
-    it_ = it_ == table_->map.begin() ? table_->map.end() : std::prev(it_);
-  }
+  void Prev() override { it_ = it_ == table_->map.begin() ? table_->map.end() : std::prev(it_); }
   absl::string_view key() const override { return it_->first; }
   absl::string_view value() const override { return it_->second; }
   absl::Status status() const override { return status_; }

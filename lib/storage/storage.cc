@@ -1,3 +1,5 @@
+#include "gryph/storage.h"
+
 #include <memory>
 #include <optional>
 #include <string>
@@ -8,7 +10,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gryph/memory_storage.h"
-#include "gryph/storage.h"
 #include "lib/storage/storage_internal.h"
 #include "lib/util/coding.h"
 #include "lib/util/status_macros.h"
@@ -51,8 +52,7 @@ absl::Status ValidateKey(absl::string_view key) {
   if (key.empty()) return absl::InvalidArgumentError("storage: empty key");
   if (key.size() > Storage::kMaxKeyBytes) {
     return absl::InvalidArgumentError(absl::StrCat("storage: key of ", key.size(),
-                                                   " bytes; the limit is ",
-                                                   Storage::kMaxKeyBytes));
+                                                   " bytes; the limit is ", Storage::kMaxKeyBytes));
   }
   return absl::OkStatus();
 }
@@ -75,10 +75,10 @@ absl::Status ValidateBatch(const WriteBatch& batch) {
   for (size_t i = 0; i < batch.count(); ++i) {
     const WriteBatch::Op op = batch.op(i);
     absl::Status s = op.type == WriteBatch::OpType::kDeleteRange ? ValidateRange(op.key, op.value)
-                                                                  : ValidateKey(op.key);
+                                                                 : ValidateKey(op.key);
     if (!s.ok()) {
-      return absl::Status(s.code(), absl::StrCat(s.message(), " (operation ", i, " on table \"",
-                                                 op.table, "\")"));
+      return absl::Status(
+          s.code(), absl::StrCat(s.message(), " (operation ", i, " on table \"", op.table, "\")"));
     }
   }
   return absl::OkStatus();
@@ -110,8 +110,8 @@ std::unique_ptr<Cursor> NewEmptyCursor() { return std::make_unique<EmptyCursor>(
 
 }  // namespace internal
 
-absl::Status Storage::Scan(absl::string_view table, absl::string_view begin,
-                           absl::string_view end, ScanFn fn) {
+absl::Status Storage::Scan(absl::string_view table, absl::string_view begin, absl::string_view end,
+                           ScanFn fn) {
   GRYPH_RETURN_IF_ERROR(internal::ValidateTableName(table));
   GRYPH_RETURN_IF_ERROR(internal::ValidateRange(begin, end));
   GRYPH_ASSIGN_OR_RETURN(std::unique_ptr<Cursor> cursor, NewCursor(table));
@@ -136,9 +136,9 @@ constexpr absl::string_view kDamagedRowPayload = "gryph/damaged-row-key";
 
 absl::Status DamagedRowError(absl::string_view table, absl::string_view key,
                              absl::string_view detail) {
-  absl::Status status = absl::DataLossError(
-      absl::StrCat("storage: damaged row in table \"", table, "\" at key \"",
-                   absl::CHexEscape(key), "\": ", detail));
+  absl::Status status =
+      absl::DataLossError(absl::StrCat("storage: damaged row in table \"", table, "\" at key \"",
+                                       absl::CHexEscape(key), "\": ", detail));
   status.SetPayload(kDamagedRowPayload, absl::Cord(key));
   return status;
 }
@@ -173,8 +173,8 @@ absl::StatusOr<StorageVerifyReport> VerifyStorage(Storage& storage) {
         const absl::string_view key = c.key();
         if (report.rows > 1 && !previous.empty() && key <= previous) {
           report.structure = absl::DataLossError(absl::StrCat(
-              "storage: table \"", table, "\" has key \"", absl::CHexEscape(key),
-              "\" after \"", absl::CHexEscape(previous), "\": its page structure is damaged"));
+              "storage: table \"", table, "\" has key \"", absl::CHexEscape(key), "\" after \"",
+              absl::CHexEscape(previous), "\": its page structure is damaged"));
           return report;
         }
         previous.assign(key.data(), key.size());

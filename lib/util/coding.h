@@ -115,9 +115,7 @@ void PutLengthPrefixed(std::string* out, absl::string_view bytes);
 inline uint64_t ZigZagEncode(int64_t v) {
   return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
 }
-inline int64_t ZigZagDecode(uint64_t v) {
-  return static_cast<int64_t>((v >> 1) ^ (~(v & 1) + 1));
-}
+inline int64_t ZigZagDecode(uint64_t v) { return static_cast<int64_t>((v >> 1) ^ (~(v & 1) + 1)); }
 
 // Reads an input front to back. Every Read* returns false once any read has failed; status()
 // then says what failed, naming `what` and the byte offset.

@@ -54,7 +54,7 @@ uint32_t UpdatePortable(uint32_t crc, const unsigned char* p, size_t n) {
 
 #if defined(__x86_64__)
 __attribute__((target("sse4.2"))) uint32_t UpdateSse42(uint32_t crc, const unsigned char* p,
-                                                        size_t n) {
+                                                       size_t n) {
   uint64_t c = crc;
   while (n >= 8) {
     c = _mm_crc32_u64(c, LoadLE64(p));

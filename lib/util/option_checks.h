@@ -21,9 +21,8 @@ inline absl::Status CheckPositive(
     std::initializer_list<std::pair<absl::Duration, absl::string_view>> durations) {
   for (const auto& [value, name] : durations) {
     if (value <= absl::ZeroDuration()) {
-      return absl::InvalidArgumentError(absl::StrCat(owner, " option ", name, " is ",
-                                                     absl::FormatDuration(value),
-                                                     "; it must be positive"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          owner, " option ", name, " is ", absl::FormatDuration(value), "; it must be positive"));
     }
   }
   return absl::OkStatus();

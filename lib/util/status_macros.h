@@ -7,9 +7,9 @@
 #include "absl/status/statusor.h"
 
 // Returns the status of `expr` from the enclosing function when it is not OK.
-#define GRYPH_RETURN_IF_ERROR(expr)            \
-  do {                                         \
-    ::absl::Status gryph_status_ = (expr);     \
+#define GRYPH_RETURN_IF_ERROR(expr)                \
+  do {                                             \
+    ::absl::Status gryph_status_ = (expr);         \
     if (!gryph_status_.ok()) return gryph_status_; \
   } while (0)
 

@@ -329,18 +329,12 @@ constexpr int kVerdicts = 6;
 
 const char* VerdictName(Verdict v) {
   switch (v) {
-    case Verdict::kOpenFailed:
-      return "open_failed_dataloss";
-    case Verdict::kDetected:
-      return "detected";
-    case Verdict::kSilent:
-      return "silent";
-    case Verdict::kBenign:
-      return "benign";
-    case Verdict::kCrash:
-      return "crash";
-    case Verdict::kHang:
-      return "hang";
+    case Verdict::kOpenFailed: return "open_failed_dataloss";
+    case Verdict::kDetected: return "detected";
+    case Verdict::kSilent: return "silent";
+    case Verdict::kBenign: return "benign";
+    case Verdict::kCrash: return "crash";
+    case Verdict::kHang: return "hang";
   }
   return "?";
 }
@@ -590,22 +584,14 @@ ChildReport Examine(const std::filesystem::path& dir, const Content& pristine, b
 
 std::string SignalName(int sig) {
   switch (sig) {
-    case SIGSEGV:
-      return "SIGSEGV";
-    case SIGBUS:
-      return "SIGBUS";
-    case SIGABRT:
-      return "SIGABRT";
-    case SIGFPE:
-      return "SIGFPE";
-    case SIGILL:
-      return "SIGILL";
-    case SIGKILL:
-      return "SIGKILL";
-    case SIGTRAP:
-      return "SIGTRAP";
-    default:
-      return absl::StrCat("SIG", sig);
+    case SIGSEGV: return "SIGSEGV";
+    case SIGBUS: return "SIGBUS";
+    case SIGABRT: return "SIGABRT";
+    case SIGFPE: return "SIGFPE";
+    case SIGILL: return "SIGILL";
+    case SIGKILL: return "SIGKILL";
+    case SIGTRAP: return "SIGTRAP";
+    default: return absl::StrCat("SIG", sig);
   }
 }
 
@@ -787,9 +773,7 @@ int Run(int argc, char** argv) {
     ++counts[static_cast<int>(result->verdict)];
     ++by_page_kind[kind][VerdictName(result->verdict)];
     switch (result->verdict) {
-      case Verdict::kOpenFailed:
-        ++open_codes[result->tag];
-        break;
+      case Verdict::kOpenFailed: ++open_codes[result->tag]; break;
       case Verdict::kDetected:
         if (result->tag == "structure") ++detected_structure;
         break;
@@ -797,12 +781,9 @@ int Run(int argc, char** argv) {
         if (!absl::StrContains(result->tag, "scan")) ++silent_by_lookup;
         if (absl::StrContains(result->tag, "seek")) ++silent_seek;
         break;
-      case Verdict::kCrash:
-        ++crash_signals[result->tag];
-        break;
+      case Verdict::kCrash: ++crash_signals[result->tag]; break;
       case Verdict::kBenign:
-      case Verdict::kHang:
-        break;
+      case Verdict::kHang: break;
     }
     const bool notable = result->verdict == Verdict::kSilent ||
                          result->verdict == Verdict::kCrash || result->verdict == Verdict::kHang;

@@ -144,7 +144,8 @@ absl::StatusOr<std::string> ListRawRows(const std::string& env_dir) {
     int r = mdb_cursor_open(txn, dbi, &c);
     if (r != 0) return LmdbError("mdb_cursor_open", r);
     MDB_val k, v;
-    for (r = mdb_cursor_get(c, &k, &v, MDB_FIRST); r == 0; r = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+    for (r = mdb_cursor_get(c, &k, &v, MDB_FIRST); r == 0;
+         r = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
       visit(absl::string_view(static_cast<const char*>(k.mv_data), k.mv_size),
             absl::string_view(static_cast<const char*>(v.mv_data), v.mv_size));
     }
@@ -156,17 +157,16 @@ absl::StatusOr<std::string> ListRawRows(const std::string& env_dir) {
   rc = mdb_dbi_open(txn, nullptr, 0, &main_dbi);
   if (rc != 0) return LmdbError("mdb_dbi_open", rc);
   std::vector<std::string> tables;
-  GRYPH_RETURN_IF_ERROR(walk(main_dbi, [&](absl::string_view k, absl::string_view) {
-    tables.emplace_back(k);
-  }));
+  GRYPH_RETURN_IF_ERROR(
+      walk(main_dbi, [&](absl::string_view k, absl::string_view) { tables.emplace_back(k); }));
   std::string out;
   for (const std::string& table : tables) {
     MDB_dbi dbi;
     rc = mdb_dbi_open(txn, table.c_str(), 0, &dbi);
     if (rc != 0) return LmdbError(absl::StrCat("mdb_dbi_open ", table), rc);
     GRYPH_RETURN_IF_ERROR(walk(dbi, [&](absl::string_view k, absl::string_view v) {
-      absl::StrAppend(&out, table, " ", absl::BytesToHexString(k), " ",
-                      absl::BytesToHexString(v), "\n");
+      absl::StrAppend(&out, table, " ", absl::BytesToHexString(k), " ", absl::BytesToHexString(v),
+                      "\n");
     }));
   }
   return out;

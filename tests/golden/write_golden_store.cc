@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::ofstream(dir + "/rows.txt") << *rows;
-  for (const char* store : {"/phb/lock.mdb", "/shb/lock.mdb"}) std::filesystem::remove(dir + store, ec);
+  for (const char* store : {"/phb/lock.mdb", "/shb/lock.mdb"})
+    std::filesystem::remove(dir + store, ec);
   return 0;
 }

@@ -68,8 +68,8 @@ void RunSeeds(const char* topology, const WorldOptions& options, uint64_t base, 
     REQUIRE(early_moves > 0);
   }
   UNSCOPED_INFO(topology << ": moves between SHBs: " << moves << " (" << early_moves
-                         << " before any delivery), sessions resumed ahead of a restarted SHB: " << resumed_ahead
-                         << ", resyncs: " << resyncs << ", Gaps: " << gaps
+                         << " before any delivery), sessions resumed ahead of a restarted SHB: "
+                         << resumed_ahead << ", resyncs: " << resyncs << ", Gaps: " << gaps
                          << ", steady subscribers well behaved through early release: " << steady);
 }
 

@@ -5,9 +5,9 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "gryph/subscription.h"
 #include "gryph/testing/exactly_once_checker.h"
 #include "gryph/testing/fault_injecting_storage.h"
-#include "gryph/subscription.h"
 #include "lib/util/coding.h"
 
 namespace gryph::sim {
@@ -30,8 +30,9 @@ class RecordingStorage : public StorageWrapper {
         const Tick t = internal::DecodeFixed64BE(op.key.data() + 4);
         absl::StatusOr<Event> e = Event::Decode(op.value);
         if (!e.ok()) {
-          log_->errors.push_back(absl::StrCat("pubend ", p.value, " logged an undecodable event at ",
-                                              t, ": ", e.status().message()));
+          log_->errors.push_back(absl::StrCat("pubend ", p.value,
+                                              " logged an undecodable event at ", t, ": ",
+                                              e.status().message()));
           continue;
         }
         EventRef ref = MakeEventRef(*std::move(e));
@@ -119,7 +120,8 @@ class PhbNode : public SimNode {
 
   void Tick() {
     if (w_->publishing) {
-      const int64_t per_ms = std::max<int64_t>(1, absl::ToInt64Milliseconds(w_->options_.publish_interval));
+      const int64_t per_ms =
+          std::max<int64_t>(1, absl::ToInt64Milliseconds(w_->options_.publish_interval));
       for (int i = 1; i <= w_->options_.pubends; ++i) {
         if (ctx_.Random() % per_ms != 0) continue;
         const uint64_t seq = w_->publisher_.next_seq++;
@@ -255,8 +257,7 @@ class IbNode : public SimNode {
 
 class SubscriberNode : public SimNode, public DurableSubscriber::Handler {
  public:
-  SubscriberNode(SimContext& ctx, World* w, SubscriberApp* app)
-      : ctx_(ctx), world_(w), app_(app) {
+  SubscriberNode(SimContext& ctx, World* w, SubscriberApp* app) : ctx_(ctx), world_(w), app_(app) {
     DurableSubscriberOptions o;
     o.subscription = app->name;
     o.selector = app->selector;
@@ -283,7 +284,9 @@ class SubscriberNode : public SimNode, public DurableSubscriber::Handler {
   void OnEvent(PubendId p, gryph::Tick t, const EventRef& event) override {
     Record(p, {DeliveryKind::kEvent, t, event});
   }
-  void OnSilence(PubendId p, gryph::Tick t) override { Record(p, {DeliveryKind::kSilence, t, nullptr}); }
+  void OnSilence(PubendId p, gryph::Tick t) override {
+    Record(p, {DeliveryKind::kSilence, t, nullptr});
+  }
   void OnGap(PubendId p, gryph::Tick t) override { Record(p, {DeliveryKind::kGap, t, nullptr}); }
   void OnConnected(const CheckpointToken& start) override {
     if (std::getenv("GRYPH_SIM_VERBOSE") != nullptr) {
@@ -340,7 +343,8 @@ class SubscriberNode : public SimNode, public DurableSubscriber::Handler {
   void Tick() {
     const absl::Time now = ctx_.Now();
     if (ds_->resyncs() > 0) app_->well_behaved = false;  // it reconnected
-    if (app_->want_connected && !ds_->connected() && now - last_attempt_ >= absl::Milliseconds(150)) {
+    if (app_->want_connected && !ds_->connected() &&
+        now - last_attempt_ >= absl::Milliseconds(150)) {
       last_attempt_ = now;
       (void)ds_->Connect();
     }
@@ -383,23 +387,27 @@ World::World(uint64_t seed, WorldOptions options) : options_(options), sim_(seed
     }
   }
   for (const std::string& shb : ShbNames()) shb_states_[shb] = MemoryStorage::NewState();
-  if (!sim_.AddNode("phb", [this](SimContext& c) { return std::make_unique<PhbNode>(c, this); }).ok()) {
+  if (!sim_.AddNode("phb", [this](SimContext& c) { return std::make_unique<PhbNode>(c, this); })
+           .ok()) {
     std::abort();
   }
   if (options_.intermediate &&
-      !sim_.AddNode("ib", [this](SimContext& c) { return std::make_unique<IbNode>(c, this); }).ok()) {
+      !sim_.AddNode("ib", [this](SimContext& c) { return std::make_unique<IbNode>(c, this); })
+           .ok()) {
     std::abort();
   }
   for (const std::string& shb : ShbNames()) {
-    if (!sim_.AddNode(shb, [this](SimContext& c) { return std::make_unique<ShbNode>(c, this); }).ok()) {
+    if (!sim_.AddNode(shb, [this](SimContext& c) { return std::make_unique<ShbNode>(c, this); })
+             .ok()) {
       std::abort();
     }
   }
   for (SubscriberApp& app : subs_) {
     SubscriberApp* a = &app;
-    if (!sim_.AddNode(app.name, [this, a](SimContext& c) {
-               return std::make_unique<SubscriberNode>(c, this, a);
-             }).ok()) {
+    if (!sim_.AddNode(
+                 app.name,
+                 [this, a](SimContext& c) { return std::make_unique<SubscriberNode>(c, this, a); })
+             .ok()) {
       std::abort();
     }
   }
@@ -619,7 +627,8 @@ std::vector<std::string> World::Check() const {
   // logged it, and no publish logged twice (a retry after a crash is idempotent).
   for (const std::string& e : publisher_.errors) bad.push_back(e);
   if (!publisher_.unacked.empty()) {
-    bad.push_back(absl::StrCat(publisher_.unacked.size(), " publishes never acknowledged, the first ",
+    bad.push_back(absl::StrCat(publisher_.unacked.size(),
+                               " publishes never acknowledged, the first ",
                                publisher_.unacked.begin()->first));
   }
   for (const auto& [seq, at] : publisher_.acked_at) {
@@ -653,12 +662,13 @@ std::vector<std::string> World::Check() const {
       bad.push_back(absl::StrCat(a.name, " never connected"));
       continue;
     }
-    ExactlyOnceChecker::SubscriberRecord r{a.name, *Subscription::Create(a.selector), a.start,
-                                           a.high_water, a.well_behaved, {}};
+    ExactlyOnceChecker::SubscriberRecord r{
+        a.name, *Subscription::Create(a.selector), a.start, a.high_water, a.well_behaved, {}};
     for (const auto& [p, list] : a.consumed) {
       for (const Consumed& c : list) {
         r.consumed[p].push_back({c.kind, c.tick, c.event, std::nullopt});
-        if (c.kind == DeliveryKind::kGap) r.consumed[p].back().excusable_through = c.excusable_through;
+        if (c.kind == DeliveryKind::kGap)
+          r.consumed[p].back().excusable_through = c.excusable_through;
       }
     }
     checker.AddSubscriber(std::move(r));

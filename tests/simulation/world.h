@@ -17,8 +17,8 @@
 #include "gryph/intermediate_broker.h"
 #include "gryph/memory_storage.h"
 #include "gryph/publisher_hosting_broker.h"
-#include "gryph/testing/simulator.h"
 #include "gryph/subscriber_hosting_broker.h"
+#include "gryph/testing/simulator.h"
 
 namespace gryph::sim {
 
@@ -79,7 +79,7 @@ struct Consumed {
 struct SubscriberApp {
   std::string name;
   std::string selector;
-  std::string broker;  // the SHB it connects to (it changes when the subscriber moves)
+  std::string broker;             // the SHB it connects to (it changes when the subscriber moves)
   bool move_after_start = false;  // it moves as soon as it has first connected
   bool steady = false;            // spared every subscriber fault (WorldOptions)
   bool started = false;
@@ -94,7 +94,7 @@ struct SubscriberApp {
   bool want_connected = true;
   bool well_behaved = true;
   std::vector<std::string> errors;
-  uint64_t resyncs = 0;  // DurableSubscriber::resyncs of its crashed processes
+  uint64_t resyncs = 0;      // DurableSubscriber::resyncs of its crashed processes
   const Log* log = nullptr;  // the pubends' log, to judge a Gap when it arrives
 };
 

@@ -58,7 +58,8 @@ class CatchupStream {
   // (checkpoint, refilter_through] are refiltered with `subscription` (refilter_through <=
   // checkpoint: none); matches after come from the PFS.
   CatchupStream(std::string subscription_name, PubendId pubend, Tick checkpoint,
-                Tick refilter_through, Subscription subscription, CatchupStreamOptions options = {});
+                Tick refilter_through, Subscription subscription,
+                CatchupStreamOptions options = {});
 
   // The window of PFS matches the stream needs next, (first - 1, last] as a TickRange
   // {first, last}, given latestDelivered; nullopt when it has enough buffered.
@@ -94,14 +95,14 @@ class CatchupStream {
   const Subscription subscription_;
   const CatchupStreamOptions options_;
   const Tick refilter_through_;
-  Tick position_;                 // served through here
-  Tick last_message_;             // tick of the last message sent
-  Tick pending_gap_ = 0;          // a Gap through here is owed before the next message (0: none)
-  Tick matches_through_;          // PFS answers are complete through here
-  Tick lost_through_ = 0;         // the PFS cannot say what matched at or below here
-  std::deque<Tick> matches_;      // matched ticks in (position_, matches_through_]
-  Tick nacked_through_ = 0;       // matched ticks up to here were nacked (reset on progress)
-  Tick refilter_nacked_ = 0;      // refilter mode: unknown ticks nacked through here
+  Tick position_;             // served through here
+  Tick last_message_;         // tick of the last message sent
+  Tick pending_gap_ = 0;      // a Gap through here is owed before the next message (0: none)
+  Tick matches_through_;      // PFS answers are complete through here
+  Tick lost_through_ = 0;     // the PFS cannot say what matched at or below here
+  std::deque<Tick> matches_;  // matched ticks in (position_, matches_through_]
+  Tick nacked_through_ = 0;   // matched ticks up to here were nacked (reset on progress)
+  Tick refilter_nacked_ = 0;  // refilter mode: unknown ticks nacked through here
 };
 
 }  // namespace gryph

@@ -65,7 +65,7 @@ class CuriosityStream {
   const TickRangeSet& outstanding() const { return outstanding_; }
 
  private:
-  TickRangeSet outstanding_;                                // union of all requesters' ranges
+  TickRangeSet outstanding_;                               // union of all requesters' ranges
   absl::btree_map<std::string, TickRangeSet> requesters_;  // never holds an empty set
   // Follow-ups sent (FollowUp): last tick -> the first tick asked for.
   absl::btree_map<Tick, Tick> followed_up_;

@@ -60,7 +60,9 @@ class KnowledgeStream {
   // InvalidArgument on a malformed span (tick 0, first > last, a D span that is not one tick or
   // has no event) or contradicting knowledge, FailedPrecondition for S or D over L.
   absl::Status Accumulate(const KnowledgeSpan& span);
-  absl::Status AccumulateSilence(TickRange range) { return Accumulate(KnowledgeSpan::Silence(range)); }
+  absl::Status AccumulateSilence(TickRange range) {
+    return Accumulate(KnowledgeSpan::Silence(range));
+  }
   absl::Status AccumulateLost(TickRange range) { return Accumulate(KnowledgeSpan::Lost(range)); }
   absl::Status AccumulateData(Tick t, EventRef e) {
     return Accumulate(KnowledgeSpan::Data(t, std::move(e)));

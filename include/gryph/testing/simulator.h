@@ -42,9 +42,9 @@ namespace gryph {
 struct LinkProfile {
   absl::Duration min_delay = absl::Milliseconds(1);
   absl::Duration max_delay = absl::Milliseconds(1);  // delays are uniform in [min, max]
-  double loss = 0;       // probability that a message is dropped
-  double duplicate = 0;  // probability that a message arrives twice
-  bool fifo = true;      // when true, a link never reorders its own messages
+  double loss = 0;                                   // probability that a message is dropped
+  double duplicate = 0;                              // probability that a message arrives twice
+  bool fifo = true;  // when true, a link never reorders its own messages
 };
 
 // Base of every simulated node; the simulator owns nodes through it.
@@ -81,9 +81,9 @@ class Simulator {
   using NodeFactory = std::function<std::unique_ptr<SimNode>(SimContext&)>;
 
   struct Stats {
-    uint64_t sent = 0;        // messages handed to links
-    uint64_t delivered = 0;   // messages handed to receivers
-    uint64_t lost = 0;        // dropped by loss, partitions or crashes
+    uint64_t sent = 0;       // messages handed to links
+    uint64_t delivered = 0;  // messages handed to receivers
+    uint64_t lost = 0;       // dropped by loss, partitions or crashes
     uint64_t duplicated = 0;
     uint64_t crashes = 0;
   };
