@@ -14,8 +14,10 @@
 //     from the exchange, doubling as a small cache of recent events), a ConStream and a PFS; per
 //     subscriber catching up, a CatchupStream fed by a PFS::Reader. Each constream step writes
 //     the PFS records of its ticks AND the new latestDelivered in ONE storage commit, and only
-//     then sends the Events. Every delivery of a session names the session's previous one from
-//     its pubend (DeliveryMessage::previous), so that a subscriber sees a lost one.
+//     then sends the Events. ConStream::Deliver matches the events (a Matcher of the
+//     subscriptions), appends the PFS records and builds the members' messages finished: each
+//     stamped through its session's SessionStream, so every delivery names the session's
+//     previous one from its pubend (DeliveryMessage::previous) and a subscriber sees a lost one.
 //   - four subscriber applications: DurableSubscribers with their own selectors, each on its own
 //     connection to the broker.
 // While orders flow, one subscriber's connection drops; the broker learns it from the transport
@@ -56,7 +58,9 @@
 #include "gryph/broker/catchup_stream.h"
 #include "gryph/broker/con_stream.h"
 #include "gryph/broker/knowledge_stream.h"
+#include "gryph/broker/matcher.h"
 #include "gryph/broker/pfs.h"
+#include "gryph/broker/session.h"
 #include "gryph/channel.h"
 #include "gryph/durable_subscriber.h"
 #include "gryph/group_commit.h"
@@ -395,9 +399,8 @@ class MiniBroker {
       const Tick ld = p.constream->latest_delivered();
       if (p.highest_seen > ld) Nack(p, p.istream.QRanges({ld + 1, p.highest_seen}, 64));
       // Members that matched nothing for a while get a Silence, so that their CT moves.
-      for (DeliveryMessage& d : p.constream->Silences(now, absl::Milliseconds(200))) {
-        SubscriptionState& s = subscriptions_.at(d.subscription);
-        Deliver(s, std::move(d));
+      for (Channel::Outgoing& o : p.constream->Silences(now, absl::Milliseconds(200))) {
+        Send(std::string(o.peer), std::move(o.message));
       }
       if (release_due) Release(p);
     }
@@ -439,9 +442,9 @@ class MiniBroker {
     Tick released = 0;                       // released(s,p): what the subscriber acknowledged
     std::unique_ptr<PFS::Reader> reader;     // while catching up
     std::unique_ptr<CatchupStream> catchup;  // while catching up
-    // The tick of the session's last message from this pubend (its CT before any): the next
-    // message's `previous`, by which the subscriber sees that one went missing.
-    Tick sent_through = 0;
+    // The live session's messages from this pubend: each names the previous one, by which the
+    // subscriber sees that one went missing.
+    SessionStream session;
   };
   struct SubscriptionState {
     std::string name;
@@ -506,44 +509,31 @@ class MiniBroker {
   absl::Status AdvanceConStreams(absl::Time now) {
     for (;;) {
       WriteBatch batch;
-      struct Delivery {
-        ConStream* constream;
-        SubscriptionState* subscription;
-        DeliveryMessage message;
-      };
-      std::vector<Delivery> deliveries;
-      std::vector<std::pair<PubendState*, Tick>> advanced;
+      std::vector<std::pair<PubendState*, ConStream::Round>> rounds;
       for (auto& [id, p] : pubends_) {
         const ConStream::Batch step = p.constream->Next(p.istream, kMaxEventsPerCommit);
         if (step.through == p.constream->latest_delivered()) continue;
-        for (const KnowledgeSpan& d : step.data) {
-          const Tick t = d.range.first;
-          std::vector<SubscriberId> matched;  // every subscription, connected or not
-          for (auto& [name, s] : subscriptions_) {
-            if (!s.subscription.Matches(*d.event)) continue;
-            matched.push_back(s.id);
-            if (p.constream->IsMember(name)) {
-              deliveries.push_back(
-                  Delivery{p.constream.get(), &s, {name, id, DeliveryKind::kEvent, t, d.event}});
-            }
-          }
-          if (absl::Status st = p.pfs->Write(t, matched, &batch); !st.ok()) return st;
-          stats_.pfs_records += matched.empty() ? 0 : 1;
+        // Matched against every subscription, connected or not: the PFS records them all. This
+        // broker has no flow control (no bound on unacknowledged Events).
+        ConStream::Round round;
+        if (absl::Status st =
+                p.constream->Deliver(step, matcher_, *p.pfs, &batch, now, UINT64_MAX, &round);
+            !st.ok()) {
+          return st;
         }
+        stats_.pfs_records += round.pfs_records;
         batch.Put(kDeliveredTable, Key(id), absl::StrCat(step.through));
-        advanced.emplace_back(&p, step.through);
+        rounds.emplace_back(&p, std::move(round));
       }
-      if (advanced.empty()) return absl::OkStatus();
+      if (rounds.empty()) return absl::OkStatus();
       if (absl::Status st = storage_->Commit(batch); !st.ok()) return st;
       ++stats_.commits;
-      for (auto& [p, through] : advanced) {
+      for (auto& [p, round] : rounds) {
         p->pfs->MarkCommitted(p->pfs->last_timestamp());
-        p->constream->Advanced(through);
-      }
-      for (Delivery& d : deliveries) {
-        d.constream->NoteDelivered(d.message.subscription, d.message.tick, now);
-        ++stats_.events_delivered;
-        Deliver(*d.subscription, std::move(d.message));
+        for (Channel::Outgoing& o : round.messages) {
+          ++stats_.events_delivered;
+          Send(std::string(o.peer), std::move(o.message));
+        }
       }
     }
   }
@@ -569,16 +559,16 @@ class MiniBroker {
       std::vector<DeliveryMessage> out;
       std::vector<TickRange> nacks;
       pos.catchup->Step(p.istream, ld, &out, &nacks);
-      for (DeliveryMessage& d : out) {
+      for (DeliveryMessage& d : out) {  // stamped through the session by the catchup stream
         stats_.catchup_events += d.kind == DeliveryKind::kEvent ? 1 : 0;
-        Deliver(s, std::move(d));
+        Send(s.session, std::move(d));
       }
       Nack(p, nacks);
       if (pos.catchup->caught_up(ld)) {
         // The hand-over: the catchup delivered exactly through ld, the constream goes on from ld.
         pos.catchup.reset();
         pos.reader.reset();
-        p.constream->Join(name, now);
+        p.constream->Join(s.id, name, s.session, &pos.session, now);
         ++stats_.catchups_completed;
       }
     }
@@ -666,6 +656,11 @@ class MiniBroker {
         Fail(st);
         return;
       }
+      if (absl::Status st = matcher_.Add(s.id, s.subscription); !st.ok()) {
+        Fail(st);
+        return;
+      }
+      matcher_.Publish();
       it = subscriptions_.emplace(m.subscription, std::move(s)).first;
     } else {
       SubscriptionState& s = it->second;
@@ -694,9 +689,9 @@ class MiniBroker {
       // A CT without this pubend has consumed nothing of it: start where the subscription did.
       const Tick ct = m.checkpoint.entries().contains(id) ? m.checkpoint.Get(id) : pos.created;
       start.Set(id, ct);
-      pos.sent_through = ct;
+      pos.session.Start(ct);
       if (ct >= ld) {
-        p.constream->Join(s.name, now);
+        p.constream->Join(s.id, s.name, s.session, &pos.session, now, ct);
         continue;
       }
       // Behind latestDelivered: catch up from the PFS. Before the subscription was created here
@@ -710,8 +705,8 @@ class MiniBroker {
         return;
       }
       pos.reader = *std::move(reader);
-      pos.catchup =
-          std::make_unique<CatchupStream>(s.name, id, ct, refilter_through, s.subscription);
+      pos.catchup = std::make_unique<CatchupStream>(s.name, id, ct, refilter_through,
+                                                    s.subscription, &pos.session);
       ++stats_.catchups_started;
     }
     Send(from, ConnectedMessage{s.name, start, s.epoch});
@@ -729,6 +724,9 @@ class MiniBroker {
       auto pos = it->second.positions.find(id);
       if (pos == it->second.positions.end() || t > latest_delivered(id)) continue;
       pos->second.released = std::max(pos->second.released, t);
+      // Keeps the session's books (its flow-control marks) bounded. The sockets lose nothing,
+      // so this broker never resends a last message (SessionStream::ShouldResend).
+      (void)pos->second.session.OnAck(t);
     }
   }
 
@@ -741,13 +739,6 @@ class MiniBroker {
     s.session.clear();
   }
 
-  // Sends `d` on `s`'s session, naming the session's previous message from its pubend.
-  void Deliver(SubscriptionState& s, DeliveryMessage d) {
-    Position& pos = s.positions.at(d.pubend);
-    d.previous = pos.sent_through;
-    pos.sent_through = d.tick;
-    Send(s.session, std::move(d));
-  }
   void Send(const std::string& to, Message m) {
     // A frame that cannot go out is a lost message; nacks and reconnections repair it.
     if (!to.empty()) (void)channel_->Send(to, std::move(m));
@@ -770,6 +761,7 @@ class MiniBroker {
   absl::Time last_release_ = absl::InfinitePast();
   uint64_t next_id_ = 1;
   std::map<PubendId, PubendState> pubends_;
+  Matcher matcher_;  // every durable subscription, for the constreams
   // Declared after pubends_, so destroyed before them: readers must go before their PFS.
   std::map<std::string, SubscriptionState, std::less<>> subscriptions_;
 };

@@ -57,7 +57,9 @@ TEST_CASE("catchup delivers the PFS matches with events from the knowledge strea
   REQUIRE_OK(k.AccumulateData(15, MakeEvent(15)));
   REQUIRE_OK(k.AccumulateData(20, MakeEvent(20)));
 
-  CatchupStream c("sub", kP, 10, 0, Everything());
+  SessionStream session;
+  session.Start(10);
+  CatchupStream c("sub", kP, 10, 0, Everything(), &session);
   REQUIRE(c.pubend() == kP);
   REQUIRE(c.position() == 10);
   REQUIRE_FALSE(c.caught_up(30));
@@ -83,7 +85,9 @@ TEST_CASE("catchup delivers the PFS matches with events from the knowledge strea
 TEST_CASE("catchup nacks the matched events it lacks and delivers them in order", "[catchup]") {
   KnowledgeStream k;  // only tick 12 is known
   REQUIRE_OK(k.AccumulateData(12, MakeEvent(12)));
-  CatchupStream c("sub", kP, 10, 0, Everything());
+  SessionStream session;
+  session.Start(10);
+  CatchupStream c("sub", kP, 10, 0, Everything(), &session);
   c.AddMatches({12, 15, 20}, 30, 0);
 
   Ranges nacks;
@@ -107,7 +111,9 @@ TEST_CASE("catchup nacks at most nack_window matches at once", "[catchup]") {
   CatchupStreamOptions o;
   o.nack_window = 2;
   KnowledgeStream k;
-  CatchupStream c("sub", kP, 10, 0, Everything(), o);
+  SessionStream session;
+  session.Start(10);
+  CatchupStream c("sub", kP, 10, 0, Everything(), &session, o);
   c.AddMatches({12, 13, 15, 20}, 30, 0);
   Ranges nacks;
   REQUIRE(StepOnce(c, k, 30, &nacks).empty());
@@ -124,7 +130,9 @@ TEST_CASE("catchup sends a Gap covering exactly what the PFS lost", "[catchup]")
   KnowledgeStream k;
   REQUIRE_OK(k.AccumulateData(8, MakeEvent(8)));
   REQUIRE_OK(k.AccumulateData(12, MakeEvent(12)));
-  CatchupStream c("sub", kP, 5, 0, Everything());
+  SessionStream session;
+  session.Start(5);
+  CatchupStream c("sub", kP, 5, 0, Everything(), &session);
   REQUIRE(c.WantedMatches(20) == TickRange{6, 20});
   // The PFS was chopped through 10: it cannot say whether 6..10 matched (8 did, but the reader
   // does not know it and must not deliver it).
@@ -135,7 +143,9 @@ TEST_CASE("catchup sends a Gap covering exactly what the PFS lost", "[catchup]")
 
 TEST_CASE("catchup whose whole window was chopped sends one Gap and no Silence", "[catchup]") {
   KnowledgeStream k;
-  CatchupStream c("sub", kP, 5, 0, Everything());
+  SessionStream session;
+  session.Start(5);
+  CatchupStream c("sub", kP, 5, 0, Everything(), &session);
   c.AddMatches({}, 20, 20);
   REQUIRE(StepOnce(c, k, 20) == Strings{"G20"});
   REQUIRE(c.position() == 20);
@@ -147,7 +157,9 @@ TEST_CASE("catchup turns a run of released matches into one Gap", "[catchup]") {
   REQUIRE_OK(k.AccumulateLost({1, 14}));
   REQUIRE_OK(k.AccumulateData(15, MakeEvent(15)));
   REQUIRE_OK(k.AccumulateSilence({16, 16}));  // filtered upstream: nothing to deliver
-  CatchupStream c("sub", kP, 10, 0, Everything());
+  SessionStream session;
+  session.Start(10);
+  CatchupStream c("sub", kP, 10, 0, Everything(), &session);
   c.AddMatches({12, 13, 15, 16}, 30, 0);
   REQUIRE(StepOnce(c, k, 30) == Strings{"G13", "E15", "S30"});
   REQUIRE(c.caught_up(30));
@@ -160,7 +172,9 @@ TEST_CASE("catchup sends one Gap for released matches whose knowledge arrives in
   CatchupStreamOptions o;
   o.nack_window = 2;
   KnowledgeStream k;
-  CatchupStream c("sub", kP, 10, 0, Everything(), o);
+  SessionStream session;
+  session.Start(10);
+  CatchupStream c("sub", kP, 10, 0, Everything(), &session, o);
   c.AddMatches({12, 13, 15, 20, 24, 25}, 30, 0);
   Ranges nacks;
   REQUIRE(StepOnce(c, k, 30, &nacks).empty());
@@ -186,7 +200,9 @@ TEST_CASE("catchup joins what the PFS lost and the released matches after it in 
   KnowledgeStream k;
   REQUIRE_OK(k.AccumulateLost({1, 14}));
   REQUIRE_OK(k.AccumulateData(16, MakeEvent(16)));
-  CatchupStream c("sub", kP, 5, 0, Everything());
+  SessionStream session;
+  session.Start(5);
+  CatchupStream c("sub", kP, 5, 0, Everything(), &session);
   c.AddMatches({12, 14, 16}, 20, 10);  // chopped through 10; 12 and 14 released
   REQUIRE(StepOnce(c, k, 20) == Strings{"G14", "E16", "S20"});
 }
@@ -198,7 +214,9 @@ TEST_CASE("a refilter joins released spans around silence in one Gap", "[catchup
   REQUIRE_OK(k.AccumulateLost({10, 12}));
   REQUIRE_OK(k.AccumulateData(13, MakeEvent(13, "red")));
   REQUIRE_OK(k.AccumulateSilence({14, 20}));
-  CatchupStream c("sub", kP, 5, 20, *Subscription::Create("color = 'red'"));
+  SessionStream session;
+  session.Start(5);
+  CatchupStream c("sub", kP, 5, 20, *Subscription::Create("color = 'red'"), &session);
   REQUIRE(StepOnce(c, k, 20) == Strings{"G12", "E13", "S20"});
 }
 
@@ -207,7 +225,9 @@ TEST_CASE("catchup delivers at most max_deliveries_per_step per step", "[catchup
   o.max_deliveries_per_step = 2;
   KnowledgeStream k;
   for (Tick t : {12, 15, 20}) REQUIRE_OK(k.AccumulateData(t, MakeEvent(static_cast<int>(t))));
-  CatchupStream c("sub", kP, 10, 0, Everything(), o);
+  SessionStream session;
+  session.Start(10);
+  CatchupStream c("sub", kP, 10, 0, Everything(), &session, o);
   c.AddMatches({12, 15, 20}, 30, 0);
   REQUIRE(StepOnce(c, k, 30) == Strings{"E12", "E15"});
   REQUIRE(c.position() == 15);
@@ -221,7 +241,9 @@ TEST_CASE("catchup reads the PFS in windows while latestDelivered moves", "[catc
   o.max_buffered_matches = 4;
   KnowledgeStream k;
   for (Tick t : {2, 4, 9}) REQUIRE_OK(k.AccumulateData(t, MakeEvent(static_cast<int>(t))));
-  CatchupStream c("sub", kP, 0, 0, Everything(), o);
+  SessionStream session;
+  session.Start(0);
+  CatchupStream c("sub", kP, 0, 0, Everything(), &session, o);
   REQUIRE(c.WantedMatches(10) == TickRange{1, 10});
   c.AddMatches({2, 4}, 6, 0);                      // a partial answer, through 6
   REQUIRE_FALSE(c.WantedMatches(10).has_value());  // half the buffer is full
@@ -243,7 +265,9 @@ TEST_CASE("catchup reads the PFS in windows while latestDelivered moves", "[catc
 TEST_CASE("catchup ignores matches at or below what it already has", "[catchup]") {
   KnowledgeStream k;
   for (Tick t : {4, 12}) REQUIRE_OK(k.AccumulateData(t, MakeEvent(static_cast<int>(t))));
-  CatchupStream c("sub", kP, 10, 0, Everything());
+  SessionStream session;
+  session.Start(10);
+  CatchupStream c("sub", kP, 10, 0, Everything(), &session);
   c.AddMatches({4, 12}, 20, 0);  // 4 is at or below the checkpoint
   REQUIRE(StepOnce(c, k, 20) == Strings{"E12", "S20"});
 }
@@ -252,7 +276,9 @@ TEST_CASE("catchup refilters the span before the subscription existed here", "[c
   KnowledgeStream k;
   const EventRef red8 = MakeEvent(8, "red");
   const EventRef red18 = MakeEvent(18, "red");
-  CatchupStream c("sub", kP, 5, 15, *Subscription::Create("color = 'red'"));
+  SessionStream session;
+  session.Start(5);
+  CatchupStream c("sub", kP, 5, 15, *Subscription::Create("color = 'red'"), &session);
   // (5, 15] is refiltered: the PFS is asked only from 16 on.
   REQUIRE(c.WantedMatches(20) == TickRange{16, 20});
   c.AddMatches({18}, 20, 0);
@@ -285,7 +311,9 @@ TEST_CASE("a refilter that spends the step's budget leaves the chop's Gap to the
   REQUIRE_OK(k.AccumulateData(18, MakeEvent(18, "red")));
   REQUIRE_OK(k.AccumulateData(19, MakeEvent(19, "red")));
   REQUIRE_OK(k.AccumulateSilence({20, 20}));
-  CatchupStream c("sub", kP, 5, 15, *Subscription::Create("color = 'red'"), o);
+  SessionStream session;
+  session.Start(5);
+  CatchupStream c("sub", kP, 5, 15, *Subscription::Create("color = 'red'"), &session, o);
   REQUIRE(c.WantedMatches(20) == TickRange{16, 20});
   c.AddMatches({18, 19}, 20, 16);  // the PFS was chopped through 16
   // The refilter's last tick takes the whole budget: the Gap must not overdraw it.

@@ -1,8 +1,11 @@
 #include "gryph/broker/con_stream.h"
 
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "gryph/memory_storage.h"
 #include "tests/test_util.h"
 
 namespace gryph {
@@ -30,14 +33,20 @@ std::vector<Tick> DataTicks(const ConStream::Batch& b) {
   return ticks;
 }
 
-// "name:S<tick>" for each Silence, in order.
-std::vector<std::string> Summary(const std::vector<DeliveryMessage>& out) {
+// "name:E<tick>/<previous>" (S for a Silence, G for a Gap) for each message, in order; the peer
+// is the subscription's name with "@".
+std::vector<std::string> Summary(const std::vector<Channel::Outgoing>& out) {
   std::vector<std::string> s;
-  for (const DeliveryMessage& m : out) {
+  for (const Channel::Outgoing& o : out) {
+    const auto& m = std::get<DeliveryMessage>(o.message);
     REQUIRE(m.pubend == kP);
-    REQUIRE(m.kind == DeliveryKind::kSilence);
-    REQUIRE(m.event == nullptr);
-    s.push_back(m.subscription + ":S" + std::to_string(m.tick));
+    REQUIRE(o.peer == "@" + m.subscription);
+    REQUIRE((m.event != nullptr) == (m.kind == DeliveryKind::kEvent));
+    const char* kind = m.kind == DeliveryKind::kEvent     ? "E"
+                       : m.kind == DeliveryKind::kSilence ? "S"
+                                                          : "G";
+    s.push_back(m.subscription + ":" + kind + std::to_string(m.tick) + "/" +
+                std::to_string(m.previous));
   }
   return s;
 }
@@ -108,27 +117,11 @@ TEST_CASE("constream does not go beyond the limit", "[constream]") {
   b = c.Next(k, 100, 7);
   REQUIRE(b.through == 7);
   REQUIRE(DataTicks(b) == std::vector<Tick>{5, 7});
-  c.Advanced(6);
   // A limit at or below the position proposes nothing.
-  b = c.Next(k, 100, 3);
+  const ConStream at6(kP, 6);
+  b = at6.Next(k, 100, 3);
   REQUIRE(b.through == 6);
   REQUIRE(b.data.empty());
-}
-
-TEST_CASE("constream continues after Advanced", "[constream]") {
-  KnowledgeStream k = SampleKnowledge();
-  ConStream c(kP, 0);
-  c.Advanced(c.Next(k, 2).through);
-  REQUIRE(c.latest_delivered() == 7);
-  ConStream::Batch b = c.Next(k, 100);
-  REQUIRE(b.through == 10);
-  REQUIRE(DataTicks(b) == std::vector<Tick>{8});
-  c.Advanced(b.through);
-  REQUIRE(c.Next(k, 100).through == 10);
-  REQUIRE_OK(k.AccumulateSilence({11, 11}));
-  b = c.Next(k, 100);
-  REQUIRE(b.through == 12);
-  REQUIRE(DataTicks(b) == std::vector<Tick>{12});
 }
 
 TEST_CASE("a constream restarted at a position proposes only what follows it", "[constream]") {
@@ -140,12 +133,80 @@ TEST_CASE("a constream restarted at a position proposes only what follows it", "
   REQUIRE(DataTicks(b) == std::vector<Tick>{7, 8});
 }
 
+// A constream with its parts: subscriptions in a matcher, a PFS in memory, and each member's
+// session stream.
+class Fixture {
+ public:
+  explicit Fixture(Tick position = 0) : c_(kP, position) {
+    storage_ = std::make_unique<MemoryStorage>(MemoryStorage::NewState());
+    PfsOptions po;
+    po.pubend = kP;
+    auto pfs = PFS::Open(po, storage_.get());
+    REQUIRE_OK(pfs);
+    pfs_ = *std::move(pfs);
+  }
+
+  // Subscriber `id` named `name` with `selector` (on "id", the tick), a member from `start`.
+  void Join(uint64_t id, const std::string& name, absl::string_view selector, absl::Time now,
+            Tick start = 0) {
+    if (!names_.contains(name)) {
+      auto sub = Subscription::Create(selector, "");
+      REQUIRE_OK(sub);
+      REQUIRE_OK(matcher_.Add(SubscriberId{id}, *std::move(sub)));
+      matcher_.Publish();
+      WriteBatch wb;
+      REQUIRE_OK(pfs_->AddSubscriber(SubscriberId{id}, &wb));
+      REQUIRE_OK(storage_->Commit(wb));
+      names_[name] = id;
+      peers_[name] = "@" + name;
+    }
+    sessions_[name].Start(std::max(start, c_.latest_delivered()));
+    c_.Join(SubscriberId{id}, name, peers_[name], &sessions_[name], now, start);
+  }
+
+  // One round: what the knowledge allows, delivered, committed.
+  ConStream::Round Round(const KnowledgeStream& k, absl::Time now, uint64_t max_unacked = 1000,
+                         size_t max_data = 100) {
+    const ConStream::Batch batch = c_.Next(k, max_data);
+    WriteBatch wb;
+    ConStream::Round round;
+    REQUIRE_OK(c_.Deliver(batch, matcher_, *pfs_, &wb, now, max_unacked, &round));
+    REQUIRE_OK(storage_->Commit(wb));
+    pfs_->MarkCommitted(pfs_->last_timestamp());
+    REQUIRE(c_.latest_delivered() == batch.through);
+    return round;
+  }
+
+  // Moves the position to `t` through silence.
+  void SilenceThrough(Tick t, absl::Time now) {
+    REQUIRE_OK(silence_.AccumulateSilence({silenced_ + 1, t}));
+    silenced_ = t;
+    REQUIRE(Round(silence_, now).messages.empty());
+  }
+
+  ConStream& c() { return c_; }
+  PFS& pfs() { return *pfs_; }
+  SessionStream& session(const std::string& name) { return sessions_[name]; }
+
+ private:
+  std::unique_ptr<Storage> storage_;
+  std::unique_ptr<PFS> pfs_;
+  Matcher matcher_;
+  std::map<std::string, uint64_t> names_;
+  std::map<std::string, std::string> peers_;
+  std::map<std::string, SessionStream> sessions_;
+  KnowledgeStream silence_;
+  Tick silenced_ = 0;
+  ConStream c_;
+};
+
 TEST_CASE("constream membership follows Join and Leave", "[constream]") {
-  ConStream c(kP, 0);
+  Fixture f;
+  ConStream& c = f.c();
   REQUIRE(c.member_count() == 0);
-  c.Join("a", kT0);
-  c.Join("b", kT0);
-  c.Join("a", kT0);  // again: still one member
+  f.Join(1, "a", "", kT0);
+  f.Join(2, "b", "", kT0);
+  f.Join(1, "a", "", kT0);  // again: still one member
   REQUIRE(c.member_count() == 2);
   REQUIRE(c.IsMember("a"));
   REQUIRE(c.IsMember("b"));
@@ -157,63 +218,130 @@ TEST_CASE("constream membership follows Join and Leave", "[constream]") {
   REQUIRE(c.pubend() == kP);
 }
 
+TEST_CASE("a constream round delivers each event to the members that matched, finished",
+          "[constream]") {
+  Fixture f;
+  f.Join(1, "odd", "id IN (5, 7)", kT0);
+  f.Join(2, "all", "", kT0);
+  f.Join(3, "gone", "", kT0);
+  f.c().Leave("gone");  // not a member: nothing sent, but its matches are still recorded
+  const ConStream::Round r = f.Round(SampleKnowledge(), kT0);
+  REQUIRE(Summary(r.messages) ==
+          std::vector<std::string>{"odd:E5/0", "all:E5/0", "odd:E7/5", "all:E7/5", "all:E8/7"});
+  REQUIRE(f.c().latest_delivered() == 10);
+  REQUIRE(r.pfs_records == 3);  // one per tick that matched, members or not
+  REQUIRE(r.gaps == 0);
+  REQUIRE(r.over_bound.empty());
+  // Each session's books: the chain and the Events counted for flow control.
+  REQUIRE(f.session("odd").sent_through() == 7);
+  REQUIRE(f.session("odd").unacked() == 2);
+  REQUIRE(f.session("all").unacked() == 3);
+}
+
+TEST_CASE("a constream continues after a round", "[constream]") {
+  Fixture f;
+  KnowledgeStream k = SampleKnowledge();
+  f.Round(k, kT0, 1000, /*max_data=*/2);
+  REQUIRE(f.c().latest_delivered() == 7);
+  ConStream::Batch b = f.c().Next(k, 100);
+  REQUIRE(b.through == 10);
+  REQUIRE(DataTicks(b) == std::vector<Tick>{8});
+  f.Round(k, kT0);
+  REQUIRE(f.c().Next(k, 100).through == 10);
+  REQUIRE_OK(k.AccumulateSilence({11, 11}));
+  b = f.c().Next(k, 100);
+  REQUIRE(b.through == 12);
+  REQUIRE(DataTicks(b) == std::vector<Tick>{12});
+}
+
+TEST_CASE("a constream round reports the members it left over the flow-control bound",
+          "[constream]") {
+  Fixture f;
+  f.Join(1, "all", "", kT0);
+  f.Join(2, "one", "id = 5", kT0);
+  const ConStream::Round r = f.Round(SampleKnowledge(), kT0, /*max_unacked=*/2);
+  REQUIRE(r.over_bound == std::vector<std::string>{"all"});  // 3 Events unacked, "one" has 1
+}
+
+TEST_CASE("a constream round gives every member a Gap through an L span above its position",
+          "[constream]") {
+  Fixture f;
+  f.Join(1, "a", "id = 999", kT0);
+  f.Join(2, "b", "id = 999", kT0);
+  KnowledgeStream k;
+  REQUIRE_OK(k.AccumulateSilence({1, 4}));
+  REQUIRE_OK(k.AccumulateLost({5, 6}));  // an event upstream could not serve
+  REQUIRE_OK(k.AccumulateSilence({7, 8}));
+  const ConStream::Round r = f.Round(k, kT0);
+  REQUIRE(Summary(r.messages) == std::vector<std::string>{"a:G6/0", "b:G6/0"});
+  REQUIRE(r.gaps == 2);
+  REQUIRE(r.pfs_records == 1);  // naming everyone, for catching-up subscribers to learn it
+}
+
+TEST_CASE("a constream sends nothing a member's session has already been sent", "[constream]") {
+  // A member that resumed after a CT ahead of the constream (a broker after a crash).
+  Fixture f;
+  f.Join(1, "ahead", "", kT0, /*start=*/7);
+  const ConStream::Round r = f.Round(SampleKnowledge(), kT0);
+  REQUIRE(Summary(r.messages) == std::vector<std::string>{"ahead:E8/7"});
+}
+
 TEST_CASE("constream sends Silence to members idle for the interval", "[constream]") {
-  ConStream c(kP, 0);
-  c.Join("a", kT0);
-  c.Join("b", kT0);
+  Fixture f;
+  f.Join(1, "a", "", kT0);
+  f.Join(2, "b", "", kT0);
+  ConStream& c = f.c();
   // Nothing delivered yet: no Silence, however long they wait.
   REQUIRE(c.Silences(kT0 + 10 * kInterval, kInterval).empty());
-  c.Advanced(40);
+  f.SilenceThrough(40, kT0);
   REQUIRE(c.Silences(kT0 + kInterval - absl::Nanoseconds(1), kInterval).empty());
   REQUIRE(Summary(c.Silences(kT0 + kInterval, kInterval)) ==
-          std::vector<std::string>{"a:S40", "b:S40"});
+          std::vector<std::string>{"a:S40/0", "b:S40/0"});
   // Each Silence counts as a message: none again until the position moves and they idle again.
   REQUIRE(c.Silences(kT0 + 5 * kInterval, kInterval).empty());
-  c.Advanced(50);
+  f.SilenceThrough(50, kT0);
   REQUIRE(c.Silences(kT0 + 2 * kInterval - absl::Nanoseconds(1), kInterval).empty());
   REQUIRE(Summary(c.Silences(kT0 + 2 * kInterval, kInterval)) ==
-          std::vector<std::string>{"a:S50", "b:S50"});
+          std::vector<std::string>{"a:S50/40", "b:S50/40"});
   c.Leave("a");
-  c.Advanced(60);
+  f.SilenceThrough(60, kT0);
   REQUIRE(Summary(c.Silences(kT0 + 10 * kInterval, kInterval)) ==
-          std::vector<std::string>{"b:S60"});
+          std::vector<std::string>{"b:S60/50"});
 }
 
 TEST_CASE("constream sends no Silence at or below a member's start tick", "[constream]") {
-  ConStream c(kP, 10);
-  c.Join("ahead", kT0, 30);  // its CT is ahead of the constream (a broker after a crash)
-  c.Join("behind", kT0, 5);  // a start below the position counts as the position
+  Fixture f;
+  f.SilenceThrough(10, kT0);
+  f.Join(1, "ahead", "", kT0, 30);  // its CT is ahead of the constream (a broker after a crash)
+  f.Join(2, "behind", "", kT0, 5);  // a start below the position counts as the position
+  ConStream& c = f.c();
   REQUIRE(c.Silences(kT0 + kInterval, kInterval).empty());
-  c.Advanced(30);
+  f.SilenceThrough(30, kT0);
   REQUIRE(Summary(c.Silences(kT0 + kInterval, kInterval)) ==
-          std::vector<std::string>{"behind:S30"});
-  c.Advanced(31);
+          std::vector<std::string>{"behind:S30/10"});
+  f.SilenceThrough(31, kT0);
   REQUIRE(Summary(c.Silences(kT0 + 2 * kInterval, kInterval)) ==
-          std::vector<std::string>{"ahead:S31", "behind:S31"});
+          std::vector<std::string>{"ahead:S31/30", "behind:S31/30"});
 }
 
 TEST_CASE("a delivery resets the member's silence timer", "[constream]") {
-  ConStream c(kP, 0);
-  c.Join("a", kT0);
-  c.Join("b", kT0);
-  c.Advanced(20);
-  c.NoteDelivered("a", 20, kT0 + absl::Milliseconds(500));
-  c.NoteDelivered("nobody", 20, kT0);  // not a member: ignored
-  REQUIRE(c.member_count() == 2);
+  Fixture f;
+  f.Join(1, "a", "id = 20", kT0);
+  f.Join(2, "b", "id = 999", kT0);
+  ConStream& c = f.c();
+  KnowledgeStream k;
+  REQUIRE_OK(k.AccumulateSilence({1, 19}));
+  REQUIRE_OK(k.AccumulateData(20, MakeEvent(20)));
+  REQUIRE(Summary(f.Round(k, kT0 + absl::Milliseconds(500)).messages) ==
+          std::vector<std::string>{"a:E20/0"});
   // "a" got a message at 20 = the position: nothing to say to it.
-  REQUIRE(Summary(c.Silences(kT0 + kInterval, kInterval)) == std::vector<std::string>{"b:S20"});
-  c.Advanced(25);
+  REQUIRE(Summary(c.Silences(kT0 + kInterval, kInterval)) == std::vector<std::string>{"b:S20/0"});
+  REQUIRE_OK(k.AccumulateSilence({21, 25}));
+  REQUIRE(f.Round(k, kT0).messages.empty());
   // "a" heard at 0.5 s: idle for the interval only at 1.5 s.
   REQUIRE(c.Silences(kT0 + absl::Milliseconds(1499), kInterval).empty());
   REQUIRE(Summary(c.Silences(kT0 + absl::Milliseconds(1500), kInterval)) ==
-          std::vector<std::string>{"a:S25"});
-  // A delivery below the position still resets the timer but leaves the tick behind.
-  c.Advanced(30);
-  c.NoteDelivered("b", 28, kT0 + absl::Seconds(3));
-  REQUIRE(Summary(c.Silences(kT0 + absl::Milliseconds(3999), kInterval)) ==
-          std::vector<std::string>{"a:S30"});
-  REQUIRE(Summary(c.Silences(kT0 + absl::Seconds(4), kInterval)) ==
-          std::vector<std::string>{"b:S30"});
+          std::vector<std::string>{"a:S25/20"});
 }
 
 }  // namespace

@@ -1,11 +1,11 @@
-// The session rules (lib/shb/session.h), one test per clause. The broker-level behaviour they
+// The session rules (gryph/broker/session.h), one test per clause. The broker-level behaviour they
 // add up to is tested in subscriber_hosting_broker_test.cc and shb_flow_control_test.cc.
 
-#include "lib/shb/session.h"
+#include "gryph/broker/session.h"
 
 #include "tests/test_util.h"
 
-namespace gryph::internal {
+namespace gryph {
 namespace {
 
 constexpr PubendId kP{1};
@@ -137,4 +137,4 @@ TEST_CASE("session: a new session starts its books afresh", "[session]") {
 }
 
 }  // namespace
-}  // namespace gryph::internal
+}  // namespace gryph

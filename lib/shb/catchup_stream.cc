@@ -6,10 +6,11 @@ namespace gryph {
 
 CatchupStream::CatchupStream(std::string subscription_name, PubendId pubend, Tick checkpoint,
                              Tick refilter_through, Subscription subscription,
-                             CatchupStreamOptions options)
+                             SessionStream* session, CatchupStreamOptions options)
     : name_(std::move(subscription_name)),
       pubend_(pubend),
       subscription_(std::move(subscription)),
+      session_(session),
       options_(options),
       refilter_through_(refilter_through),
       position_(checkpoint),
@@ -33,7 +34,9 @@ void CatchupStream::AddMatches(const std::vector<Tick>& ticks, Tick through, Tic
 void CatchupStream::Emit(DeliveryKind kind, Tick t, EventRef event,
                          std::vector<DeliveryMessage>* out) {
   EmitPendingGap(out);
-  out->push_back(DeliveryMessage{name_, pubend_, kind, t, std::move(event)});
+  DeliveryMessage d{name_, pubend_, kind, t, std::move(event)};
+  session_->Stamp(d);
+  out->push_back(std::move(d));
   last_message_ = t;
 }
 
@@ -41,7 +44,9 @@ void CatchupStream::Lost(Tick t) { pending_gap_ = std::max(pending_gap_, t); }
 
 void CatchupStream::EmitPendingGap(std::vector<DeliveryMessage>* out) {
   if (pending_gap_ == 0) return;
-  out->push_back(DeliveryMessage{name_, pubend_, DeliveryKind::kGap, pending_gap_, nullptr});
+  DeliveryMessage d{name_, pubend_, DeliveryKind::kGap, pending_gap_, nullptr};
+  session_->Stamp(d);
+  out->push_back(std::move(d));
   last_message_ = pending_gap_;
   pending_gap_ = 0;
 }

@@ -1,6 +1,6 @@
-#include "lib/shb/session.h"
+#include "gryph/broker/session.h"
 
-namespace gryph::internal {
+namespace gryph {
 
 void SessionStream::Start(Tick start) {
   start_ = sent_through_ = acked_ = start;
@@ -41,4 +41,4 @@ bool SessionStream::OnAck(Tick t) {
   return resend;
 }
 
-}  // namespace gryph::internal
+}  // namespace gryph

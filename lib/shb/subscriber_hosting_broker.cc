@@ -365,32 +365,14 @@ absl::Status SubscriberHostingBrokerImpl::AdvanceConStreams() {
       const bool starved = batch.through == p.lease && p.lease_submitted == p.lease &&
                            p.istream.DoubtHorizon(batch.through) > batch.through;
       if (batch.through == from && !starved) continue;
-      for (const KnowledgeSpan& d : batch.data) {
-        if (d.value == TickValue::kL) {
-          GRYPH_RETURN_IF_ERROR(LoseInConStream(p, d.range, &wb));
-          continue;
-        }
-        matched.clear();
-        matcher_.Match(*d.event, &matched);
-        // The matcher's order follows its layout; a fixed order keeps runs reproducible.
-        std::sort(matched.begin(), matched.end());
-        for (SubscriberId m : matched) {
-          SubscriptionState& s = *by_id_.at(m.value);
-          auto pos = s.positions.find(p.id);
-          if (pos != s.positions.end() && pos->second.member &&
-              d.range.first > pos->second.resume_after) {
-            round_deliveries_.push_back(Channel::Outgoing{
-                s.session,
-                DeliveryMessage{s.name, p.id, DeliveryKind::kEvent, d.range.first, d.event}});
-            pos->second.session.Stamp(std::get<DeliveryMessage>(round_deliveries_.back().message));
-            round_delivered_to_.emplace_back(&s, &pos->second);
-          }
-        }
-        if (!matched.empty()) {
-          GRYPH_RETURN_IF_ERROR(p.pfs->Write(d.range.first, matched, &wb));
-          ++stats_.pfs_records;
-        }
-      }
+      round_.messages.clear();
+      round_.subscriptions.clear();
+      round_.over_bound.clear();
+      round_.gaps = round_.pfs_records = 0;
+      GRYPH_RETURN_IF_ERROR(p.constream->Deliver(batch, matcher_, *p.pfs, &wb, now,
+                                                 options_.max_unacked_events, &round_));
+      stats_.pfs_records += round_.pfs_records;
+      stats_.gaps_delivered += round_.gaps;
       const Tick seen = std::max(p.highest_seen, batch.through);
       const Tick lease = std::max(p.lease_submitted,
                                   seen > kMaxTick - options_.delivery_lease_ticks
@@ -399,11 +381,10 @@ absl::Status SubscriberHostingBrokerImpl::AdvanceConStreams() {
       wb.Put(kShbDeliveredTable, internal::DeliveredKey(p.id),
              internal::EncodeDeliveredRow({batch.through, lease}));
       p.lease_submitted = lease;
-      p.constream->Advanced(batch.through);
       advances.push_back(Advance{&p, batch.through, lease, p.pfs->last_timestamp()});
       // Each pubend's deliveries go out as soon as they are built: the subscribers' side starts
       // on them while the next pubend's are built.
-      SendRound(p, now, slow);
+      SendRound(p, slow);
     }
     if (advances.empty()) return absl::OkStatus();
     for (auto [s, p] : slow) {
@@ -414,70 +395,35 @@ absl::Status SubscriberHostingBrokerImpl::AdvanceConStreams() {
   }
 }
 
-absl::Status SubscriberHostingBrokerImpl::LoseInConStream(PubendState& p, TickRange lost,
-                                                          WriteBatch* wb) {
-  const Tick t = lost.last;
-  std::vector<SubscriberId> everyone = p.pfs->subscribers();
-  std::sort(everyone.begin(), everyone.end());
-  for (SubscriberId id : everyone) {
-    auto it = by_id_.find(id.value);
-    if (it == by_id_.end()) continue;
-    SubscriptionState& s = *it->second;
-    auto pos = s.positions.find(p.id);
-    if (pos == s.positions.end() || !pos->second.member || t <= pos->second.resume_after) {
-      continue;
-    }
-    round_deliveries_.push_back(Channel::Outgoing{
-        s.session, DeliveryMessage{s.name, p.id, DeliveryKind::kGap, t, nullptr}});
-    pos->second.session.Stamp(std::get<DeliveryMessage>(round_deliveries_.back().message));
-    round_delivered_to_.emplace_back(&s, &pos->second);
-    ++stats_.gaps_delivered;
-  }
-  if (everyone.empty()) return absl::OkStatus();
-  ++stats_.pfs_records;
-  return p.pfs->Write(t, everyone, wb);
-}
-
 void SubscriberHostingBrokerImpl::SendRound(
-    PubendState& p, absl::Time now,
-    std::vector<std::pair<SubscriptionState*, PubendState*>>& slow) {
-  std::vector<Channel::Outgoing>& deliveries = round_deliveries_;
-  std::vector<std::pair<SubscriptionState*, Position*>>& delivered_to = round_delivered_to_;
-  // The constream's silence and flow-control bookkeeping, once per member per round.
-  for (size_t i = 0; i < deliveries.size(); ++i) {
-    Position& pos = *delivered_to[i].second;
-    pos.noted_tick = std::get<DeliveryMessage>(deliveries[i].message).tick;
-    ++pos.round_sent;
-  }
-  for (size_t i = 0; i < deliveries.size(); ++i) {
-    auto [s, pos] = delivered_to[i];
-    if (pos->round_sent == 0) continue;
-    p.constream->NoteDelivered(s->name, pos->noted_tick, now);
-    pos->session.NoteEventsSent(pos->noted_tick, pos->round_sent);
-    pos->noted_tick = 0;
-    pos->round_sent = 0;
-    if (pos->session.OverFlowBound(options_.max_unacked_events)) slow.emplace_back(s, &p);
-  }
+    PubendState& p, std::vector<std::pair<SubscriptionState*, PubendState*>>& slow) {
+  std::vector<Channel::Outgoing>& deliveries = round_.messages;
+  for (const std::string& name : round_.over_bound) slow.emplace_back(&subscriptions_.at(name), &p);
   // Sent before the commit: everything sent is within a durable lease (see the header).
   stats_.events_delivered += deliveries.size();
   if (channel_->SendMany(absl::MakeSpan(deliveries)) < deliveries.size()) {
     // The link to a subscriber is FIFO and must not skip an Event (the next one would claim
     // there was none): a session whose message the channel refused ends, and the subscriber
     // resumes from its CT when it reconnects.
+    // (Their names first: ending a session leaves the constream, which the names point into.)
+    std::vector<SubscriptionState*> refused;
     for (size_t i = 0; i < deliveries.size(); ++i) {
-      SubscriptionState& s = *delivered_to[i].first;
-      if (!deliveries[i].accepted && !s.session.empty()) EndSession(s);
+      if (!deliveries[i].accepted)
+        refused.push_back(&subscriptions_.find(round_.subscriptions[i])->second);
+    }
+    for (SubscriptionState* s : refused) {
+      if (!s->session.empty()) EndSession(*s);
     }
   }
-  // The buffers are kept from round to round: a round of a few thousand deliveries in fresh
+  // The buffer is kept from round to round: a round of a few thousand deliveries in fresh
   // memory costs more in page faults than in building them. A burst (a restart's backlog) does
-  // not pin them.
+  // not pin it.
   if (deliveries.capacity() > kKeptRoundDeliveries) {
     deliveries = {};
-    delivered_to = {};
+    round_.subscriptions = {};
   } else {
     deliveries.clear();
-    delivered_to.clear();
+    round_.subscriptions.clear();
   }
 }
 
@@ -519,7 +465,7 @@ void SubscriberHostingBrokerImpl::StartCatchup(SubscriptionState& s, PubendState
                                                Tick refilter_through) {
   pos.reader = std::move(reader);
   pos.catchup = std::make_unique<CatchupStream>(s.name, p.id, from, refilter_through,
-                                                s.subscription, options_.catchup);
+                                                s.subscription, &pos.session, options_.catchup);
   p.catchups[s.name] = &s;
   ++stats_.catchups_started;
 }
@@ -603,8 +549,7 @@ bool SubscriberHostingBrokerImpl::StepCatchups(PubendState& p) {
       uint64_t events = 0;
       Tick last_event = 0;
       batch.clear();
-      for (DeliveryMessage& d : out) {
-        pos.session.Stamp(d);
+      for (DeliveryMessage& d : out) {  // stamped by the catchup stream: finished
         if (d.kind == DeliveryKind::kEvent) {
           ++events;
           last_event = d.tick;
@@ -624,7 +569,7 @@ bool SubscriberHostingBrokerImpl::StepCatchups(PubendState& p) {
       if (pos.catchup->caught_up(ld)) {
         // The hand-over: the constream has delivered exactly through ld, and so has the catchup.
         EndCatchup(s, p, pos);
-        p.constream->Join(name, Now());
+        p.constream->Join(s.id, name, s.session, &pos.session, Now());
         pos.member = true;
         ++stats_.catchups_completed;
       } else if (nacks.empty() && !out.empty()) {
@@ -804,7 +749,7 @@ void SubscriberHostingBrokerImpl::OnConnect(absl::string_view from, const Connec
       // Ahead of the constream only after a crash (see the header): resume after the CT.
       pos.resume_after = from_tick;
       if (from_tick > ld) ++stats_.resumed_ahead;
-      p.constream->Join(s.name, Now(), from_tick);
+      p.constream->Join(s.id, s.name, s.session, &pos.session, Now(), from_tick);
       pos.member = true;
       continue;
     }
@@ -950,13 +895,8 @@ void SubscriberHostingBrokerImpl::OnTimer(absl::Time now) {
       }
     }
     // Silence for constream members that matched nothing for a while.
-    for (DeliveryMessage& d : p.constream->Silences(now, options_.silence_interval)) {
-      SubscriptionState& s = subscriptions_.at(d.subscription);
-      Position& pos = s.positions.at(id);
-      // A member that resumed after a CT ahead of the constream has nothing to learn below it.
-      if (pos.session.AlreadySent(d.tick)) continue;
-      pos.session.Stamp(d);
-      Send(s.session, std::move(d));
+    for (Channel::Outgoing& o : p.constream->Silences(now, options_.silence_interval)) {
+      Send(o.peer, std::move(o.message));
     }
     if (release_due) {
       // Upstream hears only the durable latestDelivered: ticks above it may be needed again

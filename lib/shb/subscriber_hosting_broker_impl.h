@@ -20,10 +20,10 @@
 #include "gryph/broker/knowledge_stream.h"
 #include "gryph/broker/matcher.h"
 #include "gryph/broker/pfs.h"
+#include "gryph/broker/session.h"
 #include "gryph/group_commit.h"
 #include "gryph/subscriber_hosting_broker.h"
 #include "gryph/subscription.h"
-#include "lib/shb/session.h"
 
 namespace gryph::internal {
 
@@ -53,11 +53,9 @@ class SubscriberHostingBrokerImpl final : public SubscriberHostingBroker {
     Tick released = 0;  // released(s,p)
     std::unique_ptr<CatchupStream> catchup;
     std::unique_ptr<PFS::Reader> reader;
-    bool member = false;      // in the constream (connected, not catching up)
-    Tick resume_after = 0;    // a member's CT when it was ahead of the constream (after a crash)
-    SessionStream session;    // the live session's messages from this pubend
-    Tick noted_tick = 0;      // scratch: the last Event tick sent in this constream round
-    uint64_t round_sent = 0;  // scratch: Events sent in this constream round
+    bool member = false;    // in the constream (connected, not catching up)
+    Tick resume_after = 0;  // a member's CT when it was ahead of the constream (after a crash)
+    SessionStream session;  // the live session's messages from this pubend
   };
   struct SubscriptionState {
     SubscriberId id;
@@ -67,7 +65,8 @@ class SubscriberHostingBrokerImpl final : public SubscriberHostingBroker {
     Subscription subscription;
     uint64_t epoch = 0;
     std::string session;  // the connected peer; empty when disconnected
-    absl::btree_map<PubendId, Position> positions;
+    // std::map: its nodes do not move, and the streams hold pointers to their sessions.
+    std::map<PubendId, Position> positions;
     absl::Time last_heard = absl::InfinitePast();  // the session's connection or its last ack
   };
   struct PubendState {
@@ -103,14 +102,9 @@ class SubscriberHostingBrokerImpl final : public SubscriberHostingBroker {
 
   // Advances every constream as far as knowledge allows, one commit per round for all pubends.
   absl::Status AdvanceConStreams();
-  // The constream of `p` passes `lost`, an L span above what it delivered (an event upstream
-  // could not serve): each member gets a Gap through its end, and a PFS record there naming
-  // every subscriber of the PFS makes each catching-up one ask for it and learn the same.
-  absl::Status LoseInConStream(PubendState& p, TickRange lost, WriteBatch* wb);
-  // Sends the round's deliveries of `p` (round_deliveries_) with their bookkeeping at `now`, and
-  // adds the members they left over the flow-control bound to `slow`.
-  void SendRound(PubendState& p, absl::Time now,
-                 std::vector<std::pair<SubscriptionState*, PubendState*>>& slow);
+  // Sends the round's messages of `p` (round_) and adds the members it left over the
+  // flow-control bound to `slow`.
+  void SendRound(PubendState& p, std::vector<std::pair<SubscriptionState*, PubendState*>>& slow);
   // Drops cached events of `p` that no catchup needs, beyond the cache window.
   void Forget(PubendState& p);
   // Nacks again what answers left unanswered (p.unanswered) and is still outstanding.
@@ -171,11 +165,9 @@ class SubscriberHostingBrokerImpl final : public SubscriberHostingBroker {
   absl::Time last_release_ = absl::InfinitePast();
   absl::Time last_timer_ = absl::InfinitePast();  // the `now` of the previous OnTimer
   bool dirty_ = false;  // knowledge arrived (or a commit finished) since the last Flush
-  // A constream round's deliveries of one pubend and, parallel to them, whom they go to
-  // (AdvanceConStreams, SendRound). Empty between rounds, except after a failed one (the broker
-  // has stopped then).
-  std::vector<Channel::Outgoing> round_deliveries_;
-  std::vector<std::pair<SubscriptionState*, Position*>> round_delivered_to_;
+  // A constream round of one pubend (AdvanceConStreams, SendRound); kept from round to round for
+  // its buffer.
+  ConStream::Round round_;
 
   // Commits submitted and not yet applied, in submission order.
   struct InFlight {

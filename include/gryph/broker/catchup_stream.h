@@ -37,6 +37,7 @@
 
 #include "absl/status/status.h"
 #include "gryph/broker/knowledge_stream.h"
+#include "gryph/broker/session.h"
 #include "gryph/message.h"
 #include "gryph/subscription.h"
 #include "gryph/tick.h"
@@ -56,9 +57,11 @@ class CatchupStream {
  public:
   // Delivers to `subscription_name` for pubend `pubend` from `checkpoint` on. Ticks in
   // (checkpoint, refilter_through] are refiltered with `subscription` (refilter_through <=
-  // checkpoint: none); matches after come from the PFS.
+  // checkpoint: none); matches after come from the PFS. Every message is stamped through
+  // `session`, the session's stream at this pubend (SessionStream::Stamp), so what Step emits is
+  // finished. `session` must outlive the catchup stream.
   CatchupStream(std::string subscription_name, PubendId pubend, Tick checkpoint,
-                Tick refilter_through, Subscription subscription,
+                Tick refilter_through, Subscription subscription, SessionStream* session,
                 CatchupStreamOptions options = {});
 
   // The window of PFS matches the stream needs next, (first - 1, last] as a TickRange
@@ -93,6 +96,7 @@ class CatchupStream {
   const std::string name_;
   const PubendId pubend_;
   const Subscription subscription_;
+  SessionStream* const session_;
   const CatchupStreamOptions options_;
   const Tick refilter_through_;
   Tick position_;             // served through here

@@ -1,16 +1,17 @@
-// Internal: the rules of a session (docs/design.md, "Sessions"), one place for each.
+// Session: the rules of a session (docs/design.md, "Sessions"), one place for each.
 //
 // A session is one connection of a durable subscription to its subscriber hosting broker. It has
 // an epoch, which decides who owns the subscription (SessionEpochTakesOver), and per pubend a
 // SessionStream: the chain of messages it was sent from that pubend, which lets the subscriber
-// find a lost one, the resend of a lost last message, and flow control. The broker owns the
-// sending; these classes only keep the books and answer the questions, so each rule is a named
-// predicate with a test of its own (tests/session_test.cc).
+// find a lost one, the resend of a lost last message, and flow control. The streams that build a
+// session's messages (ConStream, CatchupStream) stamp each through its SessionStream, so what
+// they emit is finished; the broker sends it. Each rule is a named predicate with a test of its
+// own (tests/session_test.cc).
 //
 // Thread-safety: thread-compatible (the broker's thread).
 
-#ifndef GRYPH_LIB_SHB_SESSION_H_
-#define GRYPH_LIB_SHB_SESSION_H_
+#ifndef GRYPH_BROKER_SESSION_H_
+#define GRYPH_BROKER_SESSION_H_
 
 #include <cstdint>
 #include <deque>
@@ -20,7 +21,7 @@
 #include "gryph/message.h"
 #include "gryph/tick.h"
 
-namespace gryph::internal {
+namespace gryph {
 
 // Whether a Connect with epoch `connecting` takes a subscription whose epoch is `current` (and
 // fences the session it has): an epoch at or above the subscription's does; a lower one is a
@@ -100,6 +101,6 @@ class SessionStream {
   std::deque<std::pair<Tick, uint64_t>> sent_marks_;
 };
 
-}  // namespace gryph::internal
+}  // namespace gryph
 
-#endif  // GRYPH_LIB_SHB_SESSION_H_
+#endif  // GRYPH_BROKER_SESSION_H_
