@@ -17,10 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "benchmarks/workload.h"
 #include "gryph/durable_subscriber.h"
-#include "gryph/in_process_channel.h"
-#include "gryph/publisher_hosting_broker.h"
-#include "gryph/storage.h"
-#include "gryph/subscriber_hosting_broker.h"
+#include "gryph/testing/topology.h"
 
 namespace gryph::bench {
 namespace {
@@ -47,95 +44,58 @@ struct Result {
 
 Result RunOnce(const std::string& dir, uint64_t max_nack_answer_bytes) {
   std::filesystem::remove_all(dir);
-  StorageOptions so;
-  so.initial_map_bytes = uint64_t{1} << 30;
-  so.path = dir + "/phb";
-  auto phb_storage = *OpenLmdbStorage(so);
-  InProcessNetwork net;
-  auto phb_channel = *net.Connect("phb");
-  PublisherHostingBrokerOptions po;
-  PubendOptions pe{kPubend};
-  pe.max_nack_answer_bytes = max_nack_answer_bytes;
-  po.pubends = {pe};
-  po.downstream = {"shb"};
-  po.commit_thread = false;  // the loop commits, in OnTimer
-  po.group_commit.max_records = 1000;
-  auto phb = *PublisherHostingBroker::Open(po, phb_storage.get(), phb_channel.get());
-
-  SubscriberHostingBrokerOptions sho;
-  sho.pubends = {{kPubend, "phb"}};
-  sho.commit_thread = true;
-  std::unique_ptr<Storage> shb_storage;
-  std::unique_ptr<Channel> shb_channel;
-  std::unique_ptr<SubscriberHostingBroker> shb;
-  auto open_shb = [&] {
-    so.path = dir + "/shb";
-    shb_storage = *OpenLmdbStorage(so);
-    shb_channel = *net.Connect("shb");
-    shb = *SubscriberHostingBroker::Open(sho, shb_storage.get(), shb_channel.get());
-  };
-  open_shb();
+  // The shared harness (gryph/testing/topology.h), on the real clock and LMDB.
+  TopologyOptions to;
+  to.pubends = {kPubend};
+  to.real_time = true;
+  to.storage_dir = dir;
+  to.storage.initial_map_bytes = uint64_t{1} << 30;
+  to.pubend_options = [&](PubendOptions& p) { p.max_nack_answer_bytes = max_nack_answer_bytes; };
+  to.phb_options = [](PublisherHostingBrokerOptions& po) { po.group_commit.max_records = 1000; };
+  to.shb_options = [](SubscriberHostingBrokerOptions& so) { so.commit_thread = true; };
+  std::unique_ptr<Topology> t = *Topology::Create(std::move(to));
 
   std::vector<Counter> counters(kSubscribers);
-  std::vector<std::unique_ptr<Channel>> channels;
-  std::vector<std::unique_ptr<DurableSubscriber>> subs;
+  std::vector<DurableSubscriber*> subs;
   for (int i = 0; i < kSubscribers; ++i) {
-    channels.push_back(*net.Connect(absl::StrCat("client-", i)));
     DurableSubscriberOptions o;
     o.subscription = absl::StrCat("sub-", i);
     o.selector = absl::StrCat("k = ", i);
     o.broker = "shb";
-    subs.push_back(*DurableSubscriber::Create(o, channels.back().get(), &counters[i]));
-    DurableSubscriber* ds = subs.back().get();
-    channels.back()->SetReceiver(
-        [ds](absl::string_view from, Message m) { ds->HandleMessage(from, m); });
-    (void)ds->Connect();
+    subs.push_back(*t->StartSubscriber(o, &counters[i]));
   }
-  auto pump = [&] {
-    const absl::Time now = absl::Now();
-    phb->OnTimer(now);
-    net.DeliverAll();
-    if (shb != nullptr) {
-      while (shb->Flush()) net.DeliverAll();
-      shb->OnTimer(now);
-    }
-    net.DeliverAll();
-    for (auto& ds : subs) ds->OnTimer(now);
-    net.DeliverAll();
-  };
   Event e;
   e.SetPayload(std::string(250, 'x'));
   uint64_t seq = 1;
   auto publish = [&](int n) {
     for (int i = 0; i < n; ++i) {
       e.SetInt64("k", static_cast<int64_t>(seq % kSubscribers));
-      phb->Publish(kPubend, "gateway", seq++, MakeEventRef(e), [](absl::StatusOr<Tick>) {});
-      if (i % 1000 == 999) (void)phb->Flush();
+      t->Publish(kPubend, "gateway", seq++, MakeEventRef(e));
+      if (i % 1000 == 999) (void)t->phb().Flush();
     }
-    (void)phb->Flush();
+    (void)t->phb().Flush();
   };
   // Warm: every subscriber connected and served by the constream.
   publish(100);
-  for (int i = 0; i < 50; ++i) pump();
+  for (int i = 0; i < 50; ++i) t->Step();
 
   // The crash, and the backlog it misses.
-  shb.reset();
-  shb_channel.reset();
-  shb_storage.reset();
+  t->CrashShb("shb");
   publish(kBacklog);
-  pump();
-  const Tick last = phb->pubend(kPubend)->committed_tick();
+  t->Step();
+  const Tick last = t->phb().pubend(kPubend)->committed_tick();
 
   const auto start = Clock::now();
-  open_shb();
-  for (auto& ds : subs) (void)ds->Connect();  // the broker answers: no session (it restarted)
+  if (absl::Status st = t->RestartShb("shb"); !st.ok()) return Result{};
+  for (DurableSubscriber* ds : subs) (void)ds->Connect();  // no session there: it restarted
+  SubscriberHostingBroker& shb = t->shb("shb");
   const auto deadline = start + std::chrono::seconds(120);
-  while (shb->latest_delivered(kPubend) < last && Clock::now() < deadline) pump();
+  while (shb.latest_delivered(kPubend) < last && Clock::now() < deadline) t->Step();
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   Result r;
-  r.events_per_s = shb->latest_delivered(kPubend) >= last ? kBacklog / secs : 0;
-  r.nacks_sent = shb->stats().nacks_sent;
-  r.nacks_followed_up = shb->stats().nacks_followed_up;
+  r.events_per_s = shb.latest_delivered(kPubend) >= last ? kBacklog / secs : 0;
+  r.nacks_sent = shb.stats().nacks_sent;
+  r.nacks_followed_up = shb.stats().nacks_followed_up;
   for (const Counter& c : counters) r.deliveries += c.events;
   return r;
 }

@@ -7,10 +7,7 @@
 #include <vector>
 
 #include "gryph/durable_subscriber.h"
-#include "gryph/in_process_channel.h"
-#include "gryph/memory_storage.h"
-#include "gryph/publisher_hosting_broker.h"
-#include "gryph/subscriber_hosting_broker.h"
+#include "gryph/testing/topology.h"
 #include "tests/test_util.h"
 
 namespace gryph {
@@ -52,31 +49,25 @@ struct App : DurableSubscriber::Handler {
   }
 };
 
+// The topology (gryph/testing/topology.h): a PHB with two pubends feeding shb-a and shb-b, and
+// the applications' processes.
 class TwoShbs {
  public:
   TwoShbs() {
-    phb_net_ = *net_.Connect("phb");
-    PublisherHostingBrokerOptions po;
-    po.pubends = {{.id = kP1}, {.id = kP2}};
-    for (auto& p : po.pubends) p.heartbeat = absl::Milliseconds(5);
-    po.downstream = {"shb-a", "shb-b"};
-    po.commit_thread = false;
-    po.clock = [this] { return now_; };
-    phb_ = *PublisherHostingBroker::Open(po, &phb_store_, phb_net_.get());
-    for (const char* name : {"shb-a", "shb-b"}) {
-      shb_net_[name] = *net_.Connect(name);
-      SubscriberHostingBrokerOptions so;
-      so.pubends = {{kP1, "phb"}, {kP2, "phb"}};
+    TopologyOptions o;
+    o.pubends = {kP1, kP2};
+    o.shbs = {"shb-a", "shb-b"};
+    o.pubend_options = [](PubendOptions& p) { p.heartbeat = absl::Milliseconds(5); };
+    o.shb_options = [](SubscriberHostingBrokerOptions& so) {
       so.silence_interval = absl::Milliseconds(50);
-      so.clock = [this] { return now_; };
-      shb_[name] = *SubscriberHostingBroker::Open(so, &shb_store_[name], shb_net_[name].get());
-    }
+    };
+    auto t = Topology::Create(std::move(o));
+    REQUIRE_OK(t);
+    t_ = *std::move(t);
   }
 
   // A process of `app`'s application, with the CT it stored and a fresh endpoint.
   DurableSubscriber& StartSubscriber(App& app, const std::string& broker, uint64_t epoch) {
-    const std::string endpoint = "app-" + std::to_string(++processes_);
-    app_net_[endpoint] = *net_.Connect(endpoint);
     DurableSubscriberOptions o;
     o.subscription = "orders";
     o.selector = "color = 'red'";
@@ -84,65 +75,29 @@ class TwoShbs {
     o.checkpoint = app.stored;
     o.epoch = epoch;
     o.ack_interval = absl::Milliseconds(10);
-    auto ds = DurableSubscriber::Create(std::move(o), app_net_[endpoint].get(), &app);
+    // OnConnected, in a later Run, reads the subscriber's CT through app.ds.
+    absl::StatusOr<DurableSubscriber*> ds = t_->StartSubscriber(std::move(o), &app);
     REQUIRE_OK(ds);
-    DurableSubscriber* raw = ds->get();
-    app.ds = raw;
-    app_net_[endpoint]->SetReceiver(
-        [raw](absl::string_view from, Message m) { raw->HandleMessage(from, m); });
-    subs_.push_back(*std::move(ds));
-    endpoint_of_[raw] = endpoint;
-    REQUIRE_OK(raw->Connect());
-    return *raw;
+    app.ds = *ds;
+    return **ds;
   }
-  // The process crashes: it sends nothing more and hears nothing more (its endpoint goes, with
-  // what was queued for it).
-  void Crash(DurableSubscriber& ds) {
-    app_net_.erase(endpoint_of_.at(&ds));
-    endpoint_of_.erase(&ds);
-    for (auto it = subs_.begin(); it != subs_.end(); ++it) {
-      if (it->get() == &ds) {
-        subs_.erase(it);
-        return;
-      }
-    }
-  }
+  // The process crashes: it sends nothing more and hears nothing more.
+  void Crash(DurableSubscriber& ds) { t_->Crash(&ds); }
 
   void Publish(PubendId p, const std::string& color) {
     Event e;
     e.SetString("color", color).SetInt64("seq", static_cast<int64_t>(seq_));
-    phb_->Publish(p, "gateway", seq_++, MakeEventRef(std::move(e)), [](absl::StatusOr<Tick>) {});
+    t_->Publish(p, "gateway", seq_++, MakeEventRef(std::move(e)));
   }
 
   // `ms` milliseconds of every node's loop.
-  void Run(int ms) {
-    for (int i = 0; i < ms; ++i) {
-      now_ += absl::Milliseconds(1);
-      phb_->OnTimer(now_);
-      net_.DeliverAll();
-      for (auto& [name, shb] : shb_) shb->OnTimer(now_);
-      net_.DeliverAll();
-      for (auto& ds : subs_) ds->OnTimer(now_);
-      net_.DeliverAll();
-    }
-  }
+  void Run(int ms) { t_->Run(absl::Milliseconds(ms)); }
 
-  SubscriberHostingBroker& shb(const std::string& name) { return *shb_.at(name); }
+  SubscriberHostingBroker& shb(const std::string& name) { return t_->shb(name); }
 
  private:
-  absl::Time now_ = absl::FromUnixSeconds(1'900'000'000);
-  InProcessNetwork net_;
-  std::unique_ptr<Channel> phb_net_;
-  MemoryStorage phb_store_;
-  std::unique_ptr<PublisherHostingBroker> phb_;
-  std::map<std::string, std::unique_ptr<Channel>> shb_net_;
-  std::map<std::string, MemoryStorage> shb_store_;
-  std::map<std::string, std::unique_ptr<SubscriberHostingBroker>> shb_;
-  std::map<std::string, std::unique_ptr<Channel>> app_net_;
-  std::vector<std::unique_ptr<DurableSubscriber>> subs_;
-  std::map<const DurableSubscriber*, std::string> endpoint_of_;
+  std::unique_ptr<Topology> t_;
   uint64_t seq_ = 1;
-  int processes_ = 0;
 };
 
 TEST_CASE("a subscriber that moves before any delivery gets everything after its start CT",

@@ -8,9 +8,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "gryph/durable_subscriber.h"
-#include "gryph/in_process_channel.h"
-#include "gryph/publisher_hosting_broker.h"
-#include "gryph/subscriber_hosting_broker.h"
+#include "gryph/testing/topology.h"
 #include "lib/util/status_macros.h"
 
 namespace gryph::testing {
@@ -39,36 +37,18 @@ absl::Status LmdbError(absl::string_view what, int rc) {
 
 absl::Status WriteGoldenStore(const std::string& dir) {
   // Ticks are the virtual clock's microseconds: small, and the same on every run.
-  absl::Time now = absl::FromUnixMicros(1000);
-  auto clock = [&now] { return now; };
-
-  InProcessNetwork net;
-  GRYPH_ASSIGN_OR_RETURN(std::unique_ptr<Channel> phb_net, net.Connect("phb"));
-  GRYPH_ASSIGN_OR_RETURN(std::unique_ptr<Channel> shb_net, net.Connect("shb"));
-  GRYPH_ASSIGN_OR_RETURN(std::unique_ptr<Channel> app_net, net.Connect("app"));
-  GRYPH_ASSIGN_OR_RETURN(std::unique_ptr<Storage> phb_store,
-                         OpenLmdbStorage({.path = dir + "/phb"}));
-  GRYPH_ASSIGN_OR_RETURN(std::unique_ptr<Storage> shb_store,
-                         OpenLmdbStorage({.path = dir + "/shb"}));
-
-  PublisherHostingBrokerOptions po;
-  po.pubends = {{.id = PubendId{1}}, {.id = PubendId{2}}};
-  po.downstream = {"shb"};
-  po.commit_thread = false;
-  po.clock = clock;
-  GRYPH_ASSIGN_OR_RETURN(std::unique_ptr<PublisherHostingBroker> phb,
-                         PublisherHostingBroker::Open(po, phb_store.get(), phb_net.get()));
-  SubscriberHostingBrokerOptions so;
-  so.pubends = {{PubendId{1}, "phb"}, {PubendId{2}, "phb"}};
-  so.clock = clock;
-  so.pfs_checkpoint_interval = 2;  // so that the PFS writes checkpoints
-  GRYPH_ASSIGN_OR_RETURN(std::unique_ptr<SubscriberHostingBroker> shb,
-                         SubscriberHostingBroker::Open(so, shb_store.get(), shb_net.get()));
+  TopologyOptions to;
+  to.pubends = {PubendId{1}, PubendId{2}};
+  to.start = absl::FromUnixMicros(1000);
+  to.storage_dir = dir;
+  to.shb_options = [](SubscriberHostingBrokerOptions& so) {
+    so.pfs_checkpoint_interval = 2;  // so that the PFS writes checkpoints
+  };
+  GRYPH_ASSIGN_OR_RETURN(std::unique_ptr<Topology> t, Topology::Create(std::move(to)));
 
   // "audit" never stores a checkpoint, so it acks nothing and holds every event it matched in
   // the pubends' logs; "all" acks what it receives, so it has positions above its start.
   Ignore handler;
-  std::vector<std::unique_ptr<DurableSubscriber>> subscribers;
   for (const auto& [name, selector, ack_stored_only] :
        {std::tuple{"audit", "qty > 10", true}, std::tuple{"all", "", false}}) {
     DurableSubscriberOptions o;
@@ -77,52 +57,28 @@ absl::Status WriteGoldenStore(const std::string& dir) {
     o.topic_filter = "orders/#";
     o.broker = "shb";
     o.ack_stored_only = ack_stored_only;
-    GRYPH_ASSIGN_OR_RETURN(std::unique_ptr<DurableSubscriber> s,
-                           DurableSubscriber::Create(o, app_net.get(), &handler));
-    subscribers.push_back(std::move(s));
+    GRYPH_RETURN_IF_ERROR(t->StartSubscriber(std::move(o), &handler).status());
   }
-  app_net->SetReceiver([&](absl::string_view from, Message m) {
-    const auto* ss = std::get_if<SessionErrorMessage>(&m);
-    const auto* d = std::get_if<DeliveryMessage>(&m);
-    const auto* c = std::get_if<ConnectedMessage>(&m);
-    const std::string& to = ss ? ss->subscription : d ? d->subscription : c->subscription;
-    for (auto& s : subscribers) {
-      if (s->options().subscription == to) s->HandleMessage(from, m);
-    }
-  });
 
   absl::Status published;
   auto publish = [&](PubendId p, absl::string_view publisher, uint64_t sequence, EventRef e) {
-    phb->Publish(p, publisher, sequence, std::move(e), [&published](absl::StatusOr<Tick> t) {
-      if (!t.ok()) published.Update(t.status());
+    t->Publish(p, publisher, sequence, std::move(e), [&published](absl::StatusOr<Tick> tick) {
+      if (!tick.ok()) published.Update(tick.status());
     });
   };
-  auto step = [&](int steps) {
-    for (int i = 0; i < steps; ++i) {
-      now += absl::Milliseconds(1);
-      phb->OnTimer(now);
-      net.DeliverAll();
-      shb->OnTimer(now);
-      net.DeliverAll();
-      for (auto& s : subscribers) s->OnTimer(now);
-      net.DeliverAll();
-    }
-  };
-
-  for (auto& s : subscribers) GRYPH_RETURN_IF_ERROR(s->Connect());
-  step(20);
+  t->Run(absl::Milliseconds(20));
   publish(PubendId{1}, "gw-a", 1, Order("IBM", 5));
   publish(PubendId{1}, "gw-a", 2, Order("IBM", 15));
   publish(PubendId{2}, "gw-b", 1, Order("MSFT", 25));
-  step(20);
+  t->Run(absl::Milliseconds(20));
   publish(PubendId{1}, "gw-a", 3, Order("IBM", 35));
   publish(PubendId{2}, "gw-b", 2, Order("MSFT", 3));
   publish(PubendId{1}, "gw-b", 1, Order("SAP", 45));
-  step(400);
+  t->Run(absl::Milliseconds(400));
   GRYPH_RETURN_IF_ERROR(published);
   GRYPH_RETURN_IF_ERROR(handler.error);
-  GRYPH_RETURN_IF_ERROR(phb->Flush());
-  GRYPH_RETURN_IF_ERROR(shb->status());
+  GRYPH_RETURN_IF_ERROR(t->phb().Flush());
+  GRYPH_RETURN_IF_ERROR(t->shb("shb").status());
   return absl::OkStatus();
 }
 
