@@ -43,17 +43,13 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "absl/container/btree_map.h"
-#include "absl/container/btree_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "gryph/broker/curiosity_stream.h"
 #include "gryph/broker/knowledge_stream.h"
 #include "gryph/channel.h"
 #include "gryph/message.h"
@@ -111,60 +107,23 @@ class IntermediateBroker {
   // or downstream node appears twice.
   static absl::StatusOr<std::unique_ptr<IntermediateBroker>> Open(IntermediateBrokerOptions options,
                                                                   Channel* channel);
-  ~IntermediateBroker();
+  virtual ~IntermediateBroker() = default;
 
   // Handles one message (the channel receiver calls this): knowledge from upstream, nacks and
   // releases from downstream. Anything else, or from the wrong sender, is ignored.
-  void HandleMessage(absl::string_view from, const Message& message);
+  virtual void HandleMessage(absl::string_view from, const Message& message) = 0;
   // Re-sends outstanding nacks and sends the aggregated releases when due. Call every few
   // milliseconds.
-  void OnTimer(absl::Time now);
+  virtual void OnTimer(absl::Time now) = 0;
 
-  const Stats& stats() const { return stats_; }
+  virtual const Stats& stats() const = 0;
   // The cache's knowledge of `p` (for tests and diagnostics). REQUIRES: p is served.
-  const KnowledgeStream& cache(PubendId p) const { return pubends_.at(p).cache; }
+  virtual const KnowledgeStream& cache(PubendId p) const = 0;
   // The ranges of `p` nacked upstream and not answered yet. REQUIRES: p is served.
-  std::vector<TickRange> outstanding(PubendId p) const {
-    return pubends_.at(p).curiosity.Outstanding();
-  }
+  virtual std::vector<TickRange> outstanding(PubendId p) const = 0;
 
- private:
-  struct DownstreamState {
-    std::vector<Subscription> filter;
-    absl::btree_map<PubendId, ReleaseEntry> release;  // latest reported, per pubend
-  };
-  struct PubendState {
-    PubendId id;
-    std::string upstream;
-    KnowledgeStream cache;
-    absl::btree_set<Tick> cached_data;  // the D ticks in the cache, for the event bound
-    CuriosityStream curiosity;
-    Tick highest_seen = 0;
-    Tick forwarded = 0;  // the live stream has been forwarded through this tick
-    absl::Time last_renack = absl::InfinitePast();
-  };
-
-  IntermediateBroker(IntermediateBrokerOptions options, Channel* channel);
-
-  void OnKnowledge(absl::string_view from, const KnowledgeMessage& m);
-  void OnCuriosity(absl::string_view from, const CuriosityMessage& m);
-  void OnRelease(absl::string_view from, const ReleaseMessage& m);
-
-  // Sends what the cache knows of `windows` (in tick order; Q skipped) to `to`, through its
-  // filter, in bounded messages. Returns the number of known ticks sent.
-  uint64_t SendKnown(PubendState& p, const std::string& to, const std::vector<TickRange>& windows);
-  // Sends the answers for resolved interests to their requesters.
-  void SendResolved(PubendState& p, const std::vector<CuriosityStream::Interest>& interests);
-  // Applies the cache bounds.
-  void Trim(PubendState& p);
-  void Send(absl::string_view to, Message m);
-
-  const IntermediateBrokerOptions options_;
-  Channel* const channel_;
-  Stats stats_;
-  std::map<PubendId, PubendState> pubends_;
-  absl::btree_map<std::string, DownstreamState> downstream_;
-  absl::Time last_release_ = absl::InfinitePast();
+ protected:
+  IntermediateBroker() = default;
 };
 
 }  // namespace gryph

@@ -2,71 +2,101 @@
 
 #include <algorithm>
 #include <iterator>
+#include <map>
 #include <utility>
 
+#include "absl/container/btree_map.h"
+#include "absl/container/btree_set.h"
 #include "absl/strings/str_cat.h"
+#include "gryph/broker/curiosity_stream.h"
 #include "lib/util/option_checks.h"
 #include "lib/util/status_macros.h"
 
 namespace gryph {
 
-IntermediateBroker::IntermediateBroker(IntermediateBrokerOptions options, Channel* channel)
-    : options_(std::move(options)), channel_(channel) {}
+namespace internal {
+namespace {
 
-IntermediateBroker::~IntermediateBroker() { channel_->SetReceiver(nullptr); }
+class IntermediateBrokerImpl final : public IntermediateBroker {
+ public:
+  IntermediateBrokerImpl(IntermediateBrokerOptions options, Channel* channel)
+      : options_(std::move(options)), channel_(channel) {}
+  ~IntermediateBrokerImpl() override { channel_->SetReceiver(nullptr); }
 
-absl::StatusOr<std::unique_ptr<IntermediateBroker>> IntermediateBroker::Open(
-    IntermediateBrokerOptions options, Channel* channel) {
-  if (options.pubends.empty()) {
-    return absl::InvalidArgumentError("an intermediate broker needs a pubend");
+  // Sets up the pubends and downstream nodes (IntermediateBrokerImpl::Open), then receives.
+  absl::Status Start();
+
+  void HandleMessage(absl::string_view from, const Message& message) override;
+  void OnTimer(absl::Time now) override;
+  const Stats& stats() const override { return stats_; }
+  const KnowledgeStream& cache(PubendId p) const override { return pubends_.at(p).cache; }
+  std::vector<TickRange> outstanding(PubendId p) const override {
+    return pubends_.at(p).curiosity.Outstanding();
   }
-  if (options.downstream.empty()) {
-    return absl::InvalidArgumentError("an intermediate broker needs a downstream node");
-  }
-  if (options.max_spans_per_message == 0) {
-    return absl::InvalidArgumentError("intermediate broker option max_spans_per_message is 0");
-  }
-  GRYPH_RETURN_IF_ERROR(internal::CheckPositive("intermediate broker",
-                                                {{options.renack_interval, "renack_interval"},
-                                                 {options.release_interval, "release_interval"}}));
-  for (const auto& up : options.pubends) {
-    if (up.node.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("intermediate broker: pubend ", up.pubend.value, " has no upstream node"));
-    }
-  }
-  for (const auto& down : options.downstream) {
-    if (down.node.empty()) {
-      return absl::InvalidArgumentError("intermediate broker: a downstream node has no name");
-    }
-  }
-  if (channel == nullptr)
-    return absl::InvalidArgumentError("an intermediate broker needs a channel");
-  std::unique_ptr<IntermediateBroker> ib(new IntermediateBroker(options, channel));
-  for (const auto& up : options.pubends) {
-    if (ib->pubends_.contains(up.pubend)) {
+
+ private:
+  struct DownstreamState {
+    std::vector<Subscription> filter;
+    absl::btree_map<PubendId, ReleaseEntry> release;  // latest reported, per pubend
+  };
+  struct PubendState {
+    PubendId id;
+    std::string upstream;
+    KnowledgeStream cache;
+    absl::btree_set<Tick> cached_data;  // the D ticks in the cache, for the event bound
+    CuriosityStream curiosity;
+    Tick highest_seen = 0;
+    Tick forwarded = 0;  // the live stream has been forwarded through this tick
+    absl::Time last_renack = absl::InfinitePast();
+  };
+
+  void OnKnowledge(absl::string_view from, const KnowledgeMessage& m);
+  void OnCuriosity(absl::string_view from, const CuriosityMessage& m);
+  void OnRelease(absl::string_view from, const ReleaseMessage& m);
+
+  // Sends what the cache knows of `windows` (in tick order; Q skipped) to `to`, through its
+  // filter, in bounded messages. Returns the number of known ticks sent.
+  uint64_t SendKnown(PubendState& p, const std::string& to, const std::vector<TickRange>& windows);
+  // Sends the answers for resolved interests to their requesters.
+  void SendResolved(PubendState& p, const std::vector<CuriosityStream::Interest>& interests);
+  // Applies the cache bounds.
+  void Trim(PubendState& p);
+  void Send(absl::string_view to, Message m);
+
+  const IntermediateBrokerOptions options_;
+  Channel* const channel_;
+  Stats stats_;
+  std::map<PubendId, PubendState> pubends_;
+  absl::btree_map<std::string, DownstreamState> downstream_;
+  absl::Time last_release_ = absl::InfinitePast();
+};
+
+}  // namespace
+
+absl::Status IntermediateBrokerImpl::Start() {
+  for (const auto& up : options_.pubends) {
+    if (pubends_.contains(up.pubend)) {
       return absl::InvalidArgumentError(absl::StrCat("pubend ", up.pubend.value, " appears twice"));
     }
-    PubendState& p = ib->pubends_[up.pubend];
+    PubendState& p = pubends_[up.pubend];
     p.id = up.pubend;
     p.upstream = up.node;
   }
-  for (const auto& down : options.downstream) {
-    if (!ib->downstream_.try_emplace(down.node, DownstreamState{down.filter, {}}).second) {
+  for (const auto& down : options_.downstream) {
+    if (!downstream_.try_emplace(down.node, DownstreamState{down.filter, {}}).second) {
       return absl::InvalidArgumentError(
           absl::StrCat("downstream node '", down.node, "' appears twice"));
     }
   }
-  IntermediateBroker* self = ib.get();
-  channel->SetReceiver([self](absl::string_view from, Message m) { self->HandleMessage(from, m); });
-  return ib;
+  channel_->SetReceiver([this](absl::string_view from, Message m) { HandleMessage(from, m); });
+  return absl::OkStatus();
 }
 
-void IntermediateBroker::Send(absl::string_view to, Message m) {
+void IntermediateBrokerImpl::Send(absl::string_view to, Message m) {
   (void)channel_->Send(to, std::move(m));  // a lost message is repaired by the protocol
 }
 
-void IntermediateBroker::HandleMessage(absl::string_view from, const Message& message) {
+void IntermediateBrokerImpl::HandleMessage(absl::string_view from, const Message& message) {
   if (const auto* k = std::get_if<KnowledgeMessage>(&message)) {
     OnKnowledge(from, *k);
   } else if (const auto* c = std::get_if<CuriosityMessage>(&message)) {
@@ -76,8 +106,8 @@ void IntermediateBroker::HandleMessage(absl::string_view from, const Message& me
   }
 }
 
-uint64_t IntermediateBroker::SendKnown(PubendState& p, const std::string& to,
-                                       const std::vector<TickRange>& windows) {
+uint64_t IntermediateBrokerImpl::SendKnown(PubendState& p, const std::string& to,
+                                           const std::vector<TickRange>& windows) {
   auto d = downstream_.find(to);
   const std::vector<Subscription>* filter =
       d == downstream_.end() || d->second.filter.empty() ? nullptr : &d->second.filter;
@@ -121,8 +151,8 @@ uint64_t IntermediateBroker::SendKnown(PubendState& p, const std::string& to,
   return ticks;
 }
 
-void IntermediateBroker::SendResolved(PubendState& p,
-                                      const std::vector<CuriosityStream::Interest>& interests) {
+void IntermediateBrokerImpl::SendResolved(PubendState& p,
+                                          const std::vector<CuriosityStream::Interest>& interests) {
   // Interests come grouped by requester, ranges in tick order: one batch of messages each.
   size_t i = 0;
   while (i < interests.size()) {
@@ -135,7 +165,7 @@ void IntermediateBroker::SendResolved(PubendState& p,
   }
 }
 
-void IntermediateBroker::Trim(PubendState& p) {
+void IntermediateBrokerImpl::Trim(PubendState& p) {
   Tick through = p.highest_seen > options_.cache_ticks ? p.highest_seen - options_.cache_ticks : 0;
   if (p.cached_data.size() > options_.cache_events) {
     auto it = p.cached_data.begin();
@@ -147,7 +177,7 @@ void IntermediateBroker::Trim(PubendState& p) {
   p.cached_data.erase(p.cached_data.begin(), p.cached_data.upper_bound(through));
 }
 
-void IntermediateBroker::OnKnowledge(absl::string_view from, const KnowledgeMessage& m) {
+void IntermediateBrokerImpl::OnKnowledge(absl::string_view from, const KnowledgeMessage& m) {
   auto it = pubends_.find(m.pubend);
   if (it == pubends_.end() || it->second.upstream != from) {
     ++stats_.unknown_senders;
@@ -202,7 +232,7 @@ void IntermediateBroker::OnKnowledge(absl::string_view from, const KnowledgeMess
   Trim(p);
 }
 
-void IntermediateBroker::OnCuriosity(absl::string_view from, const CuriosityMessage& m) {
+void IntermediateBrokerImpl::OnCuriosity(absl::string_view from, const CuriosityMessage& m) {
   auto it = pubends_.find(m.pubend);
   if (it == pubends_.end() || !downstream_.contains(from)) {
     ++stats_.unknown_senders;
@@ -234,7 +264,7 @@ void IntermediateBroker::OnCuriosity(absl::string_view from, const CuriosityMess
   Send(p.upstream, std::move(up));
 }
 
-void IntermediateBroker::OnRelease(absl::string_view from, const ReleaseMessage& m) {
+void IntermediateBrokerImpl::OnRelease(absl::string_view from, const ReleaseMessage& m) {
   auto d = downstream_.find(from);
   if (d == downstream_.end()) {
     stats_.unknown_releases += std::max<size_t>(1, m.entries.size());
@@ -257,7 +287,7 @@ void IntermediateBroker::OnRelease(absl::string_view from, const ReleaseMessage&
   }
 }
 
-void IntermediateBroker::OnTimer(absl::Time now) {
+void IntermediateBrokerImpl::OnTimer(absl::Time now) {
   for (auto& [id, p] : pubends_) {
     // Retries: nacks (or their answers) may be lost.
     if (!p.curiosity.empty() && now - p.last_renack >= options_.renack_interval) {
@@ -288,6 +318,40 @@ void IntermediateBroker::OnTimer(absl::Time now) {
     ++stats_.releases_sent;
     Send(p.upstream, ReleaseMessage{{agg}});
   }
+}
+
+}  // namespace internal
+
+absl::StatusOr<std::unique_ptr<IntermediateBroker>> IntermediateBroker::Open(
+    IntermediateBrokerOptions options, Channel* channel) {
+  if (options.pubends.empty()) {
+    return absl::InvalidArgumentError("an intermediate broker needs a pubend");
+  }
+  if (options.downstream.empty()) {
+    return absl::InvalidArgumentError("an intermediate broker needs a downstream node");
+  }
+  if (options.max_spans_per_message == 0) {
+    return absl::InvalidArgumentError("intermediate broker option max_spans_per_message is 0");
+  }
+  GRYPH_RETURN_IF_ERROR(internal::CheckPositive("intermediate broker",
+                                                {{options.renack_interval, "renack_interval"},
+                                                 {options.release_interval, "release_interval"}}));
+  for (const auto& up : options.pubends) {
+    if (up.node.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("intermediate broker: pubend ", up.pubend.value, " has no upstream node"));
+    }
+  }
+  for (const auto& down : options.downstream) {
+    if (down.node.empty()) {
+      return absl::InvalidArgumentError("intermediate broker: a downstream node has no name");
+    }
+  }
+  if (channel == nullptr)
+    return absl::InvalidArgumentError("an intermediate broker needs a channel");
+  auto ib = std::make_unique<internal::IntermediateBrokerImpl>(std::move(options), channel);
+  GRYPH_RETURN_IF_ERROR(ib->Start());
+  return ib;
 }
 
 }  // namespace gryph
