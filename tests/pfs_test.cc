@@ -657,6 +657,55 @@ TEST_CASE("the PFS of pubends sharing one storage keep separate logs", "[pfs]") 
   REQUIRE((*pb)->last_index(S(1)) == Tick{15});
 }
 
+TEST_CASE("a damaged PFS record next to a pubend's last one is DataLoss, never a wrong lastIndex",
+          "[pfs][damage]") {
+  // Recovery finds a pubend's last record by seeking to the next pubend's first key and stepping
+  // back. A damaged row there once made it take the table's last row instead, see another
+  // pubend's key, skip the tail replay and open with lastIndex silently wrong. A damaged row's key
+  // may itself be what is damaged, so the replay cannot tell whether it lies inside the pubend's
+  // range: the open fails with DataLoss naming it.
+  auto memory = NewMemoryStorage();
+  FaultInjectingStorage storage(memory.get());
+  PfsOptions a;
+  a.pubend = PubendId{1};
+  PfsOptions b = a;
+  b.pubend = PubendId{2};
+  {
+    auto pa = PFS::Open(a, &storage);
+    auto pb = PFS::Open(b, &storage);
+    REQUIRE_OK(pa);
+    REQUIRE_OK(pb);
+    WriteBatch batch;
+    REQUIRE_OK((*pa)->AddSubscriber(S(1), &batch));
+    REQUIRE_OK((*pb)->AddSubscriber(S(1), &batch));
+    REQUIRE_OK((*pa)->Write(10, Subs({1}), &batch));
+    REQUIRE_OK((*pa)->Write(20, Subs({1}), &batch));
+    REQUIRE_OK((*pb)->Write(5, Subs({1}), &batch));
+    REQUIRE_OK((*pb)->Write(15, Subs({1}), &batch));
+    REQUIRE_OK(storage.Commit(batch));
+  }
+  const std::string next = internal::PfsRecordKey(PubendId{2}, 5);
+  storage.DamageRow("pfs.records", next);
+  absl::StatusOr<std::unique_ptr<PFS>> pa = PFS::Open(a, &storage);
+  REQUIRE(absl::IsDataLoss(pa.status()));
+  REQUIRE(DamagedRowKey(pa.status()) == next);
+
+  // Its own last record damaged: the same.
+  storage.ClearFaults();
+  const std::string last = internal::PfsRecordKey(PubendId{1}, 20);
+  storage.DamageRow("pfs.records", last);
+  pa = PFS::Open(a, &storage);
+  REQUIRE(absl::IsDataLoss(pa.status()));
+  REQUIRE(DamagedRowKey(pa.status()) == last);
+
+  // Undamaged, it opens with what the records say.
+  storage.ClearFaults();
+  pa = PFS::Open(a, &storage);
+  REQUIRE_OK(pa);
+  CHECK((*pa)->last_timestamp() == 20);
+  CHECK((*pa)->last_index(S(1)) == Tick{20});
+}
+
 TEST_CASE("damaged PFS data is reported as DataLoss", "[pfs]") {
   PfsOptions o = Harness::Options();
   o.checkpoint_interval = 100;

@@ -60,7 +60,8 @@ absl::Status Topology::Open() {
 }
 
 absl::Status Topology::OpenShb(const std::string& name) {
-  Shb& shb = shbs_[name];
+  // Built aside and added whole: an SHB that fails to open (a damaged store) leaves no entry.
+  Shb shb;
   GRYPH_ASSIGN_OR_RETURN(shb.channel, net_.Connect(name));
   GRYPH_ASSIGN_OR_RETURN(shb.storage, NewStorage(name));
   SubscriberHostingBrokerOptions so;
@@ -70,6 +71,7 @@ absl::Status Topology::OpenShb(const std::string& name) {
   so.clock = [this] { return now_; };
   GRYPH_ASSIGN_OR_RETURN(shb.broker,
                          SubscriberHostingBroker::Open(so, shb.storage.get(), shb.channel.get()));
+  shbs_[name] = std::move(shb);
   return absl::OkStatus();
 }
 
@@ -110,7 +112,8 @@ absl::StatusOr<DurableSubscriber*> Topology::StartSubscriber(DurableSubscriberOp
 void Topology::Crash(DurableSubscriber* subscriber) {
   for (auto it = processes_.begin(); it != processes_.end(); ++it) {
     if (it->subscriber.get() == subscriber) {
-      // The endpoint first (its queued messages go with it), then the process.
+      // The process, then its endpoint (with the messages queued for it).
+      it->subscriber.reset();
       it->channel.reset();
       processes_.erase(it);
       return;

@@ -88,11 +88,12 @@ class Topology {
   // subscribers' timers, delivering every message after each.
   void Step();
 
-  // The SHB crashes (what it committed stays in its storage; what was queued for it is lost) and
-  // a new one opens on the same storage. REQUIRES: storage_dir is set (memory does not outlive
-  // the broker).
+  // The SHB stops and a new one opens on the same storage: what the old one had submitted
+  // commits as it closes (a crash at a quiet moment; the simulator's crashes lose commits in
+  // flight too), and what was queued for it on the network is lost. On an error the SHB stays
+  // gone. REQUIRES: storage_dir is set (memory does not outlive the broker).
   absl::Status RestartShb(const std::string& name);
-  // The crash alone: the SHB is gone until RestartShb. Its name must not be used meanwhile.
+  // The stop alone: the SHB is gone until RestartShb. Its name must not be used meanwhile.
   void CrashShb(const std::string& name);
 
  private:
