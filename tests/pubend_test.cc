@@ -204,6 +204,15 @@ TEST_CASE(
   o.commit_thread = true;
   auto phb = PublisherHostingBroker::Open(o, &gate, channel.get());
   REQUIRE_OK(phb);
+  // Whatever the test's end, the gate opens before the broker goes: its destructor commits what
+  // is pending and would wait at a closed gate for ever.
+  struct OpenAtExit {
+    testing::GateStorage& gate;
+    ~OpenAtExit() { gate.Open(); }
+  } open_at_exit{gate};
+  // Open's own commit (the downstream row) is done before the gate closes: the commit held at
+  // the gate below must be the first publish's.
+  REQUIRE_OK((*phb)->Flush());
   absl::Notification first_acked;
   absl::Notification second_acked;
   std::atomic<Tick> first{0};
