@@ -926,5 +926,26 @@ TEST_CASE("released events are reclaimed in bounded chunks, also across a restar
   REQUIRE(h.StoredEvents() == 0);
 }
 
+TEST_CASE("a manually driven PHB closed with publishes pending answers each with Aborted",
+          "[pubend]") {
+  Harness h;
+  auto committed = h.Publish(Order(1));
+  REQUIRE_OK(h.phb->Flush());
+  auto pending = h.Publish(Order(2), "app", 7);
+  REQUIRE(!pending->has_value());
+  h.Restart();  // closes the broker (and opens it again on what was committed)
+  REQUIRE(committed->has_value());
+  REQUIRE_OK(**committed);
+  REQUIRE(pending->has_value());
+  REQUIRE_CODE(**pending, absl::StatusCode::kAborted);
+  // Nothing of it was committed: the retry is a new publish.
+  REQUIRE(h.StoredEvents() == 1);
+  auto retry = h.Publish(Order(2), "app", 7);
+  REQUIRE_OK(h.phb->Flush());
+  REQUIRE(retry->has_value());
+  REQUIRE_OK(**retry);
+  REQUIRE(h.StoredEvents() == 2);
+}
+
 }  // namespace
 }  // namespace gryph

@@ -129,6 +129,9 @@ class DurableSubscriber {
   // for it (auto_reconnect). Call it at least every keepalive_interval, also while handlers are
   // busy with a backlog: a broker ends a session it has not heard from for its session_timeout.
   void OnTimer(absl::Time now);
+  // When OnTimer should next run at the latest: the next ack, keepalive, connection retry or
+  // reconnection due (at `now` when one waits for OnTimer to set its time).
+  absl::Time NextDeadline(absl::Time now) const;
   // The application stored `ct` (a checkpoint() it had); with ack_stored_only, acks carry it.
   // InvalidArgument, changing nothing, for a CT ahead of checkpoint() at some pubend.
   absl::Status Stored(const CheckpointToken& ct);

@@ -129,6 +129,12 @@ class GroupCommitter {
   // due already (max_records reached), else first submission + max_delay.
   std::optional<absl::Time> NextDeadline() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Runs the callback of everything pending with `status` (an error), without committing it,
+  // and fails the committer with it: what is submitted later gets it too. For an owner that
+  // closes without committing (a manually driven broker's destructor) but must not leave its
+  // submitters unanswered. REQUIRES: !status.ok(); not called from a callback; not started.
+  void Abandon(absl::Status status) ABSL_LOCKS_EXCLUDED(mu_, commit_mu_);
+
   // Starts the background committer thread. REQUIRES: not started.
   void Start() ABSL_LOCKS_EXCLUDED(mu_);
   // Commits what is pending, then stops and joins the thread (no-op if not started). Afterwards

@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -65,6 +66,12 @@ class InProcessNetwork {
 
   // Number of undelivered messages to connected endpoints, over all lanes.
   size_t pending() const;
+
+  // Sets the function called whenever a message is queued for `lane` while its queue is empty
+  // (null: none), for a thread that sleeps elsewhere than in Wait (Runtime's InProcessLane). It
+  // runs under the network's lock on the sending thread: it must only signal (write an eventfd,
+  // notify a condition), never call the network. REQUIRES: lane < lanes.
+  void SetArrivalHook(size_t lane, std::function<void()> hook);
 
  private:
   class Endpoint;
@@ -111,6 +118,7 @@ class InProcessNetwork {
   // Per lane: signalled when its queue becomes non-empty. (A CondVar rather than an
   // absl::Condition, so that only the waiting thread reads the guarded state.)
   std::vector<std::unique_ptr<absl::CondVar>> arrived_;  // the vector never changes
+  std::vector<std::function<void()>> arrival_hooks_ ABSL_GUARDED_BY(mu_);  // per lane
   // Bumped (under mu_) whenever an endpoint goes or changes its receiver: outboxes re-resolve.
   std::atomic<uint64_t> generation_{0};
   // Taken into an outbox, to a live receiver, not yet delivered.

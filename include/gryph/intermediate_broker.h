@@ -115,6 +115,8 @@ class IntermediateBroker {
   // Re-sends outstanding nacks and sends the aggregated releases when due. Call every few
   // milliseconds.
   virtual void OnTimer(absl::Time now) = 0;
+  // When OnTimer should next run at the latest: the next renack or release due.
+  virtual absl::Time NextDeadline(absl::Time now) const = 0;
 
   virtual const Stats& stats() const = 0;
   // The cache's knowledge of `p` (for tests and diagnostics). REQUIRES: p is served.

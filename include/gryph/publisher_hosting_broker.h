@@ -51,7 +51,10 @@ class PublisherHostingBroker {
   // empty downstream name; otherwise the pubends' errors (Pubend::Open).
   static absl::StatusOr<std::unique_ptr<PublisherHostingBroker>> Open(
       PublisherHostingBrokerOptions options, Storage* storage, Channel* channel);
-  // Stops the commit thread after committing what is pending.
+  // With commit_thread, commits what is pending first (every `done` runs with its tick).
+  // Driven manually, commits nothing more (call Flush first for that): the `done` of every
+  // publish still pending runs with Aborted, so that no publisher waits for an answer that never
+  // comes.
   virtual ~PublisherHostingBroker() = default;
 
   // Publishes to pubend `p` (Pubend::Publish: `done` runs on the commit thread, with the

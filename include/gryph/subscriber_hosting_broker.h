@@ -172,8 +172,14 @@ class SubscriberHostingBroker {
   // a batch of messages, and after on_commit; OnTimer calls it too. Returns true when catchups
   // have more to send already: call it again before waiting for messages.
   virtual bool Flush() = 0;
-  // Nacks, releases, Silence and persistence of acks. Call every few milliseconds.
+  // Nacks, releases, Silence and persistence of acks. Call it when NextDeadline says (or every
+  // few milliseconds).
   virtual void OnTimer(absl::Time now) = 0;
+  // When OnTimer should next run at the latest: the next release, renack or nack due, and at
+  // `now` when missing ticks have just been seen (their nack_delay starts at that OnTimer).
+  // Silences and session timeouts are checked at every OnTimer, so at least every
+  // release_interval. Flush's work (messages, commits) is not included: call Flush for those.
+  virtual absl::Time NextDeadline(absl::Time now) const = 0;
 
   // latestDelivered(p): sent to every non-catchup subscriber and durable in the PFS.
   virtual Tick latest_delivered(PubendId p) const = 0;

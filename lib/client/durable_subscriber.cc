@@ -190,6 +190,21 @@ void DurableSubscriber::OnTimer(absl::Time now) {
   }
 }
 
+absl::Time DurableSubscriber::NextDeadline(absl::Time now) const {
+  absl::Time next = absl::InfiniteFuture();
+  if (reconnect_pending_) next = std::min(next, reconnect_at_);  // InfinitePast: OnTimer sets it
+  if (connecting_ && !connected_) {
+    next = std::min(next, connect_sent_ == absl::InfinitePast()
+                              ? now
+                              : connect_sent_ + options_.connect_retry_interval);
+  }
+  if (connected_) {
+    next = std::min(next, last_ack_ + options_.keepalive_interval);
+    if (!(acked_ == ackable())) next = std::min(next, last_ack_ + options_.ack_interval);
+  }
+  return std::max(next, now);
+}
+
 absl::Status DurableSubscriber::Stored(const CheckpointToken& ct) {
   for (const auto& [p, t] : ct.entries()) {
     if (t > checkpoint_.Get(p)) {

@@ -33,6 +33,7 @@ class InProcessNetwork::Endpoint final : public Channel {
 InProcessNetwork::InProcessNetwork(size_t lanes) {
   absl::MutexLock lock(&mu_);
   queues_.resize(lanes);
+  arrival_hooks_.resize(lanes);
   for (size_t i = 0; i < lanes; ++i) {
     outboxes_.push_back(std::make_unique<Outbox>());
     arrived_.push_back(std::make_unique<absl::CondVar>());
@@ -89,9 +90,17 @@ absl::Status InProcessNetwork::EnqueueLocked(absl::string_view from, absl::strin
   ++peer.queued;
   ++live_;
   std::vector<Envelope>& queue = queues_[peer.lane];
-  if (queue.empty()) arrived_[peer.lane]->Signal();
+  if (queue.empty()) {
+    arrived_[peer.lane]->Signal();
+    if (arrival_hooks_[peer.lane]) arrival_hooks_[peer.lane]();
+  }
   queue.emplace_back(from, peer.id, std::move(message));
   return absl::OkStatus();
+}
+
+void InProcessNetwork::SetArrivalHook(size_t lane, std::function<void()> hook) {
+  absl::MutexLock lock(&mu_);
+  arrival_hooks_.at(lane) = std::move(hook);
 }
 
 bool InProcessNetwork::Wait(size_t lane, absl::Duration timeout) {

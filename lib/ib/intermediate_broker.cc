@@ -28,6 +28,7 @@ class IntermediateBrokerImpl final : public IntermediateBroker {
 
   void HandleMessage(absl::string_view from, const Message& message) override;
   void OnTimer(absl::Time now) override;
+  absl::Time NextDeadline(absl::Time now) const override;
   const Stats& stats() const override { return stats_; }
   const KnowledgeStream& cache(PubendId p) const override { return pubends_.at(p).cache; }
   std::vector<TickRange> outstanding(PubendId p) const override {
@@ -285,6 +286,14 @@ void IntermediateBrokerImpl::OnRelease(absl::string_view from, const ReleaseMess
       it->second.latest_delivered = std::max(it->second.latest_delivered, e.latest_delivered);
     }
   }
+}
+
+absl::Time IntermediateBrokerImpl::NextDeadline(absl::Time now) const {
+  absl::Time next = last_release_ + options_.release_interval;
+  for (const auto& [id, p] : pubends_) {
+    if (!p.curiosity.empty()) next = std::min(next, p.last_renack + options_.renack_interval);
+  }
+  return std::max(next, now);
 }
 
 void IntermediateBrokerImpl::OnTimer(absl::Time now) {

@@ -76,7 +76,14 @@ absl::Status PublisherHostingBrokerImpl::Start(Storage* storage) {
 
 PublisherHostingBrokerImpl::~PublisherHostingBrokerImpl() {
   channel_->SetReceiver(nullptr);
-  if (options_.commit_thread) committer_->Stop();
+  if (options_.commit_thread) {
+    committer_->Stop();
+  } else {
+    // Driven by hand, the broker commits only when told (Flush, OnTimer): what it was not told
+    // to commit is not committed, as in a crash, but its publishers hear so.
+    committer_->Abandon(
+        absl::AbortedError("the PHB closed before this publish was committed; publish it again"));
+  }
 }
 
 Pubend* PublisherHostingBrokerImpl::pubend(PubendId p) const {

@@ -139,6 +139,25 @@ absl::Status GroupCommitter::Flush() {
   return CommitPendingLocked();
 }
 
+void GroupCommitter::Abandon(absl::Status status) {
+  absl::MutexLock commit_lock(&commit_mu_);
+  Group freeing;
+  Group ordinary;
+  {
+    absl::MutexLock lock(&mu_);
+    if (status_.ok()) status_ = status;
+    freeing = std::move(freeing_);
+    freeing_ = Group();
+    ordinary = TakePendingLocked();
+  }
+  for (Group* g : {&freeing, &ordinary}) {
+    for (Done& done : g->callbacks) std::move(done)(status);
+  }
+  absl::MutexLock lock(&mu_);
+  stats_.submissions += freeing.callbacks.size() + ordinary.callbacks.size();
+  stats_.records += freeing.records + ordinary.records;
+}
+
 absl::Status GroupCommitter::FlushIfDue(absl::Time now) {
   {
     absl::MutexLock lock(&mu_);

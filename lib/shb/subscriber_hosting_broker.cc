@@ -937,6 +937,20 @@ void SubscriberHostingBrokerImpl::OnTimer(absl::Time now) {
   if (!wb.empty() || !dirty_released_.empty()) Submit(std::move(wb), {});
 }
 
+absl::Time SubscriberHostingBrokerImpl::NextDeadline(absl::Time now) const {
+  if (!status_.ok()) return absl::InfiniteFuture();
+  absl::Time next = last_release_ + options_.release_interval;
+  for (const auto& [id, p] : pubends_) {
+    if (p.highest_seen > p.constream->latest_delivered()) {
+      next = std::min(next, p.q_seen_since == absl::InfiniteFuture()
+                                ? now
+                                : p.q_seen_since + options_.nack_delay);
+    }
+    if (!p.curiosity.empty()) next = std::min(next, p.last_renack + options_.renack_interval);
+  }
+  return std::max(next, now);
+}
+
 }  // namespace internal
 
 absl::StatusOr<std::unique_ptr<SubscriberHostingBroker>> SubscriberHostingBroker::Open(

@@ -41,6 +41,7 @@ class SubscriberHostingBrokerImpl final : public SubscriberHostingBroker {
   void HandleMessage(absl::string_view from, const Message& message) override;
   bool Flush() override;
   void OnTimer(absl::Time now) override;
+  absl::Time NextDeadline(absl::Time now) const override;
   Tick latest_delivered(PubendId p) const override;
   size_t subscription_count() const override { return subscriptions_.size(); }
   size_t catching_up() const override;

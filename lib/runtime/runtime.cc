@@ -1,0 +1,407 @@
+#include "gryph/runtime.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+
+namespace gryph {
+
+InProcessLane::~InProcessLane() { network_->SetArrivalHook(lane_, nullptr); }
+
+void InProcessLane::Attach(std::function<void()> wake) {
+  network_->SetArrivalHook(lane_, std::move(wake));
+}
+
+bool InProcessLane::Dispatch(size_t max) {
+  if (max > 0) network_->Deliver(max, lane_);
+  return Ready();
+}
+
+bool InProcessLane::Ready() { return network_->Wait(lane_, absl::ZeroDuration()); }
+
+namespace {
+
+// The runtime whose loop SIGTERM and SIGINT stop (ShutdownOnSignals), and whether one came.
+std::atomic<Runtime*> signal_runtime{nullptr};
+std::atomic<bool> signal_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<Runtime*>::is_always_lock_free,
+              "the signal handler needs lock-free atomics");
+
+void OnSignal(int) {
+  signal_stop.store(true);
+  if (Runtime* r = signal_runtime.load()) r->Wake();
+}
+
+}  // namespace
+
+class Runtime::Impl {
+ public:
+  explicit Impl(RuntimeOptions options) : options_(std::move(options)) {
+    if (!options_.clock) options_.clock = [] { return absl::Now(); };
+  }
+  ~Impl() {
+    if (wake_fd_ >= 0) close(wake_fd_);
+  }
+
+  absl::Status Init() {
+    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0) return absl::InternalError(absl::StrCat("eventfd: ", std::strerror(errno)));
+    return absl::OkStatus();
+  }
+
+  // One node the loop drives.
+  struct Node {
+    std::function<bool()> after_messages;  // more to do at once?
+    std::function<void(absl::Time)> on_timer;
+    std::function<absl::Time(absl::Time)> next_deadline;
+    std::function<void()> close;  // the clean shutdown's part for this node
+    std::shared_ptr<void> owned;  // the node itself
+    absl::Time deadline = absl::InfinitePast();
+  };
+
+  void Wake() {
+    const uint64_t one = 1;
+    // A full counter (never in practice) already wakes the loop.
+    [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof(one));
+  }
+
+  bool OnLoopThread() const { return loop_thread_.load() == std::this_thread::get_id(); }
+
+  void Post(absl::AnyInvocable<void() &&> fn) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!accepting_) return;
+      posted_.push_back(std::move(fn));
+    }
+    Wake();
+  }
+
+  void Call(absl::FunctionRef<void()> fn) {
+    if (OnLoopThread()) {
+      fn();
+      return;
+    }
+    absl::Notification done;
+    bool queued = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (accepting_ && running_) {
+        posted_.push_back([&] {
+          fn();
+          done.Notify();
+        });
+        queued = true;
+      }
+    }
+    // Not queued: the loop is not running (not yet, or no more); the caller is the only one.
+    if (!queued) {
+      fn();
+      return;
+    }
+    Wake();
+    done.WaitForNotification();
+  }
+
+  absl::Status Begin() {
+    absl::MutexLock lock(&mu_);
+    if (ran_) return absl::FailedPreconditionError("the runtime's loop already ran");
+    ran_ = true;
+    running_ = true;
+    return absl::OkStatus();
+  }
+
+  absl::Status Start() {
+    if (absl::Status s = Begin(); !s.ok()) return s;
+    thread_ = std::thread([this] { Loop(); });
+    return absl::OkStatus();
+  }
+
+  absl::Status Run() {
+    if (absl::Status s = Begin(); !s.ok()) return s;
+    Loop();
+    return absl::OkStatus();
+  }
+
+  void Shutdown() {
+    stop_.store(true);
+    Wake();
+    if (OnLoopThread()) return;
+    bool started;
+    {
+      absl::MutexLock lock(&mu_);
+      started = ran_;
+      if (!started) ran_ = true;  // the loop will never run: close here
+    }
+    if (!started) {
+      Close();
+      return;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](bool* r) { return !*r; }, &running_));
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+  void Loop() {
+    loop_thread_.store(std::this_thread::get_id());
+    for (EventSource* s : sources_) s->Attach([this] { Wake(); });
+    attached_ = sources_.size();
+    while (!stop_.load() && !(on_signals_ && signal_stop.load())) Pass();
+    Close();
+    {
+      absl::MutexLock lock(&mu_);
+      running_ = false;
+    }
+  }
+
+  // The clean shutdown, on the loop thread (or the owner's, when the loop never ran).
+  void Close() {
+    for (auto it = nodes_.rbegin(); it != nodes_.rend(); ++it) {
+      if (it->close) it->close();
+    }
+    // What the nodes sent on the way out (final acks, knowledge of the last commits).
+    for (EventSource* s : sources_) (void)s->Dispatch(0);
+    // What was posted runs (a Call waits for it); once none is left, nothing more is accepted.
+    for (;;) {
+      std::deque<absl::AnyInvocable<void() &&>> posted;
+      {
+        absl::MutexLock lock(&mu_);
+        if (posted_.empty()) {
+          accepting_ = false;
+          return;
+        }
+        posted.swap(posted_);
+      }
+      for (auto& fn : posted) std::move(fn)();
+    }
+  }
+
+  void Pass() {
+    ++passes_;
+    RunPosted();
+    for (size_t i = attached_; i < sources_.size(); ++i) sources_[i]->Attach([this] { Wake(); });
+    attached_ = sources_.size();
+    bool more = false;
+    for (EventSource* s : sources_) more |= s->Dispatch(options_.max_messages_per_pass);
+    for (Node& n : nodes_) {
+      if (n.after_messages) more |= n.after_messages();
+    }
+    absl::Time now = options_.clock();
+    absl::Time next = absl::InfiniteFuture();
+    for (Node& n : nodes_) {
+      if (!n.on_timer) continue;
+      if (now >= n.deadline) n.on_timer(now);
+      n.deadline = n.next_deadline(now);
+      next = std::min(next, n.deadline);
+    }
+    for (EventSource* s : sources_) more |= s->Ready();
+    {
+      absl::MutexLock lock(&mu_);
+      more |= !posted_.empty();
+    }
+    Sleep(more ? absl::ZeroDuration() : next - options_.clock());
+  }
+
+  void RunPosted() {
+    std::deque<absl::AnyInvocable<void() &&>> posted;
+    {
+      absl::MutexLock lock(&mu_);
+      posted.swap(posted_);
+    }
+    for (auto& fn : posted) std::move(fn)();
+  }
+
+  // Sleeps until a descriptor is readable, the wake-up fires, or `timeout` passed.
+  void Sleep(absl::Duration timeout) {
+    fds_.clear();
+    fds_.push_back({wake_fd_, POLLIN, 0});
+    for (EventSource* s : sources_) {
+      for (int fd : s->WaitFds()) fds_.push_back({fd, POLLIN, 0});
+    }
+    timespec ts{};
+    timespec* tsp = nullptr;
+    if (timeout < absl::InfiniteDuration()) {
+      ts = absl::ToTimespec(std::max(timeout, absl::ZeroDuration()));
+      tsp = &ts;
+    }
+    const int n = ppoll(fds_.data(), fds_.size(), tsp, nullptr);
+    if (n > 0 && (fds_[0].revents & POLLIN) != 0) {
+      uint64_t count;
+      [[maybe_unused]] ssize_t r = read(wake_fd_, &count, sizeof(count));
+    }
+  }
+
+  RuntimeOptions options_;
+  std::vector<Node> nodes_;
+  std::vector<EventSource*> sources_;
+  size_t attached_ = 0;  // sources_[0, attached_) have been attached
+  std::vector<pollfd> fds_;
+  int wake_fd_ = -1;
+  std::atomic<std::thread::id> loop_thread_{};
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> on_signals_{false};  // ShutdownOnSignals
+  std::atomic<uint64_t> passes_{0};
+  std::thread thread_;
+
+  absl::Mutex mu_;
+  std::deque<absl::AnyInvocable<void() &&>> posted_ ABSL_GUARDED_BY(mu_);
+  bool accepting_ ABSL_GUARDED_BY(mu_) = true;
+  bool ran_ ABSL_GUARDED_BY(mu_) = false;
+  bool running_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Runtime::~Runtime() {
+  Shutdown();
+  Runtime* self = this;
+  if (signal_runtime.compare_exchange_strong(self, nullptr)) {
+    for (int sig : {SIGTERM, SIGINT}) signal(sig, SIG_DFL);
+  }
+  // Nodes go in the reverse order of opening: subscribers before the brokers they talk to.
+  while (!impl_->nodes_.empty()) impl_->nodes_.pop_back();
+}
+
+absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(RuntimeOptions options) {
+  if (options.max_messages_per_pass == 0) {
+    return absl::InvalidArgumentError("runtime option max_messages_per_pass is 0");
+  }
+  auto impl = std::make_unique<Impl>(std::move(options));
+  if (absl::Status s = impl->Init(); !s.ok()) return s;
+  return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
+}
+
+absl::StatusOr<PublisherHostingBroker*> Runtime::OpenPublisherHostingBroker(
+    PublisherHostingBrokerOptions options, Storage* storage, Channel* channel) {
+  options.commit_thread = true;
+  options.clock = impl_->options_.clock;
+  absl::StatusOr<std::unique_ptr<PublisherHostingBroker>> opened =
+      PublisherHostingBroker::Open(std::move(options), storage, channel);
+  if (!opened.ok()) return opened.status();
+  std::shared_ptr<PublisherHostingBroker> phb = *std::move(opened);
+  PublisherHostingBroker* raw = phb.get();
+  Impl::Node n;
+  n.on_timer = [raw](absl::Time now) { raw->OnTimer(now); };
+  n.next_deadline = [raw](absl::Time now) { return raw->NextDeadline(now); };
+  // Commits what is pending, running every `done`, and sends the knowledge it made durable.
+  n.close = [raw] { raw->committer().Stop(); };
+  n.owned = std::move(phb);
+  impl_->nodes_.push_back(std::move(n));
+  return raw;
+}
+
+absl::StatusOr<SubscriberHostingBroker*> Runtime::OpenSubscriberHostingBroker(
+    SubscriberHostingBrokerOptions options, Storage* storage, Channel* channel) {
+  options.commit_thread = true;
+  options.on_commit = [impl = impl_.get(), then = std::move(options.on_commit)] {
+    impl->Wake();
+    if (then) then();
+  };
+  options.clock = impl_->options_.clock;
+  absl::StatusOr<std::unique_ptr<SubscriberHostingBroker>> opened =
+      SubscriberHostingBroker::Open(std::move(options), storage, channel);
+  if (!opened.ok()) return opened.status();
+  std::shared_ptr<SubscriberHostingBroker> shb = *std::move(opened);
+  SubscriberHostingBroker* raw = shb.get();
+  Impl::Node n;
+  n.after_messages = [raw] { return raw->Flush(); };
+  n.on_timer = [raw](absl::Time now) { raw->OnTimer(now); };
+  n.next_deadline = [raw](absl::Time now) { return raw->NextDeadline(now); };
+  n.close = [raw] { (void)raw->Flush(); };  // its destructor commits what was submitted
+  n.owned = std::move(shb);
+  impl_->nodes_.push_back(std::move(n));
+  return raw;
+}
+
+absl::StatusOr<IntermediateBroker*> Runtime::OpenIntermediateBroker(
+    IntermediateBrokerOptions options, Channel* channel) {
+  absl::StatusOr<std::unique_ptr<IntermediateBroker>> opened =
+      IntermediateBroker::Open(std::move(options), channel);
+  if (!opened.ok()) return opened.status();
+  std::shared_ptr<IntermediateBroker> ib = *std::move(opened);
+  IntermediateBroker* raw = ib.get();
+  Impl::Node n;
+  n.on_timer = [raw](absl::Time now) { raw->OnTimer(now); };
+  n.next_deadline = [raw](absl::Time now) { return raw->NextDeadline(now); };
+  n.owned = std::move(ib);
+  impl_->nodes_.push_back(std::move(n));
+  return raw;
+}
+
+absl::StatusOr<DurableSubscriber*> Runtime::OpenDurableSubscriber(
+    DurableSubscriberOptions options, Channel* channel, DurableSubscriber::Handler* handler) {
+  absl::StatusOr<std::unique_ptr<DurableSubscriber>> created =
+      DurableSubscriber::Create(std::move(options), channel, handler);
+  if (!created.ok()) return created.status();
+  std::shared_ptr<DurableSubscriber> ds = *std::move(created);
+  DurableSubscriber* raw = ds.get();
+  channel->SetReceiver([raw](absl::string_view from, Message m) { raw->HandleMessage(from, m); });
+  if (absl::Status s = raw->Connect(); !s.ok()) {
+    channel->SetReceiver(nullptr);
+    return s;
+  }
+  Impl::Node n;
+  n.on_timer = [raw](absl::Time now) { raw->OnTimer(now); };
+  n.next_deadline = [raw](absl::Time now) { return raw->NextDeadline(now); };
+  n.close = [raw] { (void)raw->Disconnect(); };  // a final ack
+  // The receiver goes before the subscriber.
+  struct Hosted {
+    Channel* channel = nullptr;
+    std::shared_ptr<DurableSubscriber> subscriber;
+    ~Hosted() {
+      if (channel != nullptr) channel->SetReceiver(nullptr);
+    }
+  };
+  auto hosted = std::make_shared<Hosted>();
+  hosted->channel = channel;
+  hosted->subscriber = std::move(ds);
+  n.owned = std::move(hosted);
+  impl_->nodes_.push_back(std::move(n));
+  return raw;
+}
+
+void Runtime::AddSource(EventSource* source) { impl_->sources_.push_back(source); }
+void Runtime::Post(absl::AnyInvocable<void() &&> fn) { impl_->Post(std::move(fn)); }
+void Runtime::Call(absl::FunctionRef<void()> fn) { impl_->Call(fn); }
+void Runtime::Wake() { impl_->Wake(); }
+absl::Status Runtime::Start() { return impl_->Start(); }
+absl::Status Runtime::Run() { return impl_->Run(); }
+void Runtime::Shutdown() { impl_->Shutdown(); }
+uint64_t Runtime::passes() const { return impl_->passes_.load(); }
+
+absl::Status Runtime::ShutdownOnSignals() {
+  Runtime* expected = nullptr;
+  if (!signal_runtime.compare_exchange_strong(expected, this) && expected != this) {
+    return absl::FailedPreconditionError("another runtime already shuts down on signals");
+  }
+  signal_stop.store(false);
+  impl_->on_signals_ = true;
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int sig : {SIGTERM, SIGINT}) {
+    if (sigaction(sig, &sa, nullptr) != 0) {
+      return absl::InternalError(absl::StrCat("sigaction: ", std::strerror(errno)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gryph
