@@ -1,0 +1,593 @@
+#include "gryph/zmq_channel.h"
+
+#include <zmq.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+
+namespace gryph {
+namespace {
+
+constexpr size_t kMaxNameBytes = 255;  // ZeroMQ's routing ids
+constexpr size_t kZ85KeyChars = 40;
+constexpr size_t kBinaryKeyBytes = 32;
+// The endpoint of the ZAP handler, fixed by ZeroMQ (RFC 27).
+constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
+
+std::string ZmqError(absl::string_view what) {
+  return absl::StrCat(what, ": ", zmq_strerror(zmq_errno()));
+}
+
+bool ValidZ85Key(const std::string& key) {
+  if (key.size() != kZ85KeyChars) return false;
+  uint8_t binary[kBinaryKeyBytes];
+  return zmq_z85_decode(binary, key.c_str()) != nullptr;
+}
+
+absl::Status SetInt(void* socket, int option, int value, absl::string_view name) {
+  if (zmq_setsockopt(socket, option, &value, sizeof(value)) != 0) {
+    return absl::InternalError(ZmqError(absl::StrCat("setting ", name)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SetBytes(void* socket, int option, absl::string_view value, absl::string_view name) {
+  if (zmq_setsockopt(socket, option, value.data(), value.size()) != 0) {
+    return absl::InternalError(ZmqError(absl::StrCat("setting ", name)));
+  }
+  return absl::OkStatus();
+}
+
+int Millis(absl::Duration d) { return static_cast<int>(absl::ToInt64Milliseconds(d)); }
+
+// One received multipart message; closes its frames.
+struct Frames {
+  std::vector<zmq_msg_t> parts;
+  Frames() = default;
+  Frames(const Frames&) = delete;
+  Frames& operator=(const Frames&) = delete;
+  ~Frames() {
+    for (zmq_msg_t& m : parts) zmq_msg_close(&m);
+  }
+  absl::string_view view(size_t i) {
+    return {static_cast<const char*>(zmq_msg_data(&parts[i])), zmq_msg_size(&parts[i])};
+  }
+  // Receives the whole of the next message of `socket`; false when none is waiting (or on error).
+  bool Receive(void* socket, int flags) {
+    for (;;) {
+      parts.emplace_back();
+      zmq_msg_t& m = parts.back();
+      zmq_msg_init(&m);
+      if (zmq_msg_recv(&m, socket, flags) < 0) {
+        zmq_msg_close(&m);
+        parts.pop_back();
+        return false;  // EAGAIN (nothing waiting); a part never fails once the first arrived
+      }
+      if (!zmq_msg_more(&m)) return true;
+    }
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<CurveKeyPair> GenerateCurveKeyPair() {
+  if (!zmq_has("curve")) return absl::UnimplementedError("libzmq was built without CURVE");
+  char pub[kZ85KeyChars + 1];
+  char sec[kZ85KeyChars + 1];
+  if (zmq_curve_keypair(pub, sec) != 0) return absl::InternalError(ZmqError("zmq_curve_keypair"));
+  return CurveKeyPair{pub, sec};
+}
+
+absl::StatusOr<std::string> CurvePublicKey(const std::string& secret_key) {
+  if (!ValidZ85Key(secret_key)) {
+    return absl::InvalidArgumentError("a CURVE secret key is 40 characters of Z85");
+  }
+  char pub[kZ85KeyChars + 1];
+  if (zmq_curve_public(pub, secret_key.c_str()) != 0) {
+    return absl::InternalError(ZmqError("zmq_curve_public"));
+  }
+  return std::string(pub);
+}
+
+class ZmqChannel::Impl {
+ public:
+  explicit Impl(ZmqChannelOptions options) : options_(std::move(options)) {
+    if (!options_.log) {
+      options_.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+    }
+    owner_.store(std::this_thread::get_id());
+  }
+
+  ~Impl() {
+    if (router_ != nullptr) zmq_close(router_);
+    for (Dialed& d : dialed_) zmq_close(d.socket);
+    if (ctx_ != nullptr) {
+      zmq_ctx_shutdown(ctx_);  // ends the ZAP handler's wait
+      if (zap_thread_.joinable()) zap_thread_.join();
+      zmq_ctx_term(ctx_);
+    }
+  }
+
+  absl::Status Init() {
+    const ZmqChannelOptions& o = options_;
+    if (o.name.empty() || o.name.size() > kMaxNameBytes || o.name[0] == '\0') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a ZeroMQ endpoint name is 1 to ", kMaxNameBytes, " bytes, not starting with NUL"));
+    }
+    if (o.send_queue_messages <= 0 || o.receive_queue_messages <= 0 || o.max_message_bytes == 0) {
+      return absl::InvalidArgumentError("ZeroMQ channel queue and message limits must be > 0");
+    }
+    if (o.curve) {
+      if (!zmq_has("curve")) return absl::UnimplementedError("libzmq was built without CURVE");
+      if (!ValidZ85Key(o.keys.public_key) || !ValidZ85Key(o.keys.secret_key)) {
+        return absl::InvalidArgumentError("the channel's CURVE keys are not 40 characters of Z85");
+      }
+      absl::StatusOr<std::string> pub = CurvePublicKey(o.keys.secret_key);
+      if (!pub.ok()) return pub.status();
+      if (*pub != o.keys.public_key) {
+        return absl::InvalidArgumentError("the channel's CURVE public key is not its secret key's");
+      }
+      for (const auto& c : o.allowed_clients) {
+        if (!ValidZ85Key(c.public_key)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("allowed client key '", c.public_key, "' is not 40 characters of Z85"));
+        }
+        allowed_[c.public_key] = c.name;
+      }
+    }
+    ctx_ = zmq_ctx_new();
+    if (ctx_ == nullptr) return absl::InternalError(ZmqError("zmq_ctx_new"));
+    if (o.curve && !o.listen.empty()) {
+      // The handler must be bound before the first connection reaches the server socket.
+      void* zap = zmq_socket(ctx_, ZMQ_REP);
+      if (zap == nullptr || zmq_bind(zap, kZapEndpoint) != 0) {
+        if (zap != nullptr) zmq_close(zap);
+        return absl::InternalError(ZmqError("binding the ZAP handler"));
+      }
+      zap_thread_ = std::thread([this, zap] { ZapLoop(zap); });
+    }
+    if (!o.listen.empty()) {
+      router_ = zmq_socket(ctx_, ZMQ_ROUTER);
+      if (router_ == nullptr) return absl::InternalError(ZmqError("zmq_socket"));
+      if (absl::Status s = Configure(router_, nullptr); !s.ok()) return s;
+      if (absl::Status s = SetInt(router_, ZMQ_ROUTER_MANDATORY, 1, "ROUTER_MANDATORY"); !s.ok())
+        return s;
+      if (absl::Status s = SetInt(router_, ZMQ_ROUTER_HANDOVER, 1, "ROUTER_HANDOVER"); !s.ok())
+        return s;
+      if (o.curve) {
+        if (absl::Status s = SetInt(router_, ZMQ_CURVE_SERVER, 1, "CURVE_SERVER"); !s.ok()) return s;
+        if (absl::Status s = SetBytes(router_, ZMQ_CURVE_SECRETKEY, o.keys.secret_key,
+                                      "CURVE_SECRETKEY");
+            !s.ok())
+          return s;
+        if (absl::Status s = SetBytes(router_, ZMQ_ZAP_DOMAIN, "gryph", "ZAP_DOMAIN"); !s.ok())
+          return s;
+      }
+      if (zmq_bind(router_, o.listen.c_str()) != 0) {
+        const int err = zmq_errno();
+        std::string msg = ZmqError(absl::StrCat("binding ", o.listen));
+        if (err == EADDRINUSE) return absl::UnavailableError(msg);
+        return absl::InvalidArgumentError(msg);
+      }
+    }
+    for (const ZmqChannelOptions::Peer& p : o.peers) {
+      if (absl::Status s = Dial(p); !s.ok()) return s;
+    }
+    RefreshFds();
+    return absl::OkStatus();
+  }
+
+  absl::Status Dial(const ZmqChannelOptions::Peer& p) {
+    if (p.name.empty() || p.name.size() > kMaxNameBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("peer name '", p.name, "' is not 1 to ", kMaxNameBytes, " bytes"));
+    }
+    if (by_name_.contains(p.name)) {
+      return absl::AlreadyExistsError(absl::StrCat("peer '", p.name, "' is dialed already"));
+    }
+    if (options_.curve && !ValidZ85Key(p.server_key)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("peer '", p.name, "' needs a CURVE server key (40 characters of Z85)"));
+    }
+    void* s = zmq_socket(ctx_, ZMQ_DEALER);
+    if (s == nullptr) return absl::InternalError(ZmqError("zmq_socket"));
+    absl::Status st = Configure(s, &p);
+    if (st.ok() && zmq_connect(s, p.endpoint.c_str()) != 0) {
+      st = absl::InvalidArgumentError(ZmqError(absl::StrCat("connecting to ", p.endpoint)));
+    }
+    if (!st.ok()) {
+      zmq_close(s);
+      return st;
+    }
+    by_name_[p.name] = dialed_.size();
+    dialed_.push_back(Dialed{p.name, s});
+    return absl::OkStatus();
+  }
+
+  // The options every socket shares; `peer` for a dialing one.
+  absl::Status Configure(void* s, const ZmqChannelOptions::Peer* peer) {
+    const ZmqChannelOptions& o = options_;
+    const int64_t max = static_cast<int64_t>(o.max_message_bytes);
+    if (zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max, sizeof(max)) != 0) {
+      return absl::InternalError(ZmqError("setting MAXMSGSIZE"));
+    }
+    for (const auto& [option, value, name] :
+         {std::tuple<int, int, const char*>{ZMQ_SNDHWM, o.send_queue_messages, "SNDHWM"},
+          {ZMQ_RCVHWM, o.receive_queue_messages, "RCVHWM"},
+          {ZMQ_LINGER, Millis(o.linger), "LINGER"},
+          {ZMQ_HEARTBEAT_IVL, Millis(o.heartbeat_interval), "HEARTBEAT_IVL"},
+          {ZMQ_HEARTBEAT_TIMEOUT, Millis(o.heartbeat_timeout), "HEARTBEAT_TIMEOUT"},
+          {ZMQ_RECONNECT_IVL, Millis(o.reconnect_interval), "RECONNECT_IVL"},
+          {ZMQ_RECONNECT_IVL_MAX, Millis(o.reconnect_interval_max), "RECONNECT_IVL_MAX"}}) {
+      if (absl::Status st = SetInt(s, option, value, name); !st.ok()) return st;
+    }
+    if (absl::Status st = SetBytes(s, ZMQ_ROUTING_ID, o.name, "ROUTING_ID"); !st.ok()) return st;
+    if (peer != nullptr && o.curve) {
+      for (const auto& [option, value, name] :
+           {std::tuple<int, const std::string*, const char*>{ZMQ_CURVE_SERVERKEY, &peer->server_key,
+                                                             "CURVE_SERVERKEY"},
+            {ZMQ_CURVE_PUBLICKEY, &o.keys.public_key, "CURVE_PUBLICKEY"},
+            {ZMQ_CURVE_SECRETKEY, &o.keys.secret_key, "CURVE_SECRETKEY"}}) {
+        if (absl::Status st = SetBytes(s, option, *value, name); !st.ok()) return st;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  void RefreshFds() {
+    fds_.clear();
+    auto add = [this](void* s) {
+      int fd = -1;
+      size_t size = sizeof(fd);
+      if (zmq_getsockopt(s, ZMQ_FD, &fd, &size) == 0) fds_.push_back(fd);
+    };
+    if (router_ != nullptr) add(router_);
+    for (Dialed& d : dialed_) add(d.socket);
+  }
+
+  // The ZAP handler (RFC 27): admits a CURVE client whose key is allowed, naming it the user id
+  // (the name it must speak as, or empty).
+  void ZapLoop(void* zap) {
+    for (;;) {
+      Frames request;
+      if (!request.Receive(zap, 0)) {
+        if (zmq_errno() == ETERM) break;
+        continue;
+      }
+      if (request.parts.size() < 6) continue;  // not a ZAP request: no request id to answer
+      const std::string request_id(request.view(1));
+      const absl::string_view mechanism = request.view(5);
+      std::string status = "400";
+      std::string text = "key not allowed";
+      std::string user;
+      if (mechanism == "CURVE" && request.parts.size() >= 7 &&
+          request.view(6).size() == kBinaryKeyBytes) {
+        char z85[kZ85KeyChars + 1];
+        zmq_z85_encode(z85, reinterpret_cast<const uint8_t*>(request.view(6).data()),
+                       kBinaryKeyBytes);
+        auto it = allowed_.find(absl::string_view(z85, kZ85KeyChars));
+        if (it != allowed_.end()) {
+          status = "200";
+          text = "OK";
+          user = it->second;
+        } else {
+          denied_.fetch_add(1);
+        }
+      }
+      const std::string reply[] = {"1.0", request_id, status, text, user, ""};
+      for (size_t i = 0; i < 6; ++i) {
+        zmq_send(zap, reply[i].data(), reply[i].size(), i + 1 < 6 ? ZMQ_SNDMORE : 0);
+      }
+    }
+    zmq_close(zap);
+  }
+
+  bool OnOwnerThread() const { return owner_.load() == std::this_thread::get_id(); }
+
+  // A problem with `peer`, reported at most once per log_interval per peer and kind.
+  void Report(absl::string_view peer, absl::string_view kind, absl::string_view detail) {
+    const absl::Time now = absl::Now();
+    if (last_logged_.size() > 10'000) last_logged_.clear();  // hostile names do not grow it
+    absl::Time& last = last_logged_[absl::StrCat(kind, "\x1f", peer)];
+    if (last != absl::Time() && now - last < options_.log_interval) return;
+    last = now;
+    options_.log(absl::StrCat("gryph zmq channel '", options_.name, "': ", kind, " from '", peer,
+                              "': ", detail, " (dropped; reported once per ",
+                              absl::FormatDuration(options_.log_interval), ")"));
+  }
+
+  // Sends `parts` to `peer` as one multipart message, on the owner thread.
+  absl::Status SendNow(absl::string_view peer, const std::vector<std::string>& parts) {
+    void* socket;
+    bool routed;
+    if (auto it = by_name_.find(peer); it != by_name_.end()) {
+      socket = dialed_[it->second].socket;
+      routed = false;
+    } else if (router_ != nullptr) {
+      socket = router_;
+      routed = true;
+    } else {
+      unreachable_.fetch_add(parts.size());
+      return absl::UnavailableError(absl::StrCat("no peer named '", peer, "' is dialed"));
+    }
+    auto failed = [&](size_t n) {
+      if (zmq_errno() == EAGAIN) {
+        dropped_full_.fetch_add(n);
+        return absl::UnavailableError(absl::StrCat("the queue to '", peer, "' is full"));
+      }
+      unreachable_.fetch_add(n);
+      return absl::UnavailableError(
+          absl::StrCat("peer '", peer, "' is not connected: ", zmq_strerror(zmq_errno())));
+    };
+    if (routed && zmq_send(socket, peer.data(), peer.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+      return failed(parts.size());
+    }
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const int flags = ZMQ_DONTWAIT | (i + 1 < parts.size() ? ZMQ_SNDMORE : 0);
+      if (zmq_send(socket, parts[i].data(), parts[i].size(), flags) < 0) {
+        return failed(parts.size() - i);  // ZeroMQ checks room at the first frame only
+      }
+    }
+    sent_.fetch_add(parts.size());
+    return absl::OkStatus();
+  }
+
+  bool Encode(const Message& m, std::string* out) {
+    out->clear();
+    EncodeMessage(m, out);
+    if (out->size() > options_.max_message_bytes) {
+      not_encodable_.fetch_add(1);
+      return false;
+    }
+    return true;
+  }
+
+  absl::Status Send(absl::string_view peer, Message message) {
+    std::vector<std::string> parts(1);
+    if (!Encode(message, &parts[0])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a ", MessageKindName(message), " message is over max_message_bytes encoded"));
+    }
+    if (OnOwnerThread()) {
+      FlushOutbox();
+      return SendNow(peer, parts);
+    }
+    Queue(peer, std::move(parts));
+    return absl::OkStatus();
+  }
+
+  size_t SendMany(absl::Span<Outgoing> messages) {
+    size_t accepted = 0;
+    const bool owner = OnOwnerThread();
+    if (owner) FlushOutbox();
+    for (size_t i = 0; i < messages.size();) {
+      // A run of messages for one peer: one multipart message.
+      size_t j = i;
+      std::vector<std::string> parts;
+      std::vector<size_t> which;
+      for (; j < messages.size() && messages[j].peer == messages[i].peer; ++j) {
+        std::string bytes;
+        if (Encode(messages[j].message, &bytes)) {
+          parts.push_back(std::move(bytes));
+          which.push_back(j);
+        }
+      }
+      bool ok = !parts.empty();
+      if (ok) {
+        if (owner) {
+          ok = SendNow(messages[i].peer, parts).ok();
+        } else {
+          Queue(messages[i].peer, std::move(parts));
+        }
+      }
+      for (size_t k : which) {
+        messages[k].accepted = ok;
+        accepted += ok ? 1 : 0;
+      }
+      i = j;
+    }
+    return accepted;
+  }
+
+  void Queue(absl::string_view peer, std::vector<std::string> parts) {
+    bool first;
+    {
+      absl::MutexLock lock(&mu_);
+      first = outbox_.empty();
+      outbox_.push_back({std::string(peer), std::move(parts)});
+      queued_.store(true);
+    }
+    if (first) {
+      absl::MutexLock lock(&wake_mu_);
+      if (wake_) wake_();
+    }
+  }
+
+  void FlushOutbox() {
+    if (!queued_.load()) return;
+    std::vector<Queued> out;
+    {
+      absl::MutexLock lock(&mu_);
+      out.swap(outbox_);
+      queued_.store(false);
+    }
+    for (Queued& q : out) (void)SendNow(q.peer, q.parts);
+  }
+
+  // Receives one message from `socket` and delivers its frames; false when none was waiting.
+  bool ReceiveOne(void* socket, const std::string* dialed_name, const Receiver& receiver,
+                  size_t* delivered) {
+    Frames frames;
+    if (!frames.Receive(socket, ZMQ_DONTWAIT)) return false;
+    size_t first = 0;
+    std::string from;
+    if (dialed_name != nullptr) {
+      from = *dialed_name;
+    } else {
+      from = std::string(frames.view(0));
+      first = 1;
+      if (options_.curve && frames.parts.size() > 1) {
+        // The name the key is bound to (the ZAP handler's user id), if any.
+        const char* user = zmq_msg_gets(&frames.parts[1], "User-Id");
+        if (user != nullptr && *user != '\0' && from != user) {
+          impersonations_.fetch_add(frames.parts.size() - 1);
+          Report(from, "impersonation", absl::StrCat("its key belongs to '", user, "'"));
+          return true;
+        }
+      }
+    }
+    for (size_t i = first; i < frames.parts.size(); ++i) {
+      const absl::string_view bytes = frames.view(i);
+      if (bytes.size() > options_.max_message_bytes) {
+        oversized_.fetch_add(1);
+        Report(from, "oversized frame", absl::StrCat(bytes.size(), " bytes"));
+        continue;
+      }
+      absl::StatusOr<Message> m = DecodeMessage(bytes);
+      if (!m.ok()) {
+        malformed_.fetch_add(1);
+        Report(from, "malformed frame", m.status().message());
+        continue;
+      }
+      received_.fetch_add(1);
+      ++*delivered;
+      if (receiver) receiver(from, *std::move(m));
+    }
+    return true;
+  }
+
+  bool Dispatch(size_t max) {
+    owner_.store(std::this_thread::get_id());
+    FlushOutbox();
+    size_t delivered = 0;
+    if (max > 0) {
+      std::shared_ptr<const Receiver> receiver = receiver_;  // a receiver may replace it
+      static const Receiver kNone;
+      const Receiver& r = receiver ? *receiver : kNone;
+      // Round robin over the sockets, one message each, so that no peer starves the others.
+      bool any = true;
+      while (any && delivered < max) {
+        any = false;
+        if (router_ != nullptr) any |= ReceiveOne(router_, nullptr, r, &delivered);
+        for (size_t i = 0; i < dialed_.size() && delivered < max; ++i) {
+          any |= ReceiveOne(dialed_[i].socket, &dialed_[i].name, r, &delivered);
+        }
+      }
+      FlushOutbox();  // what the receivers' sends queued from elsewhere meanwhile
+    }
+    return Ready();
+  }
+
+  bool Ready() {
+    if (queued_.load()) return true;
+    auto readable = [](void* s) {
+      int events = 0;
+      size_t size = sizeof(events);
+      return zmq_getsockopt(s, ZMQ_EVENTS, &events, &size) == 0 && (events & ZMQ_POLLIN) != 0;
+    };
+    if (router_ != nullptr && readable(router_)) return true;
+    for (Dialed& d : dialed_) {
+      if (readable(d.socket)) return true;
+    }
+    return false;
+  }
+
+  std::string BoundEndpoint() const {
+    if (router_ == nullptr) return "";
+    char buf[1024];
+    size_t size = sizeof(buf);
+    if (zmq_getsockopt(router_, ZMQ_LAST_ENDPOINT, buf, &size) != 0) return "";
+    return std::string(buf, size > 0 ? size - 1 : 0);
+  }
+
+  Stats GetStats() const {
+    Stats s;
+    s.sent = sent_.load();
+    s.received = received_.load();
+    s.dropped_full = dropped_full_.load();
+    s.unreachable = unreachable_.load();
+    s.malformed = malformed_.load();
+    s.oversized = oversized_.load();
+    s.impersonations = impersonations_.load();
+    s.not_encodable = not_encodable_.load();
+    return s;
+  }
+
+  struct Dialed {
+    std::string name;
+    void* socket;
+  };
+  struct Queued {
+    std::string peer;
+    std::vector<std::string> parts;
+  };
+
+  ZmqChannelOptions options_;
+  void* ctx_ = nullptr;
+  void* router_ = nullptr;
+  std::vector<Dialed> dialed_;
+  absl::flat_hash_map<std::string, size_t> by_name_;
+  std::vector<int> fds_;
+  // Allowed client keys (Z85) and the name each is bound to; constant once the ZAP thread runs.
+  absl::flat_hash_map<std::string, std::string> allowed_;
+  std::thread zap_thread_;
+  std::atomic<uint64_t> denied_{0};
+  std::shared_ptr<const Receiver> receiver_;
+  std::atomic<std::thread::id> owner_;
+  absl::flat_hash_map<std::string, absl::Time> last_logged_;
+
+  absl::Mutex wake_mu_;
+  std::function<void()> wake_ ABSL_GUARDED_BY(wake_mu_);
+  absl::Mutex mu_;
+  std::vector<Queued> outbox_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> queued_{false};  // outbox_ is not empty
+
+  std::atomic<uint64_t> sent_{0}, received_{0}, dropped_full_{0}, unreachable_{0}, malformed_{0},
+      oversized_{0}, impersonations_{0}, not_encodable_{0};
+};
+
+ZmqChannel::ZmqChannel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ZmqChannel::~ZmqChannel() = default;
+
+absl::StatusOr<std::unique_ptr<ZmqChannel>> ZmqChannel::Create(ZmqChannelOptions options) {
+  auto impl = std::make_unique<Impl>(std::move(options));
+  if (absl::Status s = impl->Init(); !s.ok()) return s;
+  return std::unique_ptr<ZmqChannel>(new ZmqChannel(std::move(impl)));
+}
+
+absl::Status ZmqChannel::AddPeer(ZmqChannelOptions::Peer peer) {
+  absl::Status s = impl_->Dial(peer);
+  if (s.ok()) impl_->RefreshFds();
+  return s;
+}
+
+const std::string& ZmqChannel::name() const { return impl_->options_.name; }
+absl::Status ZmqChannel::Send(absl::string_view peer, Message message) {
+  return impl_->Send(peer, std::move(message));
+}
+size_t ZmqChannel::SendMany(absl::Span<Outgoing> messages) { return impl_->SendMany(messages); }
+void ZmqChannel::SetReceiver(Receiver receiver) {
+  impl_->receiver_ =
+      receiver ? std::make_shared<const Receiver>(std::move(receiver)) : nullptr;
+}
+void ZmqChannel::Attach(std::function<void()> wake) {
+  impl_->owner_.store(std::this_thread::get_id());
+  absl::MutexLock lock(&impl_->wake_mu_);
+  impl_->wake_ = std::move(wake);
+}
+std::vector<int> ZmqChannel::WaitFds() const { return impl_->fds_; }
+bool ZmqChannel::Dispatch(size_t max) { return impl_->Dispatch(max); }
+bool ZmqChannel::Ready() { return impl_->Ready(); }
+std::string ZmqChannel::bound_endpoint() const { return impl_->BoundEndpoint(); }
+ZmqChannel::Stats ZmqChannel::stats() const { return impl_->GetStats(); }
+
+}  // namespace gryph
