@@ -164,9 +164,10 @@ class ZmqChannel::Impl {
       if (absl::Status s = SetInt(router_, ZMQ_ROUTER_HANDOVER, 1, "ROUTER_HANDOVER"); !s.ok())
         return s;
       if (o.curve) {
-        if (absl::Status s = SetInt(router_, ZMQ_CURVE_SERVER, 1, "CURVE_SERVER"); !s.ok()) return s;
-        if (absl::Status s = SetBytes(router_, ZMQ_CURVE_SECRETKEY, o.keys.secret_key,
-                                      "CURVE_SECRETKEY");
+        if (absl::Status s = SetInt(router_, ZMQ_CURVE_SERVER, 1, "CURVE_SERVER"); !s.ok())
+          return s;
+        if (absl::Status s =
+                SetBytes(router_, ZMQ_CURVE_SECRETKEY, o.keys.secret_key, "CURVE_SECRETKEY");
             !s.ok())
           return s;
         if (absl::Status s = SetBytes(router_, ZMQ_ZAP_DOMAIN, "gryph", "ZAP_DOMAIN"); !s.ok())
@@ -354,8 +355,8 @@ class ZmqChannel::Impl {
   absl::Status Send(absl::string_view peer, Message message) {
     std::vector<std::string> parts(1);
     if (!Encode(message, &parts[0])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "a ", MessageKindName(message), " message is over max_message_bytes encoded"));
+      return absl::InvalidArgumentError(absl::StrCat("a ", MessageKindName(message),
+                                                     " message is over max_message_bytes encoded"));
     }
     if (OnOwnerThread()) {
       FlushOutbox();
@@ -576,8 +577,7 @@ absl::Status ZmqChannel::Send(absl::string_view peer, Message message) {
 }
 size_t ZmqChannel::SendMany(absl::Span<Outgoing> messages) { return impl_->SendMany(messages); }
 void ZmqChannel::SetReceiver(Receiver receiver) {
-  impl_->receiver_ =
-      receiver ? std::make_shared<const Receiver>(std::move(receiver)) : nullptr;
+  impl_->receiver_ = receiver ? std::make_shared<const Receiver>(std::move(receiver)) : nullptr;
 }
 void ZmqChannel::Attach(std::function<void()> wake) {
   impl_->owner_.store(std::this_thread::get_id());
