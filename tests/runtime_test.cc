@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <map>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -214,6 +215,23 @@ TEST_CASE("shutting a runtime down commits what is pending and answers every pub
     return true;
   }));
   CHECK(stored == kEvents);
+}
+
+TEST_CASE("a publish made after a runtime shut down is answered, with Aborted", "[runtime]") {
+  InProcessNetwork net;
+  MemoryStorage storage;
+  auto channel = *net.Connect("phb");
+  auto runtime = *Runtime::Create();
+  PublisherHostingBrokerOptions po;
+  po.pubends = {PubendOptions{kP1}};
+  PublisherHostingBroker* phb = *runtime->OpenPublisherHostingBroker(po, &storage, channel.get());
+  REQUIRE_OK(runtime->Start());
+  runtime->Shutdown();
+  std::optional<absl::Status> answer;
+  phb->Publish(kP1, "", 0, Order(1, 1), [&](absl::StatusOr<Tick> r) { answer = r.status(); });
+  runtime.reset();
+  REQUIRE(answer.has_value());
+  REQUIRE_CODE(*answer, absl::StatusCode::kAborted);
 }
 
 TEST_CASE("Post and Call run on the loop thread; Call runs inline when no loop runs", "[runtime]") {

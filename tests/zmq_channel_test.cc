@@ -183,6 +183,21 @@ TEST_CASE("zmq channel: a dialer reconnects by itself after the listener restart
   }));
 }
 
+TEST_CASE("zmq channel: a peer claiming the name of a node this one dials is dropped", "[zmq]") {
+  Endpoint phb(Listening("phb"));
+  ZmqChannelOptions so = Dialing("shb", "phb", phb.channel->bound_endpoint());
+  so.listen = "tcp://127.0.0.1:*";
+  Endpoint shb(so);
+  Endpoint fake(Dialing("phb", "shb", shb.channel->bound_endpoint()));  // calls itself "phb"
+  REQUIRE_OK(fake.channel->Send("shb", KnowledgeMessage{kP, {}, {}}));
+  REQUIRE(PumpUntil({&shb, &fake}, [&] { return shb.channel->stats().impersonations == 1; }));
+  REQUIRE_OK(phb.channel->Send("shb", KnowledgeMessage{kP, {}, {}}));  // the real one
+  REQUIRE(PumpUntil({&shb, &phb, &fake}, [&] { return shb.received.size() == 1; }));
+  PumpFor({&shb, &phb, &fake}, absl::Milliseconds(100));
+  CHECK(shb.received.size() == 1);
+  CHECK(shb.log.size() == 1);
+}
+
 // Every kind of message a peer could use to subscribe, ack, nack or release (publishing has no
 // wire message: it is an in-process call on the PHB, so no peer can publish at all).
 std::vector<Message> EveryPeerMessage() {

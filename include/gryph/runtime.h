@@ -25,8 +25,14 @@
 // messages, every broker commits what is pending — each publish's `done` runs with its result —
 // and the loop ends. Nodes stay valid (and idle) until the runtime is destroyed.
 //
+// Timers: the PHB runs its pubends' timers (heartbeats, early release) at least every 10 ms; the
+// other nodes say exactly when theirs are due.
+//
 // Thread-safety: Post, Call, Wake and Shutdown are thread-safe. Open*, AddSource, Start and Run
-// are called by the owner before Start (or Run), or on the loop thread.
+// are called by the owner before Start (or Run), or on the loop thread. Call and Shutdown wait
+// for the loop: never call them from a callback a node runs on its commit thread (a publish's
+// `done`, on_commit), which the loop may be waiting for; Post from there instead (a posted
+// Shutdown ends the loop after that pass).
 
 #ifndef GRYPH_RUNTIME_H_
 #define GRYPH_RUNTIME_H_
@@ -59,7 +65,8 @@ class EventSource {
 
   // Called once, on attaching: `wake` (thread-safe, cheap) makes the loop run a pass soon. A
   // source whose work arrives on another thread (a queue filled by a commit thread, a lane of an
-  // in-process network) calls it; one whose descriptors say so need not.
+  // in-process network) calls it; one whose descriptors say so need not. Called again with an
+  // empty function when the runtime goes: from then on the source must not call the old one.
   virtual void Attach(std::function<void()> wake) = 0;
   // Descriptors that become readable when Dispatch may have work. The loop polls them; it does
   // not read them. May be empty.

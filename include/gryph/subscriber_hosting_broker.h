@@ -175,10 +175,11 @@ class SubscriberHostingBroker {
   // Nacks, releases, Silence and persistence of acks. Call it when NextDeadline says (or every
   // few milliseconds).
   virtual void OnTimer(absl::Time now) = 0;
-  // When OnTimer should next run at the latest: the next release, renack or nack due, and at
-  // `now` when missing ticks have just been seen (their nack_delay starts at that OnTimer).
-  // Silences and session timeouts are checked at every OnTimer, so at least every
-  // release_interval. Flush's work (messages, commits) is not included: call Flush for those.
+  // When OnTimer should next run at the latest: the next release, renack or nack due (missing
+  // ticks are nacked within 2 * nack_delay of being seen, a millisecond at least), and at least
+  // every session_timeout / 4. Silences and session timeouts are checked at every OnTimer, so at
+  // least every release_interval. Flush's work (messages, commits) is not included: call Flush
+  // for those.
   virtual absl::Time NextDeadline(absl::Time now) const = 0;
 
   // latestDelivered(p): sent to every non-catchup subscriber and durable in the PFS.

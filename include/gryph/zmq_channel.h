@@ -7,9 +7,9 @@
 //     and subscribers). ROUTER is the pattern for a server that answers many named peers: an
 //     incoming connection announces its routing id, so a message from "shb-2" arrives with that
 //     name and a reply is routed back by it. ROUTER_MANDATORY makes a send to a peer that is not
-//     connected fail (Unavailable, the protocol's loss) instead of vanishing, and
-//     ROUTER_HANDOVER lets a restarted peer take its name over from the connection its previous
-//     process left behind;
+//     connected fail (Unavailable, the protocol's loss) instead of vanishing, and (plain TCP
+//     only, see Security) ROUTER_HANDOVER lets a restarted peer take its name over from the
+//     connection its previous process left behind;
 //   - one DEALER per peer this node dials (`peers`: its upstream brokers, a subscriber's
 //     broker). A DEALER queues while it connects and reconnects by itself after the peer
 //     restarts (reconnect_interval, backing off to reconnect_interval_max).
@@ -30,8 +30,12 @@
 // (CurveZMQ, libzmq's, on libsodium). The listening socket accepts only clients whose public key
 // is in allowed_clients (checked by a ZAP handler this channel runs); an allowed client may be
 // bound to a name, and a message from that key under another name is dropped (counted as
-// impersonations), so that one subscriber's key cannot ack, nack or release as a broker. Dialed
-// peers are authenticated by their server key. Without `curve` the channel is plain TCP: anyone
+// impersonations), so that one subscriber's key cannot ack, nack or release as a broker. A name
+// this endpoint dials is never accepted on the listening socket. Under CURVE the first
+// connection under a name keeps it while it lives (no handover), so an allowed key cannot take a
+// connected peer's name and the messages sent to it; bind every key to its name, or an allowed
+// key may still claim the name of a peer that is not connected. Dialed peers are authenticated
+// by their server key. Without `curve` the channel is plain TCP: anyone
 // who reaches the port can connect under any name and send anything gryph accepts — publish
 // knowledge, acks, releases that let a pubend discard its log. Use it only on a network whose
 // every host is trusted (README, "Running over a network").
@@ -96,14 +100,19 @@ struct ZmqChannelOptions {
   std::vector<AllowedClient> allowed_clients;
 
   // Messages queued per peer and direction before sends are dropped (ZeroMQ's high-water marks).
+  // What a peer can make this endpoint buffer is bounded by receive_queue_messages multipart
+  // messages of max_message_bytes frames each; keep both as small as the traffic allows. (A PHB
+  // splits its knowledge messages at PubendOptions::max_bytes_per_message, 1 MiB.)
   int send_queue_messages = 100'000;
-  int receive_queue_messages = 100'000;
+  int receive_queue_messages = 20'000;
   // The largest frame sent or accepted (one encoded message).
-  size_t max_message_bytes = size_t{64} << 20;
+  size_t max_message_bytes = size_t{16} << 20;
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration heartbeat_timeout = absl::Seconds(5);
   absl::Duration reconnect_interval = absl::Milliseconds(100);
   absl::Duration reconnect_interval_max = absl::Seconds(2);
+  // Durations: positive (linger and log_interval: at least 0), at most 20 days; ZeroMQ counts
+  // milliseconds, so shorter ones round up to 1 ms.
   // Queued messages a closing channel still tries to send, for at most this long.
   absl::Duration linger = absl::Milliseconds(500);
   // Where problems with peers are reported (one line each, at most once per peer and kind per

@@ -184,10 +184,10 @@ void DurableSubscriber::OnTimer(absl::Time now) {
   if (!connected_) return;
   const bool moved = !(acked_ == ackable()) && now - last_ack_ >= options_.ack_interval;
   if (!moved && now - last_ack_ < options_.keepalive_interval) return;
-  if (channel_->Send(broker_, AckMessage{options_.subscription, ackable()}).ok()) {
+  // A send that failed is tried again after ack_interval, not at once.
+  if (channel_->Send(broker_, AckMessage{options_.subscription, ackable()}).ok())
     acked_ = ackable();
-    last_ack_ = now;
-  }
+  last_ack_ = now;
 }
 
 absl::Time DurableSubscriber::NextDeadline(absl::Time now) const {

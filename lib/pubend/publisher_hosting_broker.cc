@@ -78,6 +78,8 @@ PublisherHostingBrokerImpl::~PublisherHostingBrokerImpl() {
   channel_->SetReceiver(nullptr);
   if (options_.commit_thread) {
     committer_->Stop();
+    // Publishes made after a clean shutdown stopped the thread (Runtime::Shutdown) are answered.
+    committer_->Abandon(absl::AbortedError("the PHB closed; publish it again"));
   } else {
     // Driven by hand, the broker commits only when told (Flush, OnTimer): what it was not told
     // to commit is not committed, as in a crash, but its publishers hear so.

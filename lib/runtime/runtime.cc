@@ -42,8 +42,10 @@ static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<Runtime*>::i
               "the signal handler needs lock-free atomics");
 
 void OnSignal(int) {
+  const int saved = errno;
   signal_stop.store(true);
   if (Runtime* r = signal_runtime.load()) r->Wake();
+  errno = saved;
 }
 
 }  // namespace
@@ -140,45 +142,48 @@ class Runtime::Impl {
     stop_.store(true);
     Wake();
     if (OnLoopThread()) return;
-    bool started;
+    bool close_here = false;
     {
       absl::MutexLock lock(&mu_);
-      started = ran_;
-      if (!started) ran_ = true;  // the loop will never run: close here
+      if (!ran_) ran_ = close_here = true;  // the loop will never run: close here
     }
-    if (!started) {
+    if (close_here) {
       Close();
+      absl::MutexLock lock(&mu_);
+      closed_ = true;
       return;
     }
     {
       absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](bool* r) { return !*r; }, &running_));
+      mu_.Await(absl::Condition(&closed_));  // set by the loop, or by whoever closes here
     }
+    absl::MutexLock lock(&join_mu_);  // two callers must not both join
     if (thread_.joinable()) thread_.join();
   }
 
   void Loop() {
     loop_thread_.store(std::this_thread::get_id());
-    for (EventSource* s : sources_) s->Attach([this] { Wake(); });
-    attached_ = sources_.size();
     while (!stop_.load() && !(on_signals_ && signal_stop.load())) Pass();
     Close();
     {
       absl::MutexLock lock(&mu_);
       running_ = false;
+      closed_ = true;
     }
   }
 
   // The clean shutdown, on the loop thread (or the owner's, when the loop never ran).
   void Close() {
-    for (auto it = nodes_.rbegin(); it != nodes_.rend(); ++it) {
-      if (it->close) it->close();
+    RunPosted();  // what was posted before the shutdown, with the nodes still running
+    for (size_t i = nodes_.size(); i-- > 0;) {
+      if (nodes_[i].close) nodes_[i].close();
     }
-    // What the nodes sent on the way out (final acks, knowledge of the last commits).
-    for (EventSource* s : sources_) (void)s->Dispatch(0);
-    // What was posted runs (a Call waits for it); once none is left, nothing more is accepted.
+    // What was posted meanwhile runs (a Call waits for it; the nodes are idle now); once none is
+    // left, nothing more is accepted.
     for (;;) {
+      // What the nodes and those functions sent on the way out (final acks, the knowledge of the
+      // last commits).
+      for (size_t i = 0; i < sources_.size(); ++i) (void)sources_[i]->Dispatch(0);
       std::deque<absl::AnyInvocable<void() &&>> posted;
       {
         absl::MutexLock lock(&mu_);
@@ -192,25 +197,32 @@ class Runtime::Impl {
     }
   }
 
+  // Indexes, not iterators: a callback may add a source or a node.
   void Pass() {
     ++passes_;
     RunPosted();
-    for (size_t i = attached_; i < sources_.size(); ++i) sources_[i]->Attach([this] { Wake(); });
-    attached_ = sources_.size();
+    for (; attached_ < sources_.size(); ++attached_)
+      sources_[attached_]->Attach([this] { Wake(); });
     bool more = false;
-    for (EventSource* s : sources_) more |= s->Dispatch(options_.max_messages_per_pass);
-    for (Node& n : nodes_) {
-      if (n.after_messages) more |= n.after_messages();
+    for (size_t i = 0; i < sources_.size(); ++i) {
+      more |= sources_[i]->Dispatch(options_.max_messages_per_pass);
     }
-    absl::Time now = options_.clock();
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      if (nodes_[i].after_messages) more |= nodes_[i].after_messages();
+    }
+    const absl::Time now = options_.clock();
     absl::Time next = absl::InfiniteFuture();
-    for (Node& n : nodes_) {
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      Node& n = nodes_[i];
       if (!n.on_timer) continue;
-      if (now >= n.deadline) n.on_timer(now);
+      if (now >= n.deadline) {
+        n.on_timer(now);
+        more |= static_cast<bool>(n.after_messages);  // what the timer made deliverable
+      }
       n.deadline = n.next_deadline(now);
       next = std::min(next, n.deadline);
     }
-    for (EventSource* s : sources_) more |= s->Ready();
+    for (size_t i = 0; i < sources_.size(); ++i) more |= sources_[i]->Ready();
     {
       absl::MutexLock lock(&mu_);
       more |= !posted_.empty();
@@ -264,6 +276,8 @@ class Runtime::Impl {
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   bool ran_ ABSL_GUARDED_BY(mu_) = false;
   bool running_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Mutex join_mu_;
 };
 
 Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -274,6 +288,8 @@ Runtime::~Runtime() {
   if (signal_runtime.compare_exchange_strong(self, nullptr)) {
     for (int sig : {SIGTERM, SIGINT}) signal(sig, SIG_DFL);
   }
+  // The sources outlive the runtime: they must not wake it once it is gone.
+  for (size_t i = 0; i < impl_->attached_; ++i) impl_->sources_[i]->Attach(nullptr);
   // Nodes go in the reverse order of opening: subscribers before the brokers they talk to.
   while (!impl_->nodes_.empty()) impl_->nodes_.pop_back();
 }
@@ -352,7 +368,8 @@ absl::StatusOr<DurableSubscriber*> Runtime::OpenDurableSubscriber(
   std::shared_ptr<DurableSubscriber> ds = *std::move(created);
   DurableSubscriber* raw = ds.get();
   channel->SetReceiver([raw](absl::string_view from, Message m) { raw->HandleMessage(from, m); });
-  if (absl::Status s = raw->Connect(); !s.ok()) {
+  // A request the channel could not send now (Unavailable) is a loss: OnTimer sends it again.
+  if (absl::Status s = raw->Connect(); !s.ok() && !absl::IsUnavailable(s)) {
     channel->SetReceiver(nullptr);
     return s;
   }

@@ -940,11 +940,17 @@ void SubscriberHostingBrokerImpl::OnTimer(absl::Time now) {
 absl::Time SubscriberHostingBrokerImpl::NextDeadline(absl::Time now) const {
   if (!status_.ok()) return absl::InfiniteFuture();
   absl::Time next = last_release_ + options_.release_interval;
+  // OnTimer takes a gap of more than session_timeout/2 for a stall: come well before it.
+  if (last_timer_ != absl::InfinitePast()) {
+    next = std::min(next, last_timer_ + options_.session_timeout / 4);
+  }
+  // Missing ticks start their nack_delay at the next OnTimer; after a nack they wait for the
+  // answer or the renack (at least a millisecond apart, so that a nack_delay of 0 cannot spin).
+  const absl::Duration q_wait = std::max(options_.nack_delay, absl::Milliseconds(1));
   for (const auto& [id, p] : pubends_) {
     if (p.highest_seen > p.constream->latest_delivered()) {
-      next = std::min(next, p.q_seen_since == absl::InfiniteFuture()
-                                ? now
-                                : p.q_seen_since + options_.nack_delay);
+      next = std::min(
+          next, p.q_seen_since == absl::InfiniteFuture() ? now + q_wait : p.q_seen_since + q_wait);
     }
     if (!p.curiosity.empty()) next = std::min(next, p.last_renack + options_.renack_interval);
   }

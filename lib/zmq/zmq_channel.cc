@@ -2,10 +2,12 @@
 
 #include <zmq.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -47,7 +49,12 @@ absl::Status SetBytes(void* socket, int option, absl::string_view value, absl::s
   return absl::OkStatus();
 }
 
-int Millis(absl::Duration d) { return static_cast<int>(absl::ToInt64Milliseconds(d)); }
+// A socket option's milliseconds; sub-millisecond durations round up to 1 (0 would turn the
+// option off). The range is checked in Init.
+int Millis(absl::Duration d) {
+  return static_cast<int>(
+      std::max<int64_t>(1, absl::ToInt64Milliseconds(absl::Ceil(d, absl::Milliseconds(1)))));
+}
 
 // One received multipart message; closes its frames.
 struct Frames {
@@ -108,6 +115,7 @@ class ZmqChannel::Impl {
   }
 
   ~Impl() {
+    FlushOutbox();  // what other threads queued goes out within the linger
     if (router_ != nullptr) zmq_close(router_);
     for (Dialed& d : dialed_) zmq_close(d.socket);
     if (ctx_ != nullptr) {
@@ -125,6 +133,21 @@ class ZmqChannel::Impl {
     }
     if (o.send_queue_messages <= 0 || o.receive_queue_messages <= 0 || o.max_message_bytes == 0) {
       return absl::InvalidArgumentError("ZeroMQ channel queue and message limits must be > 0");
+    }
+    for (const auto& [d, name, zero_ok] :
+         {std::tuple<absl::Duration, const char*, bool>{o.heartbeat_interval, "heartbeat_interval",
+                                                        false},
+          {o.heartbeat_timeout, "heartbeat_timeout", false},
+          {o.reconnect_interval, "reconnect_interval", false},
+          {o.reconnect_interval_max, "reconnect_interval_max", false},
+          {o.linger, "linger", true},
+          {o.log_interval, "log_interval", true}}) {
+      if (d < absl::ZeroDuration() || (d == absl::ZeroDuration() && !zero_ok) ||
+          d > absl::Hours(24 * 20)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "ZeroMQ channel option ", name, " is ", absl::FormatDuration(d), "; it must be ",
+            zero_ok ? "at least 0" : "positive", " and at most 20 days"));
+      }
     }
     if (o.curve) {
       if (!zmq_has("curve")) return absl::UnimplementedError("libzmq was built without CURVE");
@@ -161,7 +184,12 @@ class ZmqChannel::Impl {
       if (absl::Status s = Configure(router_, nullptr); !s.ok()) return s;
       if (absl::Status s = SetInt(router_, ZMQ_ROUTER_MANDATORY, 1, "ROUTER_MANDATORY"); !s.ok())
         return s;
-      if (absl::Status s = SetInt(router_, ZMQ_ROUTER_HANDOVER, 1, "ROUTER_HANDOVER"); !s.ok())
+      // Plain: a restarted peer takes its name over at once. CURVE: the first connection under
+      // a name keeps it until it closes (a killed process's socket closes with it; a vanished
+      // host's after heartbeat_timeout), so that an allowed key cannot take another peer's
+      // name, and with it the messages sent to that name, from a live connection.
+      if (absl::Status s = SetInt(router_, ZMQ_ROUTER_HANDOVER, o.curve ? 0 : 1, "ROUTER_HANDOVER");
+          !s.ok())
         return s;
       if (o.curve) {
         if (absl::Status s = SetInt(router_, ZMQ_CURVE_SERVER, 1, "CURVE_SERVER"); !s.ok())
@@ -224,7 +252,7 @@ class ZmqChannel::Impl {
     for (const auto& [option, value, name] :
          {std::tuple<int, int, const char*>{ZMQ_SNDHWM, o.send_queue_messages, "SNDHWM"},
           {ZMQ_RCVHWM, o.receive_queue_messages, "RCVHWM"},
-          {ZMQ_LINGER, Millis(o.linger), "LINGER"},
+          {ZMQ_LINGER, o.linger == absl::ZeroDuration() ? 0 : Millis(o.linger), "LINGER"},
           {ZMQ_HEARTBEAT_IVL, Millis(o.heartbeat_interval), "HEARTBEAT_IVL"},
           {ZMQ_HEARTBEAT_TIMEOUT, Millis(o.heartbeat_timeout), "HEARTBEAT_TIMEOUT"},
           {ZMQ_RECONNECT_IVL, Millis(o.reconnect_interval), "RECONNECT_IVL"},
@@ -262,11 +290,12 @@ class ZmqChannel::Impl {
       Frames request;
       if (!request.Receive(zap, 0)) {
         if (zmq_errno() == ETERM) break;
-        continue;
+        continue;  // EINTR; nothing received, so the socket still waits for a request
       }
-      if (request.parts.size() < 6) continue;  // not a ZAP request: no request id to answer
-      const std::string request_id(request.view(1));
-      const absl::string_view mechanism = request.view(5);
+      // A REP socket must answer every request, or it takes no other: a malformed one (only
+      // libzmq writes here) is refused.
+      const std::string request_id(request.parts.size() > 1 ? request.view(1) : "");
+      const absl::string_view mechanism = request.parts.size() > 5 ? request.view(5) : "";
       std::string status = "400";
       std::string text = "key not allowed";
       std::string user;
@@ -425,8 +454,9 @@ class ZmqChannel::Impl {
   }
 
   // Receives one message from `socket` and delivers its frames; false when none was waiting.
+  // Every frame, delivered or dropped, counts toward the pass's limit in *received.
   bool ReceiveOne(void* socket, const std::string* dialed_name, const Receiver& receiver,
-                  size_t* delivered) {
+                  size_t* received) {
     Frames frames;
     if (!frames.Receive(socket, ZMQ_DONTWAIT)) return false;
     size_t first = 0;
@@ -436,16 +466,25 @@ class ZmqChannel::Impl {
     } else {
       from = std::string(frames.view(0));
       first = 1;
+      if (by_name_.contains(from)) {
+        // A peer this node dials speaks on its own socket: this one claims its name.
+        impersonations_.fetch_add(frames.parts.size() - 1);
+        *received += frames.parts.size();
+        Report(from, "impersonation", "a dialed peer's name on the listening socket");
+        return true;
+      }
       if (options_.curve && frames.parts.size() > 1) {
         // The name the key is bound to (the ZAP handler's user id), if any.
         const char* user = zmq_msg_gets(&frames.parts[1], "User-Id");
         if (user != nullptr && *user != '\0' && from != user) {
           impersonations_.fetch_add(frames.parts.size() - 1);
+          *received += frames.parts.size();
           Report(from, "impersonation", absl::StrCat("its key belongs to '", user, "'"));
           return true;
         }
       }
     }
+    *received += frames.parts.size() - first;
     for (size_t i = first; i < frames.parts.size(); ++i) {
       const absl::string_view bytes = frames.view(i);
       if (bytes.size() > options_.max_message_bytes) {
@@ -460,7 +499,6 @@ class ZmqChannel::Impl {
         continue;
       }
       received_.fetch_add(1);
-      ++*delivered;
       if (receiver) receiver(from, *std::move(m));
     }
     return true;
@@ -580,7 +618,7 @@ void ZmqChannel::SetReceiver(Receiver receiver) {
   impl_->receiver_ = receiver ? std::make_shared<const Receiver>(std::move(receiver)) : nullptr;
 }
 void ZmqChannel::Attach(std::function<void()> wake) {
-  impl_->owner_.store(std::this_thread::get_id());
+  if (wake) impl_->owner_.store(std::this_thread::get_id());
   absl::MutexLock lock(&impl_->wake_mu_);
   impl_->wake_ = std::move(wake);
 }

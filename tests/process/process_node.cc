@@ -352,6 +352,7 @@ int RunSub() {
       OpenStore(absl::GetFlag(FLAGS_data_dir) + "/store", Durability::kNoSync);
   const std::string broker = absl::GetFlag(FLAGS_broker);
   std::unique_ptr<ZmqChannel> channel = OpenChannel(false, broker);
+  StoringHandler handler(storage.get());  // outlives the runtime, which holds the subscriber
   std::unique_ptr<Runtime> runtime = Must(Runtime::Create(), "runtime");
   runtime->AddSource(channel.get());
   DurableSubscriberOptions o;
@@ -373,7 +374,6 @@ int RunSub() {
   WriteBatch wb;
   wb.Put(kSubMeta, "epoch", absl::StrCat(o.epoch));
   Must(storage->Commit(wb), "storing the epoch");
-  StoringHandler handler(storage.get());
   DurableSubscriber* sub = Must(runtime->OpenDurableSubscriber(o, channel.get(), &handler), "sub");
   handler.set_subscriber(sub);
   Must(runtime->ShutdownOnSignals(), "signals");

@@ -28,6 +28,8 @@ selector="k < 5"
 "$node" --role=keygen --keys_dir="$dir/keys" --names=phb,shb,sub
 
 declare -A pid_of
+# The live processes: each started one, until it is killed.
+forget() { local keep=(); for p in "${pids[@]}"; do [ "$p" != "$1" ] && keep+=("$p"); done; pids=("${keep[@]}"); }
 start() {
   local role=$1
   case $role in
@@ -76,6 +78,7 @@ for role in sub shb phb shb sub phb; do
   echo "SIGKILL $role"
   kill -9 "${pid_of[$role]}"
   wait "${pid_of[$role]}" 2>/dev/null || true
+  forget "${pid_of[$role]}"
   nap 2 8
   start "$role"
 done
