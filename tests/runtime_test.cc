@@ -36,6 +36,7 @@ class Recorder : public DurableSubscriber::Handler {
     last_tick_[p] = t;
     ids_[p].push_back(id);
     ++count_;
+    changed_.SignalAll();
   }
   void OnGap(PubendId, Tick) override {
     absl::MutexLock lock(&mu_);
@@ -44,20 +45,29 @@ class Recorder : public DurableSubscriber::Handler {
   void OnConnected(const CheckpointToken&) override {
     absl::MutexLock lock(&mu_);
     connected_ = true;
+    changed_.SignalAll();
   }
   void OnError(const absl::Status& s) override {
     absl::MutexLock lock(&mu_);
     if (!absl::IsUnavailable(s) && !absl::IsFailedPrecondition(s)) errors_.push_back(s.ToString());
   }
-  // Waits (up to `timeout`) until `n` events arrived.
+  // Waits (up to `timeout`) until `n` events arrived. (A CondVar, not a Condition: only the
+  // waiting thread reads the state; tests/tsan_absl_mutex.cc.)
   bool WaitFor(size_t n, absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
     absl::MutexLock lock(&mu_);
-    auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return count_ >= n; };
-    return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
+    while (count_ < n) {
+      if (changed_.WaitWithDeadline(&mu_, deadline)) return count_ >= n;
+    }
+    return true;
   }
   bool WaitConnected(absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
     absl::MutexLock lock(&mu_);
-    return mu_.AwaitWithTimeout(absl::Condition(&connected_), timeout);
+    while (!connected_) {
+      if (changed_.WaitWithDeadline(&mu_, deadline)) return connected_;
+    }
+    return true;
   }
   std::map<PubendId, std::vector<int64_t>> ids() {
     absl::MutexLock lock(&mu_);
@@ -70,6 +80,7 @@ class Recorder : public DurableSubscriber::Handler {
 
  private:
   absl::Mutex mu_;
+  absl::CondVar changed_;
   std::map<PubendId, Tick> last_tick_ ABSL_GUARDED_BY(mu_);
   std::map<PubendId, std::vector<int64_t>> ids_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> errors_ ABSL_GUARDED_BY(mu_);

@@ -151,11 +151,14 @@ class Runtime::Impl {
       Close();
       absl::MutexLock lock(&mu_);
       closed_ = true;
+      closed_cv_.SignalAll();
       return;
     }
     {
+      // Set by the loop, or by whoever closes here. (A CondVar, not a Condition: only the
+      // waiting thread reads the flag; tests/tsan_absl_mutex.cc.)
       absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(&closed_));  // set by the loop, or by whoever closes here
+      while (!closed_) closed_cv_.Wait(&mu_);
     }
     absl::MutexLock lock(&join_mu_);  // two callers must not both join
     if (thread_.joinable()) thread_.join();
@@ -169,6 +172,7 @@ class Runtime::Impl {
       absl::MutexLock lock(&mu_);
       running_ = false;
       closed_ = true;
+      closed_cv_.SignalAll();
     }
   }
 
@@ -276,7 +280,8 @@ class Runtime::Impl {
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   bool ran_ ABSL_GUARDED_BY(mu_) = false;
   bool running_ ABSL_GUARDED_BY(mu_) = false;
-  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;  // Close() has finished
+  absl::CondVar closed_cv_;
   absl::Mutex join_mu_;
 };
 
