@@ -56,14 +56,15 @@ int Millis(absl::Duration d) {
       std::max<int64_t>(1, absl::ToInt64Milliseconds(absl::Ceil(d, absl::Milliseconds(1)))));
 }
 
-// One received multipart message; closes its frames.
+// One received multipart message in a vector reused from one message to the next (no
+// allocation per message); closes its frames.
 struct Frames {
-  std::vector<zmq_msg_t> parts;
-  Frames() = default;
+  explicit Frames(std::vector<zmq_msg_t>* storage) : parts(*storage) { parts.clear(); }
   Frames(const Frames&) = delete;
   Frames& operator=(const Frames&) = delete;
   ~Frames() {
     for (zmq_msg_t& m : parts) zmq_msg_close(&m);
+    parts.clear();
   }
   absl::string_view view(size_t i) {
     return {static_cast<const char*>(zmq_msg_data(&parts[i])), zmq_msg_size(&parts[i])};
@@ -82,6 +83,7 @@ struct Frames {
       if (!zmq_msg_more(&m)) return true;
     }
   }
+  std::vector<zmq_msg_t>& parts;
 };
 
 }  // namespace
@@ -286,8 +288,9 @@ class ZmqChannel::Impl {
   // The ZAP handler (RFC 27): admits a CURVE client whose key is allowed, naming it the user id
   // (the name it must speak as, or empty).
   void ZapLoop(void* zap) {
+    std::vector<zmq_msg_t> storage;
     for (;;) {
-      Frames request;
+      Frames request(&storage);
       if (!request.Receive(zap, 0)) {
         if (zmq_errno() == ETERM) break;
         continue;  // EINTR; nothing received, so the socket still waits for a request
@@ -336,7 +339,7 @@ class ZmqChannel::Impl {
   }
 
   // Sends `parts` to `peer` as one multipart message, on the owner thread.
-  absl::Status SendNow(absl::string_view peer, const std::vector<std::string>& parts) {
+  absl::Status SendNow(absl::string_view peer, absl::Span<const std::string> parts) {
     void* socket;
     bool routed;
     if (auto it = by_name_.find(peer); it != by_name_.end()) {
@@ -382,15 +385,19 @@ class ZmqChannel::Impl {
   }
 
   absl::Status Send(absl::string_view peer, Message message) {
-    std::vector<std::string> parts(1);
-    if (!Encode(message, &parts[0])) {
+    const bool owner = OnOwnerThread();
+    std::string fresh;
+    std::string& bytes = owner ? single_ : fresh;  // reused on the owner thread
+    if (!Encode(message, &bytes)) {
       return absl::InvalidArgumentError(absl::StrCat("a ", MessageKindName(message),
                                                      " message is over max_message_bytes encoded"));
     }
-    if (OnOwnerThread()) {
+    if (owner) {
       FlushOutbox();
-      return SendNow(peer, parts);
+      return SendNow(peer, absl::MakeConstSpan(&bytes, 1));
     }
+    std::vector<std::string> parts;
+    parts.push_back(std::move(bytes));
     Queue(peer, std::move(parts));
     return absl::OkStatus();
   }
@@ -401,27 +408,28 @@ class ZmqChannel::Impl {
     if (owner) FlushOutbox();
     for (size_t i = 0; i < messages.size();) {
       // A run of messages for one peer: one multipart message.
+      // On the owner thread the encoding buffers are reused (they keep their capacity).
       size_t j = i;
-      std::vector<std::string> parts;
-      std::vector<size_t> which;
+      std::vector<std::string> fresh;
+      std::vector<std::string>& parts = owner ? encoded_ : fresh;
+      size_t n = 0;
       for (; j < messages.size() && messages[j].peer == messages[i].peer; ++j) {
-        std::string bytes;
-        if (Encode(messages[j].message, &bytes)) {
-          parts.push_back(std::move(bytes));
-          which.push_back(j);
-        }
+        if (parts.size() == n) parts.emplace_back();
+        messages[j].accepted = Encode(messages[j].message, &parts[n]);
+        n += messages[j].accepted ? 1 : 0;
       }
-      bool ok = !parts.empty();
+      bool ok = n > 0;
       if (ok) {
         if (owner) {
-          ok = SendNow(messages[i].peer, parts).ok();
+          ok = SendNow(messages[i].peer, absl::MakeConstSpan(parts.data(), n)).ok();
         } else {
+          parts.resize(n);
           Queue(messages[i].peer, std::move(parts));
         }
       }
-      for (size_t k : which) {
-        messages[k].accepted = ok;
-        accepted += ok ? 1 : 0;
+      for (size_t k = i; k < j; ++k) {
+        messages[k].accepted = messages[k].accepted && ok;
+        accepted += messages[k].accepted ? 1 : 0;
       }
       i = j;
     }
@@ -457,7 +465,7 @@ class ZmqChannel::Impl {
   // Every frame, delivered or dropped, counts toward the pass's limit in *received.
   bool ReceiveOne(void* socket, const std::string* dialed_name, const Receiver& receiver,
                   size_t* received) {
-    Frames frames;
+    Frames frames(&received_frames_);
     if (!frames.Receive(socket, ZMQ_DONTWAIT)) return false;
     size_t first = 0;
     std::string from;
@@ -498,7 +506,7 @@ class ZmqChannel::Impl {
         Report(from, "malformed frame", m.status().message());
         continue;
       }
-      received_.fetch_add(1);
+      ++delivered_in_pass_;
       if (receiver) receiver(from, *std::move(m));
     }
     return true;
@@ -522,6 +530,8 @@ class ZmqChannel::Impl {
         }
       }
       FlushOutbox();  // what the receivers' sends queued from elsewhere meanwhile
+      received_.fetch_add(delivered_in_pass_);
+      delivered_in_pass_ = 0;
     }
     return Ready();
   }
@@ -576,6 +586,10 @@ class ZmqChannel::Impl {
   std::vector<Dialed> dialed_;
   absl::flat_hash_map<std::string, size_t> by_name_;
   std::vector<int> fds_;
+  std::vector<zmq_msg_t> received_frames_;  // Dispatch's, reused
+  uint64_t delivered_in_pass_ = 0;          // counted into received_ once per Dispatch
+  std::vector<std::string> encoded_;        // SendMany's on the owner thread, reused
+  std::string single_;                      // Send's on the owner thread, reused
   // Allowed client keys (Z85) and the name each is bound to; constant once the ZAP thread runs.
   absl::flat_hash_map<std::string, std::string> allowed_;
   std::thread zap_thread_;
