@@ -48,6 +48,10 @@
 //                      the pubend answering at most 1 GiB (the whole), 64 MiB, 1 MiB, 64 KiB or
 //                      4 KiB a nack (max_nack_answer_bytes, backlog_events, events_per_s,
 //                      ratio_to_whole, nacks_sent, nacks_followed_up)
+//   reconnect_storm    100 caught-up subscribers at 10,000 events/s, then the same while 1,000
+//                      other subscriptions reconnect at once from CTs a phase old
+//                      (steady_deliveries_per_s, storm_deliveries_per_s, steady_p99_us,
+//                      storm_p99_us), on the Runtime
 //   e2e_latency        publish -> deliver latency at 10,000 events/s through PHB and SHB, sync
 //                      at both (offered_per_s, deliveries, p50_us, p99_us; acked_p50_us: the
 //                      PHB's acknowledgement, the part before the SHB; subscribers)

@@ -723,7 +723,13 @@ void SubscriberHostingBrokerImpl::OnConnect(absl::string_view from, const Connec
              internal::EncodeSubscriptionRow({s.id.value, s.epoch, s.selector, s.topic_filter}));
     }
   }
-  if (!wb.empty() && !CommitNow(std::move(wb)).ok()) {
+  // Submitted, not waited for: a burst of reconnections must not cost the loop an fsync each.
+  // Connected may go out before the row is durable. The rounds that deliver to the session
+  // commit after it (commits keep their order), so a crash in between loses the row and every
+  // PFS record that names it together, and the subscriber's CT is then served as one this broker
+  // never hosted: by refiltering (reconnect anywhere).
+  if (!wb.empty()) Submit(std::move(wb), {});
+  if (!status_.ok()) {
     SendError(from, m.subscription, status_);
     return;
   }
@@ -853,7 +859,7 @@ void SubscriberHostingBrokerImpl::OnUnsubscribe(absl::string_view from,
   matcher_.Publish();
   by_id_.erase(s.id.value);
   subscriptions_.erase(it);
-  (void)CommitNow(std::move(wb));
+  Submit(std::move(wb), {});  // not waited for (see OnConnect): a crash first brings it back
 }
 
 void SubscriberHostingBrokerImpl::OnTimer(absl::Time now) {
