@@ -1458,6 +1458,33 @@ TEST_CASE("the broker sends nothing beyond a delivery lease that is durable", "[
   REQUIRE(red.ds->duplicates_dropped() == 0);
 }
 
+TEST_CASE("with a commit thread, a connection is answered while its commit is still running",
+          "[shb][lease]") {
+  ShbTest t;
+  t.options.commit_thread = true;
+  t.options.commit_interval = absl::ZeroDuration();
+  GateStorage& gate = t.UseGate();
+  t.Open();
+  gate.Close();
+  // Should the broker wait for the commit in its handler (an fsync on the loop), the gate opens
+  // after a while, so that the test fails instead of hanging.
+  std::thread opener([&] {
+    absl::SleepFor(absl::Seconds(2));
+    gate.Open();
+  });
+  Client& red = t.AddSubscriber("red", "color = 'red'");
+  REQUIRE_OK(red.ds->Connect());
+  t.Pump();
+  const bool connected = red.ds->connected();
+  const bool commit_still_running = gate.AwaitBlockedCommit(absl::Milliseconds(500));
+  opener.join();
+  CHECK(connected);
+  CHECK(commit_still_running);
+  // Once the commit is through, delivery goes on as usual.
+  t.Publish(Knowledge(1, 10, {{5, "red"}}));
+  REQUIRE(t.PumpUntil([&] { return red.rec.log == Strings{"E5"}; }));
+}
+
 TEST_CASE("with a commit thread, events reach subscribers while their commit is blocked",
           "[shb][lease]") {
   ShbTest t;
