@@ -66,28 +66,39 @@ constexpr size_t kBrokerLane = 0;
 constexpr size_t kClientLane = 1;
 constexpr size_t kOtherClientLane = 2;  // RuntimeScenario: another process's subscribers
 
+// What both scenarios run: a PHB and an SHB over 4 pubends on LMDB (sync), in `dir`.
+std::unique_ptr<Storage> OpenStore(const std::string& path) {
+  StorageOptions so;
+  so.initial_map_bytes = uint64_t{1} << 30;
+  so.path = path;
+  return *OpenLmdbStorage(so);
+}
+PublisherHostingBrokerOptions PhbOptions() {
+  PublisherHostingBrokerOptions po;
+  for (int i = 1; i <= kPubends; ++i)
+    po.pubends.push_back(PubendOptions{PubendId{static_cast<uint32_t>(i)}});
+  po.downstream = {"shb"};
+  po.group_commit.max_records = 1000;
+  po.group_commit.max_delay = absl::ZeroDuration();
+  return po;
+}
+SubscriberHostingBrokerOptions ShbOptions() {
+  SubscriberHostingBrokerOptions so;
+  for (int i = 1; i <= kPubends; ++i)
+    so.pubends.push_back({PubendId{static_cast<uint32_t>(i)}, "phb"});
+  return so;
+}
+
 struct Scenario {
   // `subscriber_count` durable subscribers, spread evenly over the pubends.
   explicit Scenario(const std::string& dir, int subscriber_count = kSubscribers) {
     std::filesystem::remove_all(dir);
-    StorageOptions so;
-    so.initial_map_bytes = uint64_t{1} << 30;
-    so.path = dir + "/phb";
-    phb_storage = *OpenLmdbStorage(so);
-    so.path = dir + "/shb";
-    shb_storage = *OpenLmdbStorage(so);
+    phb_storage = OpenStore(dir + "/phb");
+    shb_storage = OpenStore(dir + "/shb");
     phb_channel = *net.Connect("phb", kBrokerLane);
     shb_channel = *net.Connect("shb", kBrokerLane);
-    PublisherHostingBrokerOptions po;
-    for (int i = 1; i <= kPubends; ++i)
-      po.pubends.push_back(PubendOptions{PubendId{static_cast<uint32_t>(i)}});
-    po.downstream = {"shb"};
-    po.group_commit.max_records = 1000;
-    po.group_commit.max_delay = absl::ZeroDuration();
-    phb = *PublisherHostingBroker::Open(std::move(po), phb_storage.get(), phb_channel.get());
-    SubscriberHostingBrokerOptions so2;
-    for (int i = 1; i <= kPubends; ++i)
-      so2.pubends.push_back({PubendId{static_cast<uint32_t>(i)}, "phb"});
+    phb = *PublisherHostingBroker::Open(PhbOptions(), phb_storage.get(), phb_channel.get());
+    SubscriberHostingBrokerOptions so2 = ShbOptions();
     so2.commit_thread = true;  // the loop below polls, so no on_commit wake-up is needed
     shb = *SubscriberHostingBroker::Open(std::move(so2), shb_storage.get(), shb_channel.get());
     handlers = std::vector<CountingHandler>(subscriber_count);
@@ -324,12 +335,8 @@ class RuntimeScenario {
         client_lane_(&net_, kClientLane),
         other_lane_(&net_, kOtherClientLane) {
     std::filesystem::remove_all(dir);
-    StorageOptions so;
-    so.initial_map_bytes = uint64_t{1} << 30;
-    so.path = dir + "/phb";
-    phb_storage_ = *OpenLmdbStorage(so);
-    so.path = dir + "/shb";
-    shb_storage_ = *OpenLmdbStorage(so);
+    phb_storage_ = OpenStore(dir + "/phb");
+    shb_storage_ = OpenStore(dir + "/shb");
     phb_channel_ = *net_.Connect("phb", kBrokerLane);
     shb_channel_ = *net_.Connect("shb", kBrokerLane);
     brokers = *Runtime::Create();
@@ -338,19 +345,10 @@ class RuntimeScenario {
     brokers->AddSource(&broker_lane_);
     clients->AddSource(&client_lane_);
     other_clients->AddSource(&other_lane_);
-    PublisherHostingBrokerOptions po;
-    for (int i = 1; i <= kPubends; ++i)
-      po.pubends.push_back(PubendOptions{PubendId{static_cast<uint32_t>(i)}});
-    po.downstream = {"shb"};
-    po.group_commit.max_records = 1000;
-    po.group_commit.max_delay = absl::ZeroDuration();
     phb =
-        *brokers->OpenPublisherHostingBroker(std::move(po), phb_storage_.get(), phb_channel_.get());
-    SubscriberHostingBrokerOptions sbo;
-    for (int i = 1; i <= kPubends; ++i)
-      sbo.pubends.push_back({PubendId{static_cast<uint32_t>(i)}, "phb"});
-    shb = *brokers->OpenSubscriberHostingBroker(std::move(sbo), shb_storage_.get(),
-                                                shb_channel_.get());
+        *brokers->OpenPublisherHostingBroker(PhbOptions(), phb_storage_.get(), phb_channel_.get());
+    shb =
+        *brokers->OpenSubscriberHostingBroker(ShbOptions(), shb_storage_.get(), shb_channel_.get());
   }
   ~RuntimeScenario() {
     // The nodes go with their runtimes, before the channels and storage they use.

@@ -96,6 +96,8 @@ class SubscriberTest {
   void Deliver(PubendId p, DeliveryKind kind, Tick t, EventRef e = nullptr, Tick previous = 0) {
     FromBroker(DeliveryMessage{"s", p, kind, t, std::move(e), previous});
   }
+  // The broker's endpoint goes: sends to it fail (Unavailable).
+  void LoseBroker() { shb_.reset(); }
   // What the subscriber sent the broker since the last call.
   std::vector<Message> Sent() {
     net_.DeliverAll();
@@ -114,6 +116,25 @@ class SubscriberTest {
   std::vector<Message> sent_;
   std::unique_ptr<DurableSubscriber> ds_;
 };
+
+TEST_CASE(
+    "durable subscriber: the next deadline is the next ack or keepalive, also after an ack "
+    "it could not send",
+    "[subscriber]") {
+  SubscriberTest t;
+  t.Connected(Ct({{kP, 0}}));
+  absl::Time now = kT0;
+  CHECK(t.ds().NextDeadline(now) == now);  // the first ack is due
+  t.ds().OnTimer(now);
+  CHECK(t.ds().NextDeadline(now) == now + absl::Seconds(1));  // the keepalive
+  t.Deliver(kP, DeliveryKind::kEvent, 5, Colored("red"));
+  CHECK(t.ds().NextDeadline(now) == now + absl::Milliseconds(250));  // an ack of tick 5
+  t.LoseBroker();
+  now += absl::Milliseconds(250);
+  t.ds().OnTimer(now);  // the ack cannot be sent
+  // Tried again an ack_interval later, not at once: a loop driven by the deadline would spin.
+  CHECK(t.ds().NextDeadline(now) == now + absl::Milliseconds(250));
+}
 
 TEST_CASE("durable subscriber rejects a bad selector or topic filter", "[subscriber]") {
   InProcessNetwork net;

@@ -1458,6 +1458,21 @@ TEST_CASE("the broker sends nothing beyond a delivery lease that is durable", "[
   REQUIRE(red.ds->duplicates_dropped() == 0);
 }
 
+TEST_CASE("the next deadline comes after the nack of missing ticks, also with a nack delay of 0",
+          "[shb]") {
+  ShbTest t;
+  t.options.nack_delay = absl::ZeroDuration();
+  t.Open();
+  t.Subscribe("red", "color = 'red'");
+  t.Publish(Knowledge(11, 20, {{15, "red"}}));  // 1..10 missing
+  CHECK(t.shb().NextDeadline(t.now) == t.now);  // the first release is due, and the nack soon
+  t.Timer();                                    // releases, and nacks 1..10
+  // The answer is awaited (renacked later), not nacked again at once: a loop driven by the
+  // deadline would spin.
+  CHECK(t.shb().NextDeadline(t.now) > t.now);
+  CHECK(t.shb().NextDeadline(t.now) <= t.now + t.options.renack_interval);
+}
+
 TEST_CASE("with a commit thread, a connection is answered while its commit is still running",
           "[shb][lease]") {
   ShbTest t;
