@@ -252,6 +252,8 @@ TEST_CASE("zmq channel with CURVE: only allowed keys get through, each only as i
   PumpFor({&shb, intruder.get(), plain.get(), impostor.get()}, absl::Milliseconds(500));
   CHECK(shb.received.empty());
   CHECK(shb.channel->stats().impersonations == EveryPeerMessage().size());
+  // The intruder's key was refused (the plain client has none to refuse).
+  CHECK(PumpUntil({&shb, intruder.get()}, [&] { return shb.channel->stats().denied >= 1; }));
   // The same messages from allowed keys arrive (so the check above could have failed).
   auto client = curve_client("client", client_keys);
   auto subscriber = curve_client("app-1", subscriber_keys);

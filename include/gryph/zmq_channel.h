@@ -132,6 +132,7 @@ class ZmqChannel final : public Channel, public EventSource {
     uint64_t oversized = 0;       // frames over max_message_bytes
     uint64_t impersonations = 0;  // messages from an allowed key under a name not its own
     uint64_t not_encodable = 0;   // messages to send over max_message_bytes
+    uint64_t denied = 0;          // CURVE handshakes refused: the client's key is not allowed
   };
 
   // Binds and dials. InvalidArgument for a bad name, endpoint or key (naming it), a peer twice

@@ -568,6 +568,7 @@ class ZmqChannel::Impl {
     s.oversized = oversized_.load();
     s.impersonations = impersonations_.load();
     s.not_encodable = not_encodable_.load();
+    s.denied = denied_.load();
     return s;
   }
 
