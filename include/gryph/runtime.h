@@ -22,8 +22,9 @@
 // PublishByKey, which are thread-safe.
 //
 // Shutdown (Shutdown(), or SIGTERM/SIGINT after ShutdownOnSignals): the loop stops handing out
-// messages, every broker commits what is pending — each publish's `done` runs with its result —
-// and the loop ends. Nodes stay valid (and idle) until the runtime is destroyed.
+// messages, the PHB commits what is pending — each publish's `done` runs with its result —,
+// subscribers send a final ack, and the loop ends. Nodes stay valid (and idle) until the runtime
+// is destroyed; an SHB commits what it submitted when it is destroyed.
 //
 // Timers: the PHB runs its pubends' timers (heartbeats, early release) at least every 10 ms; the
 // other nodes say exactly when theirs are due.

@@ -57,7 +57,10 @@
 //
 // Commits run inline (in Flush and OnTimer, the default, and what the simulator uses) or on a
 // commit thread of the broker's own (commit_thread), in both cases through one GroupCommitter so
-// that they commit in the order they were made.
+// that they commit in the order they were made. With commit_thread no handler waits for a commit:
+// a Connect is answered before its subscription row is durable, and the rounds that deliver to
+// the session commit after that row, so a crash in between loses both, and the subscriber's CT is
+// then served as one this broker never hosted (by refiltering).
 //
 // Thread-safety: owned by one thread, which delivers its channel's messages and calls Flush and
 // OnTimer. With commit_thread, the commit thread only reports completions, which that thread
