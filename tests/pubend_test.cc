@@ -319,6 +319,7 @@ TEST_CASE("absurd pubend and PHB options are InvalidArgument at Open, naming the
        [](Options& o) {
          o.downstream = {"shb", ""};
        }},
+      {"simulated_commit_thread", [](Options& o) { o.simulated_commit_thread = true; }},
   };
   Options base;
   base.pubends = {PubendOptions{kP}};

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -625,6 +626,7 @@ TEST_CASE("options that would stall every stream are InvalidArgument at Open", "
       {"nack_delay", [](Options& o) { o.nack_delay = -absl::Milliseconds(1); }},
       {"delivery_lease_ticks", [](Options& o) { o.delivery_lease_ticks = 0; }},
       {"upstream node", [](Options& o) { o.pubends[0].node = ""; }},
+      {"simulated_commit_thread", [](Options& o) { o.simulated_commit_thread = true; }},
   };
   Options base;
   base.pubends = {{kP, "phb"}};
@@ -1548,6 +1550,56 @@ TEST_CASE("with a commit thread, events reach subscribers while their commit is 
   REQUIRE(red.rec.log == Strings{"E11", "E13", "E15", "E18"});
   t.Restart();
   t.options.commit_thread = false;
+  t.Open();
+  REQUIRE(t.shb().latest_delivered(kP) == 20);
+}
+
+TEST_CASE("with the commit thread played by its owner, rounds commit when the owner says",
+          "[shb][lease]") {
+  // The simulator's way of running the runtime's commit path: no thread; the owner calls the
+  // committer at the instants of its (virtual) clock when the thread would commit.
+  ShbTest t;
+  int on_commit_calls = 0;
+  t.options.commit_thread = true;
+  t.options.simulated_commit_thread = true;
+  t.options.commit_interval = absl::Milliseconds(5);
+  t.options.on_commit = [&] { ++on_commit_calls; };
+  t.Open();
+  Client& red = t.Subscribe("red", "color = 'red'");
+  // The first round: its commit grants the delivery lease.
+  t.Publish(Knowledge(1, 10, {}));
+  REQUIRE(t.shb().latest_delivered(kP) == 0);
+  std::optional<absl::Time> due = t.shb().committer().NextDeadline();
+  REQUIRE(due.has_value());
+  // The commit interval runs on the broker's clock (the virtual one), not on the real one.
+  CHECK(*due <= t.now + t.options.commit_interval);
+  REQUIRE_OK(t.shb().committer().FlushIfDue(*due - absl::Milliseconds(1)));
+  REQUIRE(on_commit_calls == 0);
+  REQUIRE_OK(t.shb().committer().FlushIfDue(*due));
+  REQUIRE(on_commit_calls > 0);                // from the owner's call, as the thread would
+  REQUIRE(t.shb().latest_delivered(kP) == 0);  // picked up by the next Flush only
+  // The lease's commit lets the round go; the round's commit moves latestDelivered.
+  for (int i = 0; i < 3 && t.shb().latest_delivered(kP) < 10; ++i) {
+    t.Pump();
+    REQUIRE_OK(t.shb().committer().Flush());
+  }
+  t.Pump();
+  REQUIRE(t.shb().latest_delivered(kP) == 10);
+  REQUIRE_FALSE(t.shb().committer().NextDeadline().has_value());
+
+  // Within the lease, rounds go out before they are durable.
+  t.Publish(Knowledge(11, 20, {{15, "red"}}));
+  REQUIRE(red.rec.log == Strings{"E15"});
+  REQUIRE(t.shb().latest_delivered(kP) == 10);
+  REQUIRE_OK(t.shb().committer().Flush());
+  t.Pump();
+  REQUIRE(t.shb().latest_delivered(kP) == 20);
+
+  // A crash with a round pending loses that round's commit (and answers nobody); the restarted
+  // broker resumes from what committed.
+  t.Publish(Knowledge(21, 30, {{25, "red"}}));
+  REQUIRE(red.rec.log == Strings{"E15", "E25"});
+  t.Restart();
   t.Open();
   REQUIRE(t.shb().latest_delivered(kP) == 20);
 }

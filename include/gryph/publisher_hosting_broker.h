@@ -9,8 +9,11 @@
 // Driving it:
 //   - threaded (options.commit_thread, the default): a background thread commits groups; the
 //     application calls OnTimer(now) every few milliseconds for heartbeats and early release;
-//   - manual, for the deterministic simulator: call OnTimer(now) whenever virtual time passes;
-//     it also commits the group when due (NextDeadline() says when).
+//   - manual, for a hand-written loop: call OnTimer(now) whenever time passes; it also commits
+//     the group when due (NextDeadline() says when);
+//   - threaded with the thread played by the owner (simulated_commit_thread), for the
+//     deterministic simulator: as threaded, but the owner calls committer().FlushIfDue(now) at
+//     the virtual instants the thread would commit.
 //
 // Thread-safety: thread-safe. Messages arrive on whatever thread drives the channel.
 
@@ -39,6 +42,11 @@ struct PublisherHostingBrokerOptions {
   GroupCommitOptions group_commit;
   // Commit groups on a background thread (see the header comment).
   bool commit_thread = true;
+  // With commit_thread: start no thread and let the owner play it, calling
+  // committer().FlushIfDue(now) whenever that thread would commit (the simulator does, at virtual
+  // instants it draws, so that it runs the runtime's commit path deterministically). OnTimer then
+  // commits nothing, as with the thread.
+  bool simulated_commit_thread = false;
   // The time source for nacks and release messages; absl::Now when empty.
   std::function<absl::Time()> clock;
 };
@@ -47,8 +55,9 @@ class PublisherHostingBroker {
  public:
   // Opens every pubend on `storage` (recovering them) and sets itself as `channel`'s receiver.
   // `storage` and `channel` must outlive the broker. InvalidArgument, naming the option, for no
-  // pubend, repeated ids, group_commit.max_records 0, a negative group_commit.max_delay or an
-  // empty downstream name; otherwise the pubends' errors (Pubend::Open).
+  // pubend, repeated ids, group_commit.max_records 0, a negative group_commit.max_delay, an
+  // empty downstream name or simulated_commit_thread without commit_thread; otherwise the
+  // pubends' errors (Pubend::Open).
   static absl::StatusOr<std::unique_ptr<PublisherHostingBroker>> Open(
       PublisherHostingBrokerOptions options, Storage* storage, Channel* channel);
   // With commit_thread, commits what is pending first (every `done` runs with its tick).

@@ -55,12 +55,13 @@
 // committed, and accepts a CT up to the recovered lease — beyond it a CT is "ahead of this
 // broker" and refused.
 //
-// Commits run inline (in Flush and OnTimer, the default, and what the simulator uses) or on a
-// commit thread of the broker's own (commit_thread), in both cases through one GroupCommitter so
-// that they commit in the order they were made. With commit_thread no handler waits for a commit:
-// a Connect is answered before its subscription row is durable, and the rounds that deliver to
-// the session commit after that row, so a crash in between loses both, and the subscriber's CT is
-// then served as one this broker never hosted (by refiltering).
+// Commits run inline (in Flush and OnTimer, the default) or on a commit thread of the broker's
+// own (commit_thread, what the runtime sets and the simulator plays on its virtual clock), in
+// both cases through one GroupCommitter so that they commit in the order they were made. With
+// commit_thread no handler waits for a commit: a Connect is answered before its subscription row is
+// durable, and the rounds that deliver to the session commit after that row, so a crash in between
+// loses both, and the subscriber's CT is then served as one this broker never hosted (by
+// refiltering).
 //
 // Thread-safety: owned by one thread, which delivers its channel's messages and calls Flush and
 // OnTimer. With commit_thread, the commit thread only reports completions, which that thread
@@ -78,6 +79,7 @@
 #include "absl/time/time.h"
 #include "gryph/broker/catchup_stream.h"
 #include "gryph/channel.h"
+#include "gryph/group_commit.h"
 #include "gryph/storage.h"
 
 namespace gryph {
@@ -108,6 +110,11 @@ struct SubscriberHostingBrokerOptions {
   // thread after each commit: wake the broker's thread so that it calls Flush().
   bool commit_thread = false;
   std::function<void()> on_commit;
+  // With commit_thread: start no thread and let the owner play it, calling
+  // committer().FlushIfDue(now) whenever that thread would commit. The simulator does, at virtual
+  // instants it draws, so that it runs the runtime's commit path deterministically. Everything
+  // else is as with the thread (on_commit runs inside the owner's call).
+  bool simulated_commit_thread = false;
   // With commit_thread: rounds gather for this long into one commit. Deliveries never wait for
   // it (within the lease), so a longer interval only trades a longer tail of PFS records held in
   // memory (and a later release upstream) for fewer fsyncs, which leaves the disk to others (a
@@ -161,7 +168,8 @@ class SubscriberHostingBroker {
   // `storage` and `channel` must outlive the broker. InvalidArgument, naming the option: no
   // pubend, an empty upstream node, a count option below its least value (1;
   // catchup.max_buffered_matches 2), which would stall streams, an interval that is not
-  // positive (nack_delay and commit_interval: negative), a delivery lease of 0.
+  // positive (nack_delay and commit_interval: negative), a delivery lease of 0,
+  // simulated_commit_thread without commit_thread.
   static absl::StatusOr<std::unique_ptr<SubscriberHostingBroker>> Open(
       SubscriberHostingBrokerOptions options, Storage* storage, Channel* channel);
   virtual ~SubscriberHostingBroker() = default;
@@ -192,6 +200,9 @@ class SubscriberHostingBroker {
   virtual const Stats& stats() const = 0;
   // OK, or the storage error that stopped the broker (reopen it).
   virtual const absl::Status& status() const = 0;
+  // The committer of the broker's rounds, for an owner that plays the commit thread
+  // (simulated_commit_thread). Anyone else leaves it alone.
+  virtual GroupCommitter& committer() = 0;
 
  protected:
   SubscriberHostingBroker() = default;

@@ -67,7 +67,7 @@ absl::Status PublisherHostingBrokerImpl::Start(Storage* storage) {
     ids_.push_back(po.id);
     pubends_[po.id] = std::move(p);
   }
-  if (options_.commit_thread) committer_->Start();
+  if (options_.commit_thread && !options_.simulated_commit_thread) committer_->Start();
   channel_->SetReceiver([this](absl::string_view from, Message m) {
     (void)HandleMessage(from, m);  // a bad message changes nothing; the sender retries
   });
@@ -159,6 +159,9 @@ absl::StatusOr<std::unique_ptr<PublisherHostingBroker>> PublisherHostingBroker::
   }
   if (options.group_commit.max_delay < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("PHB option group_commit.max_delay is negative");
+  }
+  if (options.simulated_commit_thread && !options.commit_thread) {
+    return absl::InvalidArgumentError("PHB option simulated_commit_thread needs commit_thread");
   }
   for (const std::string& node : options.downstream) {
     if (node.empty())

@@ -26,6 +26,7 @@ SubscriberHostingBrokerImpl::SubscriberHostingBrokerImpl(SubscriberHostingBroker
   GroupCommitOptions gc;
   gc.max_records = SIZE_MAX;  // rounds, not records: the interval alone closes a group
   gc.max_delay = options_.commit_thread ? options_.commit_interval : absl::ZeroDuration();
+  gc.clock = options_.clock;
   committer_ = std::make_unique<GroupCommitter>(storage_, std::move(gc));
 }
 
@@ -37,7 +38,7 @@ SubscriberHostingBrokerImpl::~SubscriberHostingBrokerImpl() {
 }
 
 void SubscriberHostingBrokerImpl::Start() {
-  if (options_.commit_thread) committer_->Start();
+  if (options_.commit_thread && !options_.simulated_commit_thread) committer_->Start();
   channel_->SetReceiver([this](absl::string_view from, Message m) { HandleMessage(from, m); });
 }
 
@@ -993,6 +994,9 @@ absl::StatusOr<std::unique_ptr<SubscriberHostingBroker>> SubscriberHostingBroker
   }
   if (options.delivery_lease_ticks == 0) {
     return absl::InvalidArgumentError("SHB option delivery_lease_ticks is 0");
+  }
+  if (options.simulated_commit_thread && !options.commit_thread) {
+    return absl::InvalidArgumentError("SHB option simulated_commit_thread needs commit_thread");
   }
   for (const auto& up : options.pubends) {
     if (up.node.empty()) {

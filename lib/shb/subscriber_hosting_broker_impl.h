@@ -47,6 +47,7 @@ class SubscriberHostingBrokerImpl final : public SubscriberHostingBroker {
   size_t catching_up() const override;
   const Stats& stats() const override { return stats_; }
   const absl::Status& status() const override { return status_; }
+  GroupCommitter& committer() override { return *committer_; }
 
  private:
   struct Position {     // one subscription at one pubend

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "gryph/subscription.h"
@@ -65,6 +66,37 @@ const char* const kSelectors[] = {
     "id IS NOT NULL AND k >= 8",
 };
 
+// Plays a broker's commit thread on the virtual clock, as the runtime's thread runs it: once the
+// committer has a group due, the commit runs a drawn fsync time later, in an event of its own
+// between the node's handlers (where a thread's completion lands among them), and its callbacks
+// report back as they would from the thread. A crash of the node drops the pending group,
+// uncommitted and unanswered.
+class SimCommitThread {
+ public:
+  SimCommitThread(SimContext& ctx, GroupCommitter* committer) : ctx_(ctx), committer_(committer) {
+    Poll();
+  }
+
+ private:
+  void Poll() {
+    std::optional<absl::Time> due = committer_->NextDeadline();
+    if (!due) {
+      ctx_.After(absl::Microseconds(250), [this] { Poll(); });  // the thread waits for work
+      return;
+    }
+    const absl::Duration wait = std::max(*due - ctx_.Now(), absl::ZeroDuration());
+    const absl::Duration fsync =
+        absl::Microseconds(20 + static_cast<int64_t>(ctx_.Random() % 2000));
+    ctx_.After(wait + fsync, [this] {
+      (void)committer_->Flush();  // a failure reaches the broker through the callbacks
+      Poll();
+    });
+  }
+
+  SimContext& ctx_;
+  GroupCommitter* const committer_;
+};
+
 }  // namespace
 
 // The publisher hosting broker and the publishing application that lives beside it.
@@ -86,13 +118,17 @@ class PhbNode : public SimNode {
     } else {
       o.downstream = w->ShbNames();
     }
-    o.commit_thread = false;
+    o.commit_thread = w->options_.commit_thread;
+    o.simulated_commit_thread = w->options_.commit_thread;
     o.group_commit.max_records = 64;
     o.group_commit.max_delay = absl::Milliseconds(1);
     o.clock = [&ctx] { return ctx.Now(); };
     auto phb = PublisherHostingBroker::Open(std::move(o), &recording_, &ctx.channel());
     if (!phb.ok()) std::abort();
     phb_ = *std::move(phb);
+    if (w->options_.commit_thread) {
+      commit_thread_ = std::make_unique<SimCommitThread>(ctx, &phb_->committer());
+    }
     // The application retries whatever was not acknowledged before a crash: idempotent.
     for (const auto& [seq, pe] : w_->publisher_.unacked) Publish(seq, pe.first, pe.second);
     Tick();
@@ -148,6 +184,7 @@ class PhbNode : public SimNode {
   MemoryStorage storage_;
   RecordingStorage recording_;
   std::unique_ptr<PublisherHostingBroker> phb_;
+  std::unique_ptr<SimCommitThread> commit_thread_;  // with WorldOptions::commit_thread
 };
 
 class ShbNode : public SimNode {
@@ -169,12 +206,22 @@ class ShbNode : public SimNode {
     // catchup and the return to the constream run all the time.
     o.max_unacked_events = 24;
     o.clock = [&ctx] { return ctx.Now(); };
+    if (w->options_.commit_thread) {
+      o.commit_thread = true;
+      o.simulated_commit_thread = true;
+      o.commit_interval = absl::Milliseconds(2);
+      // The runtime's wake-up: the loop picks the completion up in a Flush of its own.
+      o.on_commit = [this] { ctx_.After(absl::ZeroDuration(), [this] { (void)shb_->Flush(); }); };
+    }
     auto shb = SubscriberHostingBroker::Open(std::move(o), &faults_, &ctx.channel());
     if (!shb.ok()) {
       std::fprintf(stderr, "%s: %s\n", ctx.name().c_str(), shb.status().ToString().c_str());
       std::abort();
     }
     shb_ = *std::move(shb);
+    if (w->options_.commit_thread) {
+      commit_thread_ = std::make_unique<SimCommitThread>(ctx, &shb_->committer());
+    }
     Tick();
   }
   ~ShbNode() override {
@@ -214,6 +261,7 @@ class ShbNode : public SimNode {
   MemoryStorage storage_;
   FaultInjectingStorage faults_;
   std::unique_ptr<SubscriberHostingBroker> shb_;
+  std::unique_ptr<SimCommitThread> commit_thread_;  // with WorldOptions::commit_thread
 };
 
 // The intermediate broker between the PHB and the two SHBs. It keeps nothing across a crash.

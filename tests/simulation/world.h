@@ -44,6 +44,11 @@ struct WorldOptions {
   // (LinkProfile's defaults): unless their SHB crashes they stay well behaved, so the rule that
   // a well-behaved subscriber never gets a Gap is put to the test under early release.
   int steady_subscribers = 0;
+  // The brokers commit as in the runtime: on a commit thread (which the world plays on the
+  // virtual clock, a drawn fsync time after each group is due), so that rounds go out before
+  // they are durable and completions land among the messages. false: inline, as a hand-written
+  // loop drives them.
+  bool commit_thread = true;
   // Faults (each a probability per fault tick of 50 ms while faults are on).
   double subscriber_disconnect = 0;
   double subscriber_old_checkpoint = 0;  // on reconnect, use an older stored CT
