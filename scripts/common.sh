@@ -3,7 +3,7 @@
 
 GRYPH_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 GRYPH_PACKAGES=(cmake ninja-build pkg-config g++ clang clang-format libabsl-dev liblmdb-dev
-                libfmt-dev catch2 libbenchmark-dev libzmq3-dev)
+                libfmt-dev catch2 libbenchmark-dev libzmq3-dev nlohmann-json3-dev)
 
 # gryph_install_packages: apt-get installs what is missing when root; otherwise prints the exact
 # command and exits non-zero.

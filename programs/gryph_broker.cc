@@ -1,0 +1,214 @@
+// gryph-broker: one gryph broker as a process, over ZeroMQ (CURVE with --keys_dir).
+//
+//   --role=phb  a publisher hosting broker: the pubends 1..--pubends, logged in --data_dir;
+//               publishers reach it with Publish messages (gryph-pub); knowledge goes to the
+//               --downstream nodes (SHBs or intermediates), which dial it.
+//   --role=ib   an intermediate broker: dials --upstream (the PHB or another intermediate),
+//               forwards to --downstream; keeps nothing on disk.
+//   --role=shb  a subscriber hosting broker: dials --upstream, hosts durable subscriptions
+//               (gryph-sub) in --data_dir.
+// Each listens on --listen. SIGTERM or SIGINT stops it cleanly: what the PHB holds is
+// committed and answered, the SHB commits what it submitted. Every --stats_interval it prints
+// one line of figures on standard error.
+//
+//   gryph-broker --genkey --name=NAME --keys_dir=DIR   writes DIR/NAME.key and DIR/NAME.pub
+//
+// Exit status: 0 after a clean stop, 2 for a bad flag, key or data directory, 1 for a failure
+// while running (a storage error that stopped the broker).
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gryph/runtime.h"
+#include "programs/program_support.h"
+
+ABSL_FLAG(std::string, role, "", "phb, ib or shb");
+ABSL_FLAG(std::string, name, "", "this broker's name, as its peers address it (default: the role)");
+ABSL_FLAG(std::string, data_dir, "", "phb, shb: the directory of the broker's store");
+ABSL_FLAG(std::string, listen, "", "where to listen, e.g. tcp://10.0.0.1:7100 or tcp://*:7100");
+ABSL_FLAG(std::string, upstream, "",
+          "ib, shb: NAME@ENDPOINT of the broker upstream (the PHB or an intermediate)");
+ABSL_FLAG(std::string, downstream, "",
+          "phb, ib: the names of the brokers downstream, comma-separated");
+ABSL_FLAG(std::string, pubends, "1",
+          "the pubends: a count N (pubends 1..N) or ids, comma-separated (e.g. 1,2,7)");
+ABSL_FLAG(std::string, keys_dir, "",
+          "CURVE keys: NAME.key for this broker, NAME.pub for each peer allowed in or dialed; "
+          "empty: plain TCP, for a trusted network only");
+ABSL_FLAG(bool, genkey, false, "write a key pair for --name into --keys_dir and exit");
+ABSL_FLAG(std::string, durability, "sync", "phb, shb: sync (fsync per commit) or nosync");
+ABSL_FLAG(absl::Duration, max_retain, absl::InfiniteDuration(),
+          "phb: release events older than this even if unacknowledged (subscribers get a Gap)");
+ABSL_FLAG(absl::Duration, session_timeout, absl::Seconds(30),
+          "shb: end a session not heard from for this long");
+ABSL_FLAG(absl::Duration, stats_interval, absl::Seconds(10),
+          "print one line of figures on stderr this often (0: never)");
+
+namespace gryph::programs {
+namespace {
+
+// "N" -> pubends 1..N; "1,2,7" -> those.
+std::vector<PubendId> ParsePubends(const std::string& flag) {
+  std::vector<PubendId> ids;
+  uint32_t n = 0;
+  if (flag.find(',') == std::string::npos && absl::SimpleAtoi(flag, &n)) {
+    if (n == 0 || n > 4096) Die(absl::StrCat("--pubends=", flag, ": 1 to 4096 pubends"));
+    for (uint32_t i = 1; i <= n; ++i) ids.push_back(PubendId{i});
+    return ids;
+  }
+  for (absl::string_view part : absl::StrSplit(flag, ',', absl::SkipEmpty())) {
+    uint32_t id = 0;
+    if (!absl::SimpleAtoi(part, &id) || id == 0) {
+      Die(absl::StrCat("--pubends is a count or ids (1 or more), comma-separated, not '", flag,
+                       "'"));
+    }
+    ids.push_back(PubendId{id});
+  }
+  if (ids.empty()) Die("--pubends names no pubend");
+  return ids;
+}
+
+template <typename T>
+T Must(absl::StatusOr<T> v, int code = kExitUsage) {
+  if (!v.ok()) Die(v.status().ToString(), code);
+  return *std::move(v);
+}
+void Must(const absl::Status& s, int code = kExitUsage) {
+  if (!s.ok()) Die(s.ToString(), code);
+}
+
+std::string ChannelStats(const ZmqChannel& c) {
+  const ZmqChannel::Stats s = c.stats();
+  return absl::StrCat("sent ", s.sent, " received ", s.received, " dropped ", s.dropped_full,
+                      " unreachable ", s.unreachable, " malformed ", s.malformed + s.oversized,
+                      " denied ", s.denied + s.impersonations);
+}
+
+int Run() {
+  const std::string role = absl::GetFlag(FLAGS_role);
+  if (role != "phb" && role != "ib" && role != "shb") {
+    Die(role.empty() ? "--role is required: phb, ib or shb (see --help)"
+                     : absl::StrCat("--role is phb, ib or shb, not '", role, "'"));
+  }
+  std::string name = absl::GetFlag(FLAGS_name);
+  if (name.empty()) name = role;
+  const std::string keys_dir = absl::GetFlag(FLAGS_keys_dir);
+  if (absl::GetFlag(FLAGS_genkey)) {
+    if (keys_dir.empty()) Die("--genkey needs --keys_dir");
+    Must(GenerateKeys(keys_dir, name));
+    std::printf("%s/%s.key and %s/%s.pub written\n", keys_dir.c_str(), name.c_str(),
+                keys_dir.c_str(), name.c_str());
+    return 0;
+  }
+  const std::vector<PubendId> pubends = ParsePubends(absl::GetFlag(FLAGS_pubends));
+  const std::string upstream = absl::GetFlag(FLAGS_upstream);
+  const std::vector<std::string> downstream =
+      absl::StrSplit(absl::GetFlag(FLAGS_downstream), ',', absl::SkipEmpty());
+  const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
+  const Durability durability = Must(ParseDurability(absl::GetFlag(FLAGS_durability)));
+  if (absl::GetFlag(FLAGS_listen).empty()) Die("--listen is required (e.g. tcp://*:7100)");
+  if (role != "ib" && data_dir.empty()) Die(absl::StrCat("--role=", role, " needs --data_dir"));
+  if (role != "phb" && upstream.empty()) Die(absl::StrCat("--role=", role, " needs --upstream"));
+  if (role == "phb" && !upstream.empty()) Die("a PHB has no --upstream");
+  if (role != "shb" && downstream.empty()) {
+    Die(absl::StrCat("--role=", role, " needs --downstream"));
+  }
+  const std::string upstream_name = upstream.empty() ? "" : Must(PeerName(upstream));
+
+  std::unique_ptr<Storage> storage;
+  if (role != "ib") storage = Must(OpenStore(data_dir, durability));
+  std::unique_ptr<ZmqChannel> channel =
+      Must(OpenChannel({name, absl::GetFlag(FLAGS_listen), upstream, keys_dir}));
+  std::unique_ptr<Runtime> runtime = Must(Runtime::Create());
+  runtime->AddSource(channel.get());
+
+  std::function<std::string()> stats;
+  SubscriberHostingBroker* shb = nullptr;
+  if (role == "phb") {
+    PublisherHostingBrokerOptions po;
+    for (PubendId p : pubends) {
+      PubendOptions o{p};
+      o.max_retain = absl::GetFlag(FLAGS_max_retain);
+      po.pubends.push_back(o);
+    }
+    po.downstream = downstream;
+    PublisherHostingBroker* phb =
+        Must(runtime->OpenPublisherHostingBroker(po, storage.get(), channel.get()));
+    stats = [phb, c = channel.get()] {
+      std::string s = "phb";
+      for (PubendId p : phb->pubend_ids()) {
+        const Pubend* pubend = phb->pubend(p);
+        absl::StrAppend(&s, " pubend ", p.value, " tick ", pubend->committed_tick(), " L ",
+                        pubend->l_prefix(), " released ", pubend->released_min());
+        if (!pubend->status().ok()) absl::StrAppend(&s, " FAILED: ", pubend->status().ToString());
+      }
+      return absl::StrCat(s, " | ", ChannelStats(*c));
+    };
+  } else if (role == "ib") {
+    IntermediateBrokerOptions io;
+    for (PubendId p : pubends) io.pubends.push_back({p, upstream_name});
+    for (const std::string& d : downstream) io.downstream.push_back({d, {}});
+    IntermediateBroker* ib = Must(runtime->OpenIntermediateBroker(io, channel.get()));
+    stats = [ib, c = channel.get()] {
+      const IntermediateBroker::Stats& s = ib->stats();
+      return absl::StrCat("ib knowledge in ", s.knowledge_received, " out ", s.knowledge_sent,
+                          " nacks in ", s.nacks_received, " up ", s.nacks_sent,
+                          " answered from cache ", s.ticks_answered_from_cache, " | ",
+                          ChannelStats(*c));
+    };
+  } else {
+    SubscriberHostingBrokerOptions so;
+    for (PubendId p : pubends) so.pubends.push_back({p, upstream_name});
+    so.session_timeout = absl::GetFlag(FLAGS_session_timeout);
+    shb = Must(runtime->OpenSubscriberHostingBroker(so, storage.get(), channel.get()));
+    stats = [shb, c = channel.get()] {
+      const SubscriberHostingBroker::Stats& s = shb->stats();
+      std::string line =
+          absl::StrCat("shb subscriptions ", shb->subscription_count(), " catching up ",
+                       shb->catching_up(), " delivered ", s.events_delivered, " gaps ",
+                       s.gaps_delivered, " nacks ", s.nacks_sent, " commits ", s.commits);
+      if (!shb->status().ok()) absl::StrAppend(&line, " STOPPED: ", shb->status().ToString());
+      return absl::StrCat(line, " | ", ChannelStats(*c));
+    };
+  }
+  Must(runtime->ShutdownOnSignals());
+  std::fprintf(stderr, "gryph-broker: %s %s listening on %s%s\n", role.c_str(), name.c_str(),
+               channel->bound_endpoint().c_str(), keys_dir.empty() ? " (plain TCP)" : " (CURVE)");
+  absl::Status run;
+  {
+    StatsPrinter printer(runtime.get(), absl::GetFlag(FLAGS_stats_interval), stats);
+    run = runtime->Run();
+  }
+  if (!run.ok()) Die(run.ToString(), kExitFailure);
+  if (shb != nullptr && !shb->status().ok()) {
+    Die(absl::StrCat("the SHB stopped: ", shb->status().ToString()), kExitFailure);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace gryph::programs
+
+int main(int argc, char** argv) {
+  gryph::programs::SetProgramName("gryph-broker");
+  absl::SetProgramUsageMessage(
+      "one gryph broker (PHB, intermediate or SHB) over ZeroMQ.\n"
+      "  gryph-broker --role=phb --data_dir=/var/lib/gryph/phb --listen=tcp://*:7100 "
+      "--downstream=shb\n"
+      "  gryph-broker --role=shb --data_dir=/var/lib/gryph/shb --listen=tcp://*:7300 "
+      "--upstream=phb@tcp://10.0.0.1:7100\n"
+      "  gryph-broker --genkey --name=phb --keys_dir=/etc/gryph/keys");
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) {
+    gryph::programs::Die(absl::StrCat("unexpected argument '", rest[1], "' (see --help)"));
+  }
+  return gryph::programs::Run();
+}
