@@ -996,6 +996,197 @@ TEST_CASE("a directory is open once per process", "[storage]") {
   REQUIRE_OK(OpenLmdbStorage(kind.options));
 }
 
+// ---- Read-only --------------------------------------------------------------------------------
+
+std::string FileBytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in.good());
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+StorageOptions ReadOnly(StorageOptions options) {
+  options.read_only = true;
+  return options;
+}
+
+TEST_CASE("a read-only store reads what was committed, refuses to commit, changes nothing",
+          "[storage][read_only]") {
+  LmdbKind kind;
+  {
+    auto storage = kind.Open();
+    WriteBatch batch;
+    batch.Put("t", Key(1), "one");
+    batch.Put("t", Key(2), "two");
+    batch.Put("u", "k", "v");
+    REQUIRE_OK(storage->Commit(batch));
+  }
+  const std::filesystem::path data = std::filesystem::path(kind.options.path) / "data.mdb";
+  const std::string before = FileBytes(data);
+  {
+    auto reader = OpenLmdbStorage(ReadOnly(kind.options));
+    REQUIRE_OK(reader);
+    Storage& r = **reader;
+    REQUIRE(GetOrDie(r, "t", Key(1)) == "one");
+    REQUIRE(ReadTable(r, "t").size() == 2);
+    REQUIRE(GetOrDie(r, "u", "k") == "v");
+    // A table that does not exist reads as empty.
+    REQUIRE(GetOrDie(r, "missing", "k") == std::nullopt);
+    REQUIRE(ReadTable(r, "missing").empty());
+    auto tables = r.ListTables();
+    REQUIRE_OK(tables);
+    REQUIRE(*tables == std::vector<std::string>{"gryph.meta", "t", "u"});
+    absl::StatusOr<StorageVerifyReport> report = VerifyStorage(r);
+    REQUIRE_OK(report);
+    REQUIRE(report->clean());
+
+    WriteBatch batch;
+    batch.Put("t", Key(3), "three");
+    batch.Delete("t", Key(1));
+    REQUIRE_CODE(r.Commit(batch), absl::StatusCode::kFailedPrecondition);
+    REQUIRE_CODE(r.Commit(WriteBatch()), absl::StatusCode::kFailedPrecondition);
+    REQUIRE(ReadTable(r, "t").size() == 2);
+    // Still one environment per directory per process.
+    REQUIRE_CODE(OpenLmdbStorage(kind.options), absl::StatusCode::kFailedPrecondition);
+  }
+  REQUIRE(FileBytes(data) == before);
+  auto storage = kind.Open();
+  REQUIRE(ReadTable(*storage, "t").size() == 2);
+  REQUIRE(GetOrDie(*storage, "t", Key(3)) == std::nullopt);
+}
+
+TEST_CASE("a read-only open of a directory without a store is refused and creates nothing",
+          "[storage][read_only]") {
+  TempDir dir;
+  StorageOptions options;
+  options.read_only = true;
+
+  options.path = (dir.path() / "absent").string();
+  REQUIRE_CODE(OpenLmdbStorage(options), absl::StatusCode::kNotFound);
+  REQUIRE(!std::filesystem::exists(options.path));
+
+  const std::filesystem::path empty = dir.path() / "empty";
+  std::filesystem::create_directories(empty);
+  options.path = empty.string();
+  REQUIRE_CODE(OpenLmdbStorage(options), absl::StatusCode::kNotFound);
+  REQUIRE(std::filesystem::is_empty(empty));
+
+  // An empty data file (as a crash before LMDB's first write leaves) holds no store either.
+  std::ofstream(empty / "data.mdb").close();
+  REQUIRE_CODE(OpenLmdbStorage(options), absl::StatusCode::kNotFound);
+  REQUIRE(!std::filesystem::exists(empty / "lock.mdb"));
+  REQUIRE(std::filesystem::file_size(empty / "data.mdb") == 0);
+
+  // An LMDB environment with nothing in it: LMDB wrote its meta pages, gryph nothing.
+  const std::filesystem::path bare = dir.path() / "bare";
+  std::filesystem::create_directories(bare);
+  {
+    MDB_env* env = nullptr;
+    REQUIRE(mdb_env_create(&env) == 0);
+    REQUIRE(mdb_env_open(env, bare.c_str(), 0, 0644) == 0);
+    mdb_env_close(env);
+  }
+  const std::string bare_before = FileBytes(bare / "data.mdb");
+  options.path = bare.string();
+  REQUIRE_CODE(OpenLmdbStorage(options), absl::StatusCode::kNotFound);
+  REQUIRE(FileBytes(bare / "data.mdb") == bare_before);
+
+  // Another program's environment, as for a writer.
+  const std::filesystem::path theirs = dir.path() / "theirs";
+  std::filesystem::create_directories(theirs);
+  RawLmdbPut(theirs.string(), "theirs", "k", "v");
+  options.path = theirs.string();
+  REQUIRE_CODE(OpenLmdbStorage(options), absl::StatusCode::kFailedPrecondition);
+
+  std::ofstream(dir.path() / "file") << "x";
+  options.path = (dir.path() / "file").string();
+  REQUIRE_CODE(OpenLmdbStorage(options), absl::StatusCode::kInvalidArgument);
+}
+
+// LMDB forbids opening one environment twice in a process (its locks are per process), so the
+// writer is a child process: forked before either side opens the store, it commits on the
+// parent's word while the parent keeps the store open read-only.
+TEST_CASE("a read-only store reads beside a writer in another process", "[storage][read_only]") {
+  LmdbKind kind;  // 1 MiB maps: the writer's second batch grows the map past the reader's
+  int to_child[2];
+  int to_parent[2];
+  REQUIRE(pipe(to_child) == 0);
+  REQUIRE(pipe(to_parent) == 0);
+  // Whatever fails in the parent, the child does not outlive the test.
+  struct Child {
+    pid_t pid = -1;
+    ~Child() {
+      if (pid <= 0) return;
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  } child;
+  child.pid = fork();
+  const pid_t pid = child.pid;
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    close(to_child[1]);
+    close(to_parent[0]);
+    auto step = [&](char said) {
+      if (write(to_parent[1], &said, 1) != 1) _exit(10);
+      char heard = 0;
+      if (read(to_child[0], &heard, 1) != 1) _exit(11);
+    };
+    {
+      auto storage = OpenLmdbStorage(kind.options);
+      if (!storage.ok()) _exit(2);
+      WriteBatch first;
+      first.Put("t", Key(1), "one");
+      if (!(*storage)->Commit(first).ok()) _exit(3);
+      step('1');
+      WriteBatch second;
+      second.Put("t", Key(1), "uno");
+      for (uint64_t i = 100; i < 100 + 3000; ++i) second.Put("t", Key(i), std::string(1000, 'x'));
+      second.Put("later", "k", "v");
+      if (!(*storage)->Commit(second).ok()) _exit(4);
+      step('2');
+    }
+    _exit(0);
+  }
+  close(to_child[0]);
+  close(to_parent[1]);
+  auto await_child = [&](char want) {
+    char heard = 0;
+    REQUIRE(read(to_parent[0], &heard, 1) == 1);
+    REQUIRE(heard == want);
+  };
+  auto tell_child = [&] {
+    const char go = 'g';
+    REQUIRE(write(to_child[1], &go, 1) == 1);
+  };
+
+  await_child('1');
+  auto reader = OpenLmdbStorage(ReadOnly(kind.options));
+  REQUIRE_OK(reader);
+  Storage& r = **reader;
+  REQUIRE(GetOrDie(r, "t", Key(1)) == "one");
+  tell_child();
+  await_child('2');
+  // The writer, still open, committed again and grew the map past this reader's: the reader
+  // adopts the new size and sees the commit.
+  REQUIRE(GetOrDie(r, "t", Key(1)) == "uno");
+  REQUIRE(ReadTable(r, "t").size() == 1 + 3000);
+  REQUIRE_CODE(r.Commit(WriteBatch()), absl::StatusCode::kFailedPrecondition);
+  // A table created after the reader opened is unknown to it until it reopens.
+  REQUIRE(GetOrDie(r, "later", "k") == std::nullopt);
+  tell_child();
+  int wstatus = 0;
+  REQUIRE(waitpid(pid, &wstatus, 0) == pid);
+  child.pid = -1;
+  REQUIRE(WIFEXITED(wstatus));
+  REQUIRE(WEXITSTATUS(wstatus) == 0);
+  close(to_child[1]);
+  close(to_parent[0]);
+  reader->reset();
+  reader = OpenLmdbStorage(ReadOnly(kind.options));
+  REQUIRE_OK(reader);
+  REQUIRE(GetOrDie(**reader, "later", "k") == "v");
+}
+
 TEST_CASE("bad LMDB options are rejected", "[storage]") {
   TempDir dir;
   StorageOptions options;

@@ -70,9 +70,22 @@ enum class Durability {
 };
 
 struct StorageOptions {
-  // The directory that holds the store (created if missing). LMDB keeps data.mdb and lock.mdb in
-  // it.
+  // The directory that holds the store (created if missing, unless read_only). LMDB keeps
+  // data.mdb and lock.mdb in it.
   std::string path;
+
+  // Opens an existing store for reading only, for tools that look into a store a broker may be
+  // writing at the same time (gryph-inspect): LMDB's MDB_RDONLY. Nothing is created, written or
+  // grown: the directory must hold a gryph store (kNotFound otherwise), Commit fails with
+  // kFailedPrecondition, and data.mdb is opened read-only, so it is never written, truncated or
+  // extended. The tables are those that existed at open; one created later reads as empty. The
+  // lock file is used as by any reader (it holds the reader table that keeps a writer in another
+  // process from reusing the pages a snapshot reads): it is created if missing, which needs a
+  // writable directory; on a read-only file system LMDB goes without it, safe only if no writer
+  // runs. Still one open Storage per directory per process, a read-only one included (LMDB's
+  // locks are per process: a reader and a writer of one store run in separate processes).
+  // Durability and reserve_bytes have no effect.
+  bool read_only = false;
 
   Durability durability = Durability::kSync;
 
@@ -253,7 +266,8 @@ class Storage {
   // Applies every operation of `batch` atomically, in order: when it returns OK the whole batch
   // is committed (and durable per Durability); otherwise nothing of it is. An empty batch is a
   // no-op returning OK. On LMDB a full map is grown and the batch retried, so no error reaches the
-  // caller while the disk has room.
+  // caller while the disk has room. A storage opened read-only fails every Commit, an empty
+  // batch's too, with kFailedPrecondition.
   // REQUIRES: the calling thread holds no Cursor of this storage.
   virtual absl::Status Commit(const WriteBatch& batch) = 0;
 
@@ -355,7 +369,8 @@ struct StorageVerifyReport {
 // committed meanwhile in later tables. Memory storage has no checksums and always verifies clean.
 absl::StatusOr<StorageVerifyReport> VerifyStorage(Storage& storage);
 
-// Opens (creating if needed) the LMDB store in directory options.path.
+// Opens (creating if needed) the LMDB store in directory options.path; with options.read_only,
+// opens an existing one for reading (see StorageOptions::read_only).
 //
 // Checks the "gryph.meta" table (docs/format.md, "Storage"): a fresh store gets the current magic
 // and format version; a store with another magic or version, or an LMDB environment that is not
@@ -367,7 +382,10 @@ absl::StatusOr<StorageVerifyReport> VerifyStorage(Storage& storage);
 // max_readers not in 1..65536), kDataLoss for a data file shorter than its last page (truncated)
 // or not a file, kFailedPrecondition if
 // this process already has the directory open (LMDB allows one environment per file per
-// process), kPermissionDenied, kDataLoss for a damaged file.
+// process), kPermissionDenied, kDataLoss for a damaged file. Read-only, it fails with kNotFound
+// for a missing directory or one that holds no store (no data.mdb, an empty one, or an LMDB
+// environment with no table at all), creating nothing, and a data file shorter than its last
+// page is kDataLoss unless only pages that are never read are missing (it cannot be extended).
 //
 // Map growth: when a commit fills the map (MDB_MAP_FULL), its transaction is aborted, the map
 // doubled (capped at max_map_bytes) and the whole batch retried, as often as needed. Resizing

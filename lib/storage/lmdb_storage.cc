@@ -162,6 +162,33 @@ class GateEntry {
 
 uint64_t RoundUp(uint64_t n, uint64_t unit) { return (n + unit - 1) / unit * unit; }
 
+// Before a read-only open: `dir` is a directory with a data file that is not empty. Given an
+// empty one, LMDB (0.9.24) creates the lock file beside it and then tries to write a new
+// environment's meta pages into it (EBADF); given none, it says ENOENT, which a caller could
+// not tell from a missing directory.
+absl::Status CheckHoldsDataFile(const std::string& dir) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) {
+      return absl::NotFoundError(absl::StrCat("OpenLmdbStorage: no directory ", dir));
+    }
+    return internal::LmdbStatus("stat", errno, dir);
+  }
+  const std::string data = (std::filesystem::path(dir) / "data.mdb").string();
+  if (::stat(data.c_str(), &st) != 0) {
+    if (errno == ENOENT) {
+      return absl::NotFoundError(
+          absl::StrCat("OpenLmdbStorage: ", dir, " holds no store (no data.mdb)"));
+    }
+    return internal::LmdbStatus("stat", errno, data);
+  }
+  if (S_ISREG(st.st_mode) && st.st_size == 0) {
+    return absl::NotFoundError(
+        absl::StrCat("OpenLmdbStorage: ", dir, " holds no store (data.mdb is empty)"));
+  }
+  return absl::OkStatus();
+}
+
 // A magic record a few flipped bits away from gryph's: damage, not another program's store.
 bool NearlyMagic(absl::string_view value) {
   const absl::string_view magic = internal::kMetaMagic;
@@ -250,6 +277,8 @@ class ReadSnapshot {
 //   - Once failed_ is set, sticky_ holds the first fatal error and every operation returns it.
 //   - Every transaction and cursor is gone before env_ closes (Cursors must not outlive the
 //     storage; idle read transactions are aborted by the destructor).
+//   - With options_.read_only no write transaction is ever begun (Commit refuses first), so
+//     the map never grows: it only adopts the size a writer in another process grew it to.
 class LmdbStorage final : public Storage {
  public:
   static absl::StatusOr<std::unique_ptr<Storage>> Open(const StorageOptions& options);
@@ -550,8 +579,12 @@ absl::StatusOr<std::unique_ptr<Storage>> LmdbStorage::Open(const StorageOptions&
     return absl::InvalidArgumentError(
         absl::StrCat("OpenLmdbStorage: ", options.path, " exists and is not a directory"));
   }
-  std::filesystem::create_directories(options.path, ec);
-  if (ec) return internal::LmdbStatus("create_directories", ec.value(), options.path);
+  if (options.read_only) {
+    GRYPH_RETURN_IF_ERROR(CheckHoldsDataFile(options.path));
+  } else {
+    std::filesystem::create_directories(options.path, ec);
+    if (ec) return internal::LmdbStatus("create_directories", ec.value(), options.path);
+  }
   struct stat st;
   if (::stat(options.path.c_str(), &st) != 0) {
     return internal::LmdbStatus("stat", errno, options.path);
@@ -593,7 +626,17 @@ absl::Status LmdbStorage::Init() {
   if ((rc = mdb_env_set_mapsize(env, map_bytes)) != 0) return Fail("mdb_env_set_mapsize", rc);
   unsigned int flags = MDB_NOTLS;
   if (options_.durability == Durability::kNoSync) flags |= MDB_NOSYNC;
-  if ((rc = mdb_env_open(env, path.c_str(), flags, 0644)) != 0) return Fail("mdb_env_open", rc);
+  // Read-only, LMDB opens data.mdb O_RDONLY and maps it PROT_READ: this process cannot change
+  // it. It still opens (or creates) lock.mdb for writing, to take a reader slot there.
+  if (options_.read_only) flags |= MDB_RDONLY;
+  if ((rc = mdb_env_open(env, path.c_str(), flags, 0644)) != 0) {
+    if (options_.read_only && (rc == EACCES || rc == EPERM)) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          internal::LmdbStatus("mdb_env_open", rc, path).message(),
+          "; a reader too needs lock.mdb open for writing (it takes a slot in its reader table)"));
+    }
+    return Fail("mdb_env_open", rc);
+  }
   int dead_readers = 0;
   if ((rc = mdb_reader_check(env, &dead_readers)) != 0) return Fail("mdb_reader_check", rc);
   MDB_envinfo info;
@@ -717,7 +760,9 @@ absl::Status LmdbStorage::CheckDataFileSize() {
   // allocated as zeros — an unused page is never read, and a used one that is missing then
   // reads as damage (MDB_CORRUPTED, DataLoss) instead of a crash; more is a truncated file.
   // Called under the write transaction that checks the format, so no writer in another process
-  // runs meanwhile; fallocate only ever extends, so it would lose nothing anyway.
+  // runs meanwhile; fallocate only ever extends, so it would lose nothing anyway. (Read-only,
+  // under a read transaction: a writer may run, but it only ever adds pages after the last
+  // one that its committed meta page names.)
   constexpr uint64_t kLooseTailPages = 256;
   uint64_t used_bytes = 0;
   uint64_t page = 0;
@@ -732,6 +777,9 @@ absl::Status LmdbStorage::CheckDataFileSize() {
                                             " bytes but its last page ends at ", used_bytes,
                                             ": the file was truncated; restore it from a copy"));
   }
+  // A reader may not extend the file (and a writer may be running): it opens the store as it
+  // is, the missing pages most likely the unused ones.
+  if (options_.read_only) return absl::OkStatus();
   const int fd = ::open(data.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return internal::LmdbStatus("open", errno, data);
   // fallocate(2) itself, not glibc's emulation (which writes zeros over whatever is there):
@@ -751,7 +799,7 @@ absl::Status LmdbStorage::CheckFormatAndOpenTables() {
   const std::string& path = options_.path;
   absl::MutexLock lock(&write_mu_);
   LmdbTxn txn;
-  int rc = txn.Begin(env_.get(), 0);
+  int rc = txn.Begin(env_.get(), options_.read_only ? MDB_RDONLY : 0);
   if (rc != MDB_SUCCESS) return Fail("mdb_txn_begin", rc);
   GRYPH_RETURN_IF_ERROR(CheckDataFileSize());  // before anything reads a page through the map
   const std::string meta_name(internal::kMetaTable);
@@ -767,6 +815,10 @@ absl::Status LmdbStorage::CheckFormatAndOpenTables() {
       return absl::FailedPreconditionError(absl::StrCat(
           "OpenLmdbStorage: ", path, " holds an LMDB environment that is not a gryph store (no ",
           internal::kMetaTable, " table); refusing to change it"));
+    }
+    if (options_.read_only) {
+      return absl::NotFoundError(absl::StrCat(
+          "OpenLmdbStorage: ", path, " holds no store (an LMDB environment without tables)"));
     }
     if ((rc = mdb_dbi_open(txn.get(), meta_name.c_str(), MDB_CREATE, &meta)) != 0) {
       return Fail("mdb_dbi_open", rc);
@@ -814,7 +866,8 @@ absl::Status LmdbStorage::CheckFormatAndOpenTables() {
   }
 
   // Every key of the main database names a table: open them all now, so that reads never need
-  // mdb_dbi_open.
+  // mdb_dbi_open. (Committing a read transaction keeps the handles it opened, as a write's
+  // does; a table created later by a writer in another process stays unknown here.)
   std::vector<std::string> names;
   {
     LmdbCursor cursor;
@@ -1022,6 +1075,10 @@ absl::Status LmdbStorage::LastPageEnd(uint64_t* end, uint64_t* page) {
 // --------------------------------------------------------------------------------------
 
 absl::Status LmdbStorage::Commit(const WriteBatch& batch) {
+  if (options_.read_only) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Storage::Commit: the store in ", options_.path, " was opened read-only"));
+  }
   GRYPH_RETURN_IF_ERROR(internal::ValidateBatch(batch));
   absl::MutexLock lock(&write_mu_);
   GRYPH_RETURN_IF_ERROR(CheckSticky());
