@@ -495,6 +495,54 @@ TEST_CASE("subscribers back from an outage catch up together, a bounded amount p
   REQUIRE(a.rec.log.back() == "E42");
 }
 
+TEST_CASE("a Flush stops mid-round once its catchup budget is spent; the next goes on from there",
+          "[shb][catchup]") {
+  // A burst of reconnections must cost each Flush a bounded time, and share the broker: before,
+  // the budget was checked between rounds only, so one round sent a step to every catchup (a
+  // thousand reconnections: a million messages in one Flush), always starting with the same ones.
+  ShbTest t;
+  t.options.catchup.max_deliveries_per_step = 2;
+  t.options.max_catchup_messages_per_flush = 3;
+  t.Open();
+  std::vector<Client*> clients;
+  for (const char* name : {"a", "b", "c", "d"}) clients.push_back(&t.Subscribe(name, ""));
+  for (Client* c : clients) REQUIRE_OK(c->ds->Disconnect());
+  t.Pump();
+  std::map<Tick, std::string> events;
+  for (Tick k = 2; k <= 40; k += 2) events[k] = "red";
+  t.Publish(Knowledge(1, 40, events));
+  for (Client* c : clients) REQUIRE_OK(c->ds->Connect());
+  t.DeliverOnly();
+  t.DeliverOnly();
+  REQUIRE(t.shb().catching_up() == 4);
+  auto received = [&] {
+    std::vector<size_t> n;
+    for (Client* c : clients) n.push_back(c->rec.log.size());
+    return n;
+  };
+  // a and b get a step each (2 + 2 >= 3): the budget is spent before c.
+  REQUIRE(t.shb().Flush());
+  t.DeliverOnly();
+  REQUIRE(received() == std::vector<size_t>{2, 2, 0, 0});
+  // The next Flush starts at c.
+  REQUIRE(t.shb().Flush());
+  t.DeliverOnly();
+  REQUIRE(received() == std::vector<size_t>{2, 2, 2, 2});
+  REQUIRE(t.shb().Flush());
+  t.DeliverOnly();
+  REQUIRE(received() == std::vector<size_t>{4, 4, 2, 2});
+  for (int flushes = 0; t.shb().Flush(); ++flushes) {
+    t.DeliverOnly();
+    REQUIRE(flushes < 100);
+  }
+  t.DeliverOnly();
+  REQUIRE(t.shb().catching_up() == 0);
+  for (Client* c : clients) {
+    REQUIRE(c->rec.log.size() == 20);  // every event, the last at 40
+    REQUIRE(c->ds->duplicates_dropped() == 0);
+  }
+}
+
 TEST_CASE("events arriving during a catchup are handed over without loss or duplicate",
           "[shb][catchup]") {
   ShbTest t;

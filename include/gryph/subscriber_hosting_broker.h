@@ -124,12 +124,13 @@ struct SubscriberHostingBrokerOptions {
   // microseconds of pubend time). Older events are nacked again when a catchup needs them.
   Tick event_cache_ticks = 10'000'000;
   CatchupStreamOptions catchup;
-  // Catchup messages one Flush sends per pubend, at most (it stops between rounds over the
-  // catchup streams, each of which sends up to catchup.max_deliveries_per_step per round); the
-  // next Flush goes on. A burst of reconnections (every subscriber back after an outage) then
-  // costs each Flush a bounded time, so that acks, knowledge and the constream are not held
-  // back behind it.
-  size_t max_catchup_messages_per_flush = size_t{1} << 17;
+  // Catchup messages one Flush sends per pubend, at most (give or take one step of a catchup
+  // stream, catchup.max_deliveries_per_step); the next Flush goes on from the catchup where this
+  // one stopped, so that Flushes go round them. A burst of reconnections (every subscriber back
+  // after an outage) then costs each Flush a bounded time, and acks, knowledge and the constream
+  // are not held back behind it: smaller favours the caught-up subscribers' latency, larger the
+  // catchups' throughput.
+  size_t max_catchup_messages_per_flush = 4096;
   // Event messages of one pubend a session may have outstanding (sent, not acknowledged); see
   // the file comment. It must exceed what a healthy subscriber receives between two acks.
   uint64_t max_unacked_events = 50'000;

@@ -73,6 +73,10 @@ class Runtime::Impl {
     std::function<void()> close;  // the clean shutdown's part for this node
     std::shared_ptr<void> owned;  // the node itself
     absl::Time deadline = absl::InfinitePast();
+    // Set when a message reached the node since its deadline was last read (null: read it
+    // every pass). A process may host many subscribers; a pass reads the deadline of those that
+    // did something, not of every one.
+    std::shared_ptr<bool> touched;
   };
 
   void Wake() {
@@ -204,7 +208,9 @@ class Runtime::Impl {
   // Indexes, not iterators: a callback may add a source or a node.
   void Pass() {
     ++passes_;
-    RunPosted();
+    // Posted code may call any node: every deadline is read again after it, and at least every
+    // kDeadlineRefresh (in case a node's handler called another node).
+    bool read_all = RunPosted();
     for (; attached_ < sources_.size(); ++attached_)
       sources_[attached_]->Attach([this] { Wake(); });
     bool more = false;
@@ -215,15 +221,22 @@ class Runtime::Impl {
       if (nodes_[i].after_messages) more |= nodes_[i].after_messages();
     }
     const absl::Time now = options_.clock();
+    if (now - deadlines_read_ >= kDeadlineRefresh) read_all = true;
+    if (read_all) deadlines_read_ = now;
     absl::Time next = absl::InfiniteFuture();
     for (size_t i = 0; i < nodes_.size(); ++i) {
       Node& n = nodes_[i];
       if (!n.on_timer) continue;
+      bool read = read_all || n.touched == nullptr || *n.touched;
       if (now >= n.deadline) {
         n.on_timer(now);
         more |= static_cast<bool>(n.after_messages);  // what the timer made deliverable
+        read = true;
       }
-      n.deadline = n.next_deadline(now);
+      if (read) {
+        n.deadline = n.next_deadline(now);
+        if (n.touched != nullptr) *n.touched = false;
+      }
       next = std::min(next, n.deadline);
     }
     for (size_t i = 0; i < sources_.size(); ++i) more |= sources_[i]->Ready();
@@ -234,13 +247,15 @@ class Runtime::Impl {
     Sleep(more ? absl::ZeroDuration() : next - options_.clock());
   }
 
-  void RunPosted() {
+  // Returns whether anything ran.
+  bool RunPosted() {
     std::deque<absl::AnyInvocable<void() &&>> posted;
     {
       absl::MutexLock lock(&mu_);
       posted.swap(posted_);
     }
     for (auto& fn : posted) std::move(fn)();
+    return !posted.empty();
   }
 
   // Sleeps until a descriptor is readable, the wake-up fires, or `timeout` passed.
@@ -265,6 +280,8 @@ class Runtime::Impl {
 
   RuntimeOptions options_;
   std::vector<Node> nodes_;
+  static constexpr absl::Duration kDeadlineRefresh = absl::Milliseconds(10);
+  absl::Time deadlines_read_ = absl::InfinitePast();  // when every deadline was last read
   std::vector<EventSource*> sources_;
   size_t attached_ = 0;  // sources_[0, attached_) have been attached
   std::vector<pollfd> fds_;
@@ -372,7 +389,11 @@ absl::StatusOr<DurableSubscriber*> Runtime::OpenDurableSubscriber(
   if (!created.ok()) return created.status();
   std::shared_ptr<DurableSubscriber> ds = *std::move(created);
   DurableSubscriber* raw = ds.get();
-  channel->SetReceiver([raw](absl::string_view from, Message m) { raw->HandleMessage(from, m); });
+  auto touched = std::make_shared<bool>(true);
+  channel->SetReceiver([raw, touched](absl::string_view from, Message m) {
+    *touched = true;
+    raw->HandleMessage(from, m);
+  });
   // A request the channel could not send now (Unavailable) is a loss: OnTimer sends it again.
   if (absl::Status s = raw->Connect(); !s.ok() && !absl::IsUnavailable(s)) {
     channel->SetReceiver(nullptr);
@@ -382,6 +403,7 @@ absl::StatusOr<DurableSubscriber*> Runtime::OpenDurableSubscriber(
   n.on_timer = [raw](absl::Time now) { raw->OnTimer(now); };
   n.next_deadline = [raw](absl::Time now) { return raw->NextDeadline(now); };
   n.close = [raw] { (void)raw->Disconnect(); };  // a final ack
+  n.touched = std::move(touched);
   // The receiver goes before the subscriber.
   struct Hosted {
     Channel* channel = nullptr;

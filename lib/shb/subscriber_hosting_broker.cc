@@ -484,7 +484,15 @@ bool SubscriberHostingBrokerImpl::StepCatchups(PubendState& p) {
   using Catchup = std::pair<SubscriptionState*, Position*>;
   std::vector<Catchup> active;
   active.reserve(p.catchups.size());
-  for (const auto& [name, s] : p.catchups) active.emplace_back(s, &s->positions.at(p.id));
+  // From where the last Flush stopped, round to the beginning.
+  const auto resume = p.catchups.lower_bound(p.catchup_resume);
+  for (auto it = resume; it != p.catchups.end(); ++it) {
+    active.emplace_back(it->second, &it->second->positions.at(p.id));
+  }
+  for (auto it = p.catchups.begin(); it != resume; ++it) {
+    active.emplace_back(it->second, &it->second->positions.at(p.id));
+  }
+  p.catchup_resume.clear();
   std::vector<Catchup> next;
   std::vector<Position*> wanting;
   std::vector<PFS::Reader*> readers;
@@ -496,7 +504,6 @@ bool SubscriberHostingBrokerImpl::StepCatchups(PubendState& p) {
   // Rounds over the catchups that still have something to send, until the Flush's budget is
   // spent (the next Flush goes on).
   for (int round = 0; round < 4 && !active.empty(); ++round) {
-    if (sent >= options_.max_catchup_messages_per_flush) return true;
     // Flow control: a consumer that has not acknowledged enough waits, and so does its hand-over.
     next.clear();
     for (const Catchup& c : active) {
@@ -534,6 +541,12 @@ bool SubscriberHostingBrokerImpl::StepCatchups(PubendState& p) {
       Position& pos = *c.second;
       const std::string& name = s.name;
       if (pos.catchup == nullptr) continue;
+      if (sent >= options_.max_catchup_messages_per_flush) {
+        // The budget is spent (a step sends at most catchup.max_deliveries_per_step past it):
+        // the next Flush starts here, after the loop has handled what arrived meanwhile.
+        p.catchup_resume = name;
+        return true;
+      }
       if (pos.catchup->WantedMatches(ld)) {
         PFS::ReadResult r;
         if (absl::Status st = pos.reader->Read(options_.catchup.max_buffered_matches / 2, &r);

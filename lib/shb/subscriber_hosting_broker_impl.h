@@ -92,6 +92,9 @@ class SubscriberHostingBrokerImpl final : public SubscriberHostingBroker {
     // The subscriptions with a catchup stream here, by name (the order catchups step in): a
     // Flush costs what the catchups need, not a pass over every subscription.
     absl::btree_map<absl::string_view, SubscriptionState*> catchups;
+    // Where the next Flush's catchups start: the first one the last Flush's budget left out.
+    // Flushes go round the catchups, so that a burst of them shares the broker fairly.
+    std::string catchup_resume;
   };
 
   absl::Time Now() const { return options_.clock(); }
