@@ -22,7 +22,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -206,7 +205,7 @@ int main(int argc, char** argv) {
       "  gryph-broker --role=shb --data_dir=/var/lib/gryph/shb --listen=tcp://*:7300 "
       "--upstream=phb@tcp://10.0.0.1:7100\n"
       "  gryph-broker --genkey --name=phb --keys_dir=/etc/gryph/keys");
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> rest = gryph::programs::ParseFlags(argc, argv, "gryph_broker.cc");
   if (rest.size() > 1) {
     gryph::programs::Die(absl::StrCat("unexpected argument '", rest[1], "' (see --help)"));
   }

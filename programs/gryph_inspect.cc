@@ -51,10 +51,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/functional/function_ref.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -830,45 +827,6 @@ Json ToJson(const Report& report) {
 
 // ---- Flags and main -----------------------------------------------------------------------------
 
-// absl's parser exits 1 on a flag it does not know or a value it cannot parse; here a bad flag
-// exits 2, as every other usage error does. So each flag is looked up and its value parsed
-// first (into the flag itself, which the parser then sets again).
-void CheckFlags(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (arg == "--") break;
-    if (arg.size() < 2 || arg[0] != '-') continue;  // DATA_DIR, or "-"
-    arg.remove_prefix(arg[1] == '-' ? 2 : 1);
-    const size_t eq = arg.find('=');
-    const absl::string_view name = arg.substr(0, eq);
-    // absl's usage flags are not in its registry: its parser handles them (and exits 0).
-    if (name == "help" || name == "helpfull" || name == "helpshort" || name == "helppackage" ||
-        name == "version" || name == "only_check_args" || name == "helpon" || name == "helpmatch") {
-      continue;
-    }
-    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    bool negated = false;
-    if (flag == nullptr && absl::StartsWith(name, "no")) {
-      flag = absl::FindCommandLineFlag(name.substr(2));
-      negated = flag != nullptr && flag->IsOfType<bool>();
-      if (!negated) flag = nullptr;
-    }
-    if (flag == nullptr) Die(absl::StrCat("unknown flag --", name, " (see --help)"));
-    std::optional<std::string> value;
-    if (eq != absl::string_view::npos) {
-      value = std::string(arg.substr(eq + 1));
-    } else if (!flag->IsOfType<bool>()) {
-      if (i + 1 == argc) Die(absl::StrCat("--", name, " needs a value (see --help)"));
-      value = argv[++i];
-    }
-    if (negated && value) Die(absl::StrCat("--", name, " takes no value"));
-    std::string error;
-    if (value && !flag->ParseFrom(*value, &error)) {
-      Die(absl::StrCat("--", name, "=", *value, ": ", error));
-    }
-  }
-}
-
 int Run(const std::string& dir) {
   const std::string subscriber = absl::GetFlag(FLAGS_subscriber);
   const int64_t pfs_limit = absl::GetFlag(FLAGS_pfs_limit);
@@ -945,16 +903,7 @@ int main(int argc, char** argv) {
       "  gryph-inspect [--json] [--subscriber=NAME] [--pfs_limit=N] DATA_DIR\n"
       "DATA_DIR is the broker's --data_dir. Exit status: 0 nothing damaged, 1 damage found (what\n"
       "could be read is printed), 2 a bad flag or no gryph store in DATA_DIR.");
-  // --help lists the flags of this file (absl looks for files named as the program, and the
-  // program's name has a dash where the file's has an underscore).
-  absl::FlagsUsageConfig usage;
-  usage.contains_help_flags = [](absl::string_view file) {
-    return absl::EndsWith(file, "gryph_inspect.cc");
-  };
-  usage.contains_helpshort_flags = usage.contains_help_flags;
-  absl::SetFlagsUsageConfig(usage);
-  gryph::programs::CheckFlags(argc, argv);
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> rest = gryph::programs::ParseFlags(argc, argv, "gryph_inspect.cc");
   if (rest.size() != 2) {
     gryph::programs::Die(rest.size() < 2
                              ? "DATA_DIR is required (see --help)"

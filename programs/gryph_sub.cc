@@ -7,8 +7,8 @@
 // every --sync_interval after the output it covers is fsynced; the broker is acknowledged only
 // what that file holds. So a SIGKILL at any instant followed by a restart loses nothing and,
 // with --out naming a file, repeats nothing: the restart cuts the file back to the length its
-// state records and resumes from its CT. (Written to standard error's neighbour, standard
-// output, which cannot be cut back, a crash may repeat the lines of the last interval.)
+// state records and resumes from its CT. (Standard output cannot be cut back: written there,
+// a crash may repeat the lines of its last interval.)
 //
 // On SIGTERM or SIGINT it stores its state, acknowledges it and disconnects (the subscription
 // stays at the broker and catches up when it returns); --unsubscribe deletes the subscription
@@ -30,7 +30,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
@@ -321,14 +320,14 @@ int Run() {
   consumer.set_on_limit([rt] { rt->Post([rt] { rt->Shutdown(); }); });
   if (absl::Status s = runtime->ShutdownOnSignals(); !s.ok()) Die(s.ToString(), kExitFailure);
 
+  // The runtime has sent the connection request; --unsubscribe withdraws it and deletes the
+  // subscription instead, and stops once that has gone out (the broker does not answer it).
   const bool unsubscribe = absl::GetFlag(FLAGS_unsubscribe);
-  runtime->Post([ds, unsubscribe] {
-    const absl::Status s = unsubscribe ? ds->Unsubscribe() : ds->Connect();
-    if (!s.ok()) Die(s.ToString(), kExitFailure);
-  });
   if (unsubscribe) {
-    // The request goes out with the loop's first pass; the broker does not answer it.
-    runtime->Post([rt] { rt->Post([rt] { rt->Shutdown(); }); });
+    runtime->Post([ds, rt] {
+      if (absl::Status s = ds->Unsubscribe(); !s.ok()) Die(s.ToString(), kExitFailure);
+      rt->Post([rt] { rt->Shutdown(); });
+    });
   }
   absl::Status run;
   {
@@ -361,7 +360,7 @@ int main(int argc, char** argv) {
       "a durable gryph subscriber: events as JSON lines, exactly once across restarts.\n"
       "  gryph-sub --broker=shb@tcp://10.0.0.3:7300 --subscription=audit "
       "--selector=\"price > 100\" --state_dir=/var/lib/gryph/audit --out=audit.jsonl");
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> rest = gryph::programs::ParseFlags(argc, argv, "gryph_sub.cc");
   if (rest.size() > 1) {
     gryph::programs::Die(absl::StrCat("unexpected argument '", rest[1], "' (see --help)"));
   }

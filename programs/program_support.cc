@@ -9,9 +9,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <vector>
 
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage_config.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -54,6 +59,45 @@ absl::StatusOr<std::string> ReadKey(const std::string& path) {
   absl::StatusOr<std::string> key = ReadFile(path);
   if (!key.ok()) return key.status();
   return std::string(absl::StripAsciiWhitespace(*key));
+}
+
+// absl's parser exits 1 on a flag it does not know or a value it cannot parse; here a bad flag
+// exits 2, as every other usage error does. So each flag is looked up and its value parsed
+// first (into the flag itself, which the parser then sets again).
+void CheckFlags(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() < 2 || arg[0] != '-') continue;  // DATA_DIR, or "-"
+    arg.remove_prefix(arg[1] == '-' ? 2 : 1);
+    const size_t eq = arg.find('=');
+    const absl::string_view name = arg.substr(0, eq);
+    // absl's usage flags are not in its registry: its parser handles them (and exits 0).
+    if (name == "help" || name == "helpfull" || name == "helpshort" || name == "helppackage" ||
+        name == "version" || name == "only_check_args" || name == "helpon" || name == "helpmatch") {
+      continue;
+    }
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    bool negated = false;
+    if (flag == nullptr && absl::StartsWith(name, "no")) {
+      flag = absl::FindCommandLineFlag(name.substr(2));
+      negated = flag != nullptr && flag->IsOfType<bool>();
+      if (!negated) flag = nullptr;
+    }
+    if (flag == nullptr) Die(absl::StrCat("unknown flag --", name, " (see --help)"));
+    std::optional<std::string> value;
+    if (eq != absl::string_view::npos) {
+      value = std::string(arg.substr(eq + 1));
+    } else if (!flag->IsOfType<bool>()) {
+      if (i + 1 == argc) Die(absl::StrCat("--", name, " needs a value (see --help)"));
+      value = argv[++i];
+    }
+    if (negated && value) Die(absl::StrCat("--", name, " takes no value"));
+    std::string error;
+    if (value && !flag->ParseFrom(*value, &error)) {
+      Die(absl::StrCat("--", name, "=", *value, ": ", error));
+    }
+  }
 }
 
 }  // namespace
@@ -209,6 +253,19 @@ absl::StatusOr<Durability> ParseDurability(absl::string_view s) {
   if (s == "sync") return Durability::kSync;
   if (s == "nosync") return Durability::kNoSync;
   return absl::InvalidArgumentError(absl::StrCat("--durability is sync or nosync, not '", s, "'"));
+}
+
+std::vector<char*> ParseFlags(int argc, char** argv, absl::string_view source_file) {
+  // --help lists the flags of the program's file (absl looks for a file named as the program,
+  // whose name has a dash where the file's has an underscore).
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [file = std::string(source_file)](absl::string_view f) {
+    return absl::EndsWith(f, file);
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
+  CheckFlags(argc, argv);
+  return absl::ParseCommandLine(argc, argv);
 }
 
 StatsPrinter::StatsPrinter(Runtime* runtime, absl::Duration interval,

@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -36,6 +37,11 @@ inline constexpr int kExitFailure = 1;
 [[noreturn]] void Die(absl::string_view what, int code = kExitUsage);
 // The program's name for messages (set once by main).
 void SetProgramName(absl::string_view name);
+
+// Parses the command line (absl flags), or exits 2 naming a flag it does not know or a value it
+// cannot parse (absl's own parser would exit 1). --help lists the flags of `source_file` (the
+// program's main file, e.g. "gryph_broker.cc"). Returns the positional arguments, argv[0] first.
+std::vector<char*> ParseFlags(int argc, char** argv, absl::string_view source_file);
 
 // Replaces `path` with `content` so that a crash at any instant leaves the old content or the
 // new, and the new survives a power loss once this returns: a temporary file beside it, fsync,
