@@ -140,6 +140,20 @@ TEST_CASE("golden: every message kind's encoding", "[format][golden]") {
   SECTION("10 unsubscribe") {
     REQUIRE_BYTES(EncodeMessage(UnsubscribeMessage{"s"}), "01 0a  01 73");
   }
+  SECTION("11 publish: to a pubend, by key") {
+    // Sequence 7; a named pubend carries no key, pubend 0 is followed by the key.
+    REQUIRE_BYTES(EncodeMessage(PublishMessage{7, PubendId{3}, "", EmptyEvent()}),
+                  std::string("01 0b  07  03  04 ") + std::string(kEmptyEvent));
+    REQUIRE_BYTES(EncodeMessage(PublishMessage{7, PubendId{0}, "k1", EmptyEvent()}),
+                  std::string("01 0b  07  00  02 6b 31  04 ") + std::string(kEmptyEvent));
+  }
+  SECTION("12 published: a tick, an error") {
+    // Code 0 and the tick (501 = varint f5 03); a code and its message otherwise.
+    REQUIRE_BYTES(EncodeMessage(PublishedMessage{7, PubendId{3}, Tick{501}}),
+                  "01 0c  07  03  00  f5 03");
+    REQUIRE_BYTES(EncodeMessage(PublishedMessage{7, PubendId{3}, absl::NotFoundError("no!")}),
+                  "01 0c  07  03  05  03 6e 6f 21");  // NotFound is code 5
+  }
 }
 
 TEST_CASE("golden: the hand-worked bytes decode to the same messages", "[format][golden]") {
@@ -150,6 +164,15 @@ TEST_CASE("golden: the hand-worked bytes decode to the same messages", "[format]
   m = DecodeMessage(Hex("01 0a  01 73"));
   REQUIRE_OK(m);
   REQUIRE(*m == Message(UnsubscribeMessage{"s"}));
+  m = DecodeMessage(Hex(std::string("01 0b  07  00  02 6b 31  04 ") + std::string(kEmptyEvent)));
+  REQUIRE_OK(m);
+  REQUIRE(*m == Message(PublishMessage{7, PubendId{0}, "k1", EmptyEvent()}));
+  m = DecodeMessage(Hex("01 0c  07  03  00  f5 03"));
+  REQUIRE_OK(m);
+  REQUIRE(*m == Message(PublishedMessage{7, PubendId{3}, Tick{501}}));
+  m = DecodeMessage(Hex("01 0c  07  03  05  03 6e 6f 21"));
+  REQUIRE_OK(m);
+  REQUIRE(*m == Message(PublishedMessage{7, PubendId{3}, absl::NotFoundError("no!")}));
   absl::StatusOr<Event> e = Event::Decode(Hex("01 00 01  01 62 01 00 00 00 00 00 00 f8 3f  00"));
   REQUIRE_OK(e);
   REQUIRE(e->Find("b") != nullptr);

@@ -41,6 +41,12 @@ std::vector<Message> Samples() {
       DisconnectMessage{"audit"},
       UnsubscribeMessage{"audit"},
       SessionErrorMessage{"audit", absl::StatusCode::kOutOfRange, "checkpoint is ahead"},
+      PublishMessage{7, PubendId{1}, "", Order(5)},
+      PublishMessage{8, PubendId{0}, "IBM", Order(6)},
+      PublishMessage{0, PubendId{0}, "", Order(7)},  // by the empty key, no idempotency
+      PublishedMessage{7, PubendId{1}, Tick{1'000'001}},
+      PublishedMessage{8, PubendId{2}, absl::ResourceExhaustedError("the store is full")},
+      PublishedMessage{9, PubendId{2}, absl::AbortedError("")},
   };
 }
 
@@ -115,6 +121,48 @@ TEST_CASE("malformed messages are rejected with a reason", "[message]") {
   past_end += std::string("\x00\x00", 2);
   REQUIRE_THAT(reason(past_end), Catch::Contains("after the last tick"));
   REQUIRE_THAT(reason(EncodeMessage(DisconnectMessage{"x"}) + "!"), Catch::Contains("trailing"));
+}
+
+TEST_CASE("malformed publish and published messages are rejected with a reason", "[message]") {
+  auto reason = [](const std::string& bytes) {
+    absl::StatusOr<Message> m = DecodeMessage(bytes);
+    REQUIRE_FALSE(m.ok());
+    REQUIRE(m.status().code() == absl::StatusCode::kInvalidArgument);
+    return std::string(m.status().message());
+  };
+  const std::string event = Order(1)->Encode();
+  const std::string prefixed = std::string(1, static_cast<char>(event.size())) + event;
+  // The well-formed ones these are mutations of.
+  REQUIRE_OK(DecodeMessage(std::string("\x01\x0b\x07\x03", 4) + prefixed));
+  REQUIRE_OK(DecodeMessage(std::string("\x01\x0b\x07\x00\x01k", 6) + prefixed));
+  REQUIRE_OK(DecodeMessage(std::string("\x01\x0c\x07\x03\x00\x05", 6)));
+  REQUIRE_OK(DecodeMessage(std::string("\x01\x0c\x07\x03\x05\x01!", 7)));
+  // A key after a named pubend: read as the event, which it is not.
+  REQUIRE_THAT(reason(std::string("\x01\x0b\x07\x03\x01k", 6) + prefixed),
+               Catch::Contains("event"));
+  // No event, or one that does not decode.
+  REQUIRE_THAT(reason(std::string("\x01\x0b\x07\x03", 4)), Catch::Contains("truncated event"));
+  REQUIRE_THAT(reason(std::string("\x01\x0b\x07\x03\x01\x09", 6)),
+               Catch::Contains("malformed event"));
+  // A pubend beyond 32 bits: 2^32 is the varint 80 80 80 80 10.
+  REQUIRE_THAT(reason(std::string("\x01\x0b\x07\x80\x80\x80\x80\x10", 8) + prefixed),
+               Catch::Contains("pubend 4294967296 exceeds"));
+  REQUIRE_THAT(reason(EncodeMessage(PublishMessage{7, PubendId{3}, "", Order(1)}) + "!"),
+               Catch::Contains("1 trailing bytes"));
+  // A status code beyond absl's canonical ones (16).
+  REQUIRE_THAT(reason(std::string("\x01\x0c\x07\x03\x11\x01!", 7)),
+               Catch::Contains("status code 17 exceeds 16"));
+  // OK at tick 0; OK followed by a message instead of a tick; an error without its message.
+  REQUIRE_THAT(reason(std::string("\x01\x0c\x07\x03\x00\x00", 6)),
+               Catch::Contains("published at tick 0"));
+  REQUIRE_THAT(reason(std::string("\x01\x0c\x07\x03\x00\x01!", 7)),
+               Catch::Contains("1 trailing bytes"));
+  REQUIRE_THAT(reason(std::string("\x01\x0c\x07\x03\x05", 5)),
+               Catch::Contains("truncated error message"));
+  // Version 2 is the knowledge message's alone.
+  std::string v2 = EncodeMessage(PublishedMessage{7, PubendId{3}, Tick{5}});
+  v2[0] = 2;
+  REQUIRE_THAT(reason(v2), Catch::Contains("version 2 is only for knowledge, not published"));
 }
 
 TEST_CASE("random mutations of messages never crash the decoder", "[message][fuzz]") {

@@ -7,6 +7,8 @@
 // Between a subscriber and its subscriber hosting broker (paper §2):
 //   ConnectMessage, ConnectedMessage, DeliveryMessage (Event / Silence / Gap), AckMessage,
 //   DisconnectMessage, UnsubscribeMessage, SessionErrorMessage.
+// Between a publisher in another process and its publisher hosting broker:
+//   PublishMessage (an event to log), PublishedMessage (its tick, or why it was refused).
 //
 // Encoding (docs/format.md, "Messages"): a version byte, a kind byte, then the kind's fields with
 // varints. DecodeMessage accepts exactly what EncodeMessage produces; anything else yields
@@ -45,6 +47,8 @@ enum class MessageKind : uint8_t {
   kDisconnect = 8,
   kSessionError = 9,
   kUnsubscribe = 10,
+  kPublish = 11,
+  kPublished = 12,
 };
 
 // Knowledge about one pubend. REQUIRES (checked by decoding): spans in increasing tick order,
@@ -162,9 +166,43 @@ struct SessionErrorMessage {
   friend bool operator==(const SessionErrorMessage&, const SessionErrorMessage&) = default;
 };
 
-using Message = std::variant<KnowledgeMessage, CuriosityMessage, ReleaseMessage, ConnectMessage,
-                             ConnectedMessage, DeliveryMessage, AckMessage, DisconnectMessage,
-                             SessionErrorMessage, UnsubscribeMessage>;
+// A publisher asks a publisher hosting broker to publish `event` (PublisherHostingBroker::Publish,
+// or PublishByKey). The publisher is not a field: it is the name the message arrives under on the
+// channel, so that under a channel that authenticates names (ZmqChannel with CURVE, each allowed
+// key bound to its name) no peer can publish as another. (that name, sequence) is the idempotency
+// key of Pubend::Publish: a retry of a recent sequence gets the original tick; 0 opts out.
+// The pubend is named (pubend != 0) or chosen by the routing key (pubend 0: PubendForKey(key)),
+// so a PHB's pubend 0, if it has one, is reached only by key.
+// REQUIRES: event != nullptr; key is empty unless pubend is 0.
+struct PublishMessage {
+  static constexpr MessageKind kKind = MessageKind::kPublish;
+  uint64_t sequence = 0;
+  PubendId pubend;
+  std::string key;  // the routing key when pubend is 0 (it may be empty)
+  EventRef event;
+  bool by_key() const { return pubend.value == 0; }
+  friend bool operator==(const PublishMessage& a, const PublishMessage& b);
+};
+
+// A publisher hosting broker's answer to a PublishMessage, sent to the peer that published it:
+// the publish of `sequence` went to `pubend` (the one named, or the key's) and `result` is the
+// event's tick once its commit is durable, or why it failed (Pubend::Publish's errors, NotFound
+// for an unknown pubend, Aborted when the broker closed before committing it, ...). Every
+// retry is answered, so a publisher may receive one publish's answer more than once.
+// REQUIRES: a tick is at least 1; an error's code is a canonical absl::StatusCode. A status's
+// payloads are not sent.
+struct PublishedMessage {
+  static constexpr MessageKind kKind = MessageKind::kPublished;
+  uint64_t sequence = 0;
+  PubendId pubend;
+  absl::StatusOr<Tick> result = absl::UnknownError("no result");
+  friend bool operator==(const PublishedMessage&, const PublishedMessage&) = default;
+};
+
+using Message =
+    std::variant<KnowledgeMessage, CuriosityMessage, ReleaseMessage, ConnectMessage,
+                 ConnectedMessage, DeliveryMessage, AckMessage, DisconnectMessage,
+                 SessionErrorMessage, UnsubscribeMessage, PublishMessage, PublishedMessage>;
 
 // The message's kind: what it is sent as.
 MessageKind KindOf(const Message& m);
@@ -173,8 +211,9 @@ MessageKind KindOf(const Message& m);
 const char* MessageKindName(MessageKind kind);
 inline const char* MessageKindName(const Message& m) { return MessageKindName(KindOf(m)); }
 
-// Version 1: every message as first specified. Version 2: a Knowledge message with unanswered
-// ranges (docs/format.md); every other message is still written as version 1.
+// Version 1: every message as first specified (kinds 11 and 12 came later, under version 1: a
+// reader older than them refuses them as an unknown kind). Version 2: a Knowledge message with
+// unanswered ranges (docs/format.md); every other message is still written as version 1.
 inline constexpr uint8_t kMessageEncodingVersion = 2;
 
 // Appends the encoding of `m` to *out. REQUIRES: m satisfies its type's REQUIRES.

@@ -144,6 +144,24 @@ struct Encoder {
     PutVarint64(out, static_cast<uint64_t>(m.code));
     PutLengthPrefixed(out, m.message);
   }
+  void operator()(const PublishMessage& m) const {
+    PutVarint64(out, m.sequence);
+    PutVarint64(out, m.pubend.value);
+    if (m.by_key()) PutLengthPrefixed(out, m.key);
+    std::string event;
+    m.event->EncodeTo(&event);
+    PutLengthPrefixed(out, event);
+  }
+  void operator()(const PublishedMessage& m) const {
+    PutVarint64(out, m.sequence);
+    PutVarint64(out, m.pubend.value);
+    PutVarint64(out, static_cast<uint64_t>(m.result.status().code()));
+    if (m.result.ok()) {
+      PutVarint64(out, *m.result);
+    } else {
+      PutLengthPrefixed(out, m.result.status().message());
+    }
+  }
 };
 
 bool Decode(ByteReader& in, KnowledgeMessage* m) {
@@ -293,6 +311,33 @@ bool Decode(ByteReader& in, SessionErrorMessage* m) {
   return true;
 }
 
+bool Decode(ByteReader& in, PublishMessage* m) {
+  if (!in.ReadVarint64(&m->sequence, "sequence") || !ReadPubend(in, &m->pubend)) return false;
+  // Pubend 0 is "by key": only then is the key on the wire.
+  if (m->by_key() && !ReadString(in, &m->key, "routing key")) return false;
+  return ReadEvent(in, &m->event);
+}
+
+bool Decode(ByteReader& in, PublishedMessage* m) {
+  uint64_t code = 0;
+  if (!in.ReadVarint64(&m->sequence, "sequence") || !ReadPubend(in, &m->pubend) ||
+      !in.ReadVarintAtMost(static_cast<uint64_t>(absl::StatusCode::kUnauthenticated), &code,
+                           "status code")) {
+    return false;
+  }
+  if (code == 0) {
+    Tick tick = 0;
+    if (!in.ReadVarint64(&tick, "tick")) return false;
+    if (tick == 0) return in.Fail("published at tick 0");
+    m->result = tick;
+    return true;
+  }
+  std::string message;
+  if (!ReadString(in, &message, "error message")) return false;
+  m->result = absl::Status(static_cast<absl::StatusCode>(code), message);
+  return true;
+}
+
 template <typename M>
 bool DecodeAs(ByteReader& in, Message* out) {
   M m;
@@ -313,6 +358,8 @@ bool DecodeKind(ByteReader& in, uint8_t kind, Message* out) {
     case MessageKind::kDisconnect: return DecodeAs<DisconnectMessage>(in, out);
     case MessageKind::kSessionError: return DecodeAs<SessionErrorMessage>(in, out);
     case MessageKind::kUnsubscribe: return DecodeAs<UnsubscribeMessage>(in, out);
+    case MessageKind::kPublish: return DecodeAs<PublishMessage>(in, out);
+    case MessageKind::kPublished: return DecodeAs<PublishedMessage>(in, out);
   }
   return in.Fail(absl::StrCat("unknown message kind ", kind));
 }
@@ -324,6 +371,12 @@ bool operator==(const DeliveryMessage& a, const DeliveryMessage& b) {
       a.tick != b.tick || a.previous != b.previous) {
     return false;
   }
+  if (a.event == b.event) return true;
+  return a.event != nullptr && b.event != nullptr && *a.event == *b.event;
+}
+
+bool operator==(const PublishMessage& a, const PublishMessage& b) {
+  if (a.sequence != b.sequence || a.pubend != b.pubend || a.key != b.key) return false;
   if (a.event == b.event) return true;
   return a.event != nullptr && b.event != nullptr && *a.event == *b.event;
 }
@@ -353,6 +406,8 @@ const char* MessageKindName(MessageKind kind) {
     case MessageKind::kDisconnect: return "disconnect";
     case MessageKind::kSessionError: return "session-error";
     case MessageKind::kUnsubscribe: return "unsubscribe";
+    case MessageKind::kPublish: return "publish";
+    case MessageKind::kPublished: return "published";
   }
   return "?";
 }
