@@ -288,9 +288,10 @@ TEST_CASE("a retried publish returns the original tick and logs nothing", "[pube
   auto retry_after_restart = h.Publish(Order(1), "trader-1", 7);
   REQUIRE(***retry_after_restart == ***first);
   REQUIRE(h.StoredEvents() == 1);
-  // A sequence below the latest that was never logged, and one older than the window.
+  // A sequence below the latest that was never logged (the window, not full, holds every
+  // sequence logged), and one older than the window.
   auto never = h.Publish(Order(2), "trader-1", 3);
-  REQUIRE_CODE(**never, absl::StatusCode::kAlreadyExists);
+  REQUIRE_CODE(**never, absl::StatusCode::kInvalidArgument);
   for (uint64_t s = 8; s < 8 + 2 * Pubend::kSequenceWindow; s += 2)
     h.Publish(Order(s), "trader-1", s);
   REQUIRE_OK(h.phb->Flush());
@@ -301,6 +302,29 @@ TEST_CASE("a retried publish returns the original tick and logs nothing", "[pube
   REQUIRE_OK(h.phb->Flush());
   REQUIRE_OK(**other);
   REQUIRE(***other != ***first);
+}
+
+TEST_CASE("a sequence that overtook an earlier one does not pass that one off as logged",
+          "[pubend]") {
+  // Before, a sequence below the first of a window not yet full was answered AlreadyExists
+  // ("was logged"), so a publisher whose publish of 1 was lost while 2 arrived took 1 for logged.
+  Harness h;
+  auto second = h.Publish(Order(2), "trader-1", 2);
+  auto first_pending = h.Publish(Order(1), "trader-1", 1);  // 2 pending, 1 never accepted
+  REQUIRE(first_pending->has_value());
+  REQUIRE_CODE(**first_pending, absl::StatusCode::kInvalidArgument);
+  REQUIRE_OK(h.phb->Flush());
+  REQUIRE_OK(**second);
+  for (int restart = 0; restart < 2; ++restart) {
+    INFO("restart " << restart);
+    REQUIRE_CODE(**h.Publish(Order(1), "trader-1", 1), absl::StatusCode::kInvalidArgument);
+    h.Restart();
+  }
+  // A full window knows nothing below it.
+  for (uint64_t s = 3; s < 3 + Pubend::kSequenceWindow; ++s) h.Publish(Order(3), "trader-1", s);
+  REQUIRE_OK(h.phb->Flush());
+  REQUIRE_CODE(**h.Publish(Order(1), "trader-1", 1), absl::StatusCode::kAlreadyExists);
+  REQUIRE(h.StoredEvents() == 1 + Pubend::kSequenceWindow);
 }
 
 TEST_CASE("absurd pubend and PHB options are InvalidArgument at Open, naming the option",

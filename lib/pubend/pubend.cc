@@ -152,7 +152,11 @@ void PubendImpl::Publish(absl::string_view publisher, uint64_t sequence, EventRe
                                 [&](const SequenceEntry& e) { return e.sequence == sequence; });
         if (hit != pub->committed.end()) {
           immediate = hit->tick;
-        } else if (pub->committed.empty() || sequence < pub->committed.front().sequence) {
+        } else if (pub->committed.size() == kSequenceWindow &&
+                   sequence < pub->committed.front().sequence) {
+          // Below a full window nothing is known. A window not full holds every sequence the
+          // publisher ever logged here (none was dropped or trimmed): one not in it never was,
+          // even below its first (lost on the way, say, while a later one arrived).
           immediate = absl::AlreadyExistsError(
               absl::StrCat("publisher '", publisher, "' sequence ", sequence,
                            " was logged but is older than the retry window of ", kSequenceWindow));
