@@ -295,6 +295,9 @@ TEST_CASE("durable subscriber ignores other peers, other subscriptions and other
   t.FromBroker(SessionErrorMessage{"other", absl::StatusCode::kAborted, "not ours"});
   t.ds().HandleMessage("other",
                        SessionErrorMessage{"s", absl::StatusCode::kAborted, "not our broker"});
+  // Nor kinds a subscriber does not take.
+  t.FromBroker(PublishedMessage{1, kP, absl::AbortedError("not ours")});
+  t.FromBroker(PublishMessage{1, kP, "", Colored("red")});
   REQUIRE(t.ds().connected());
   REQUIRE(t.rec.log.empty());
   REQUIRE(t.rec.errors.empty());

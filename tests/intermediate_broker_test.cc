@@ -295,6 +295,24 @@ TEST_CASE("releases from unknown senders are ignored and counted", "[intermediat
   REQUIRE(f.ib().stats().invalid_releases == 1);
 }
 
+TEST_CASE("the intermediate neither takes nor forwards publishes and their answers",
+          "[intermediate]") {
+  // They pass between a publisher and its PHB only: forwarded upstream, a publish would arrive
+  // under the intermediate's name instead of its publisher's.
+  Fixture f;
+  f.SendFrom("a", PublishMessage{1, kP, "", MakeEvent(1)});
+  f.SendFrom("x", PublishMessage{1, PubendId{0}, "key", MakeEvent(1)});
+  f.SendFrom("phb", PublishedMessage{1, kP, Tick{5}});
+  f.Tick(absl::FromUnixSeconds(1000));
+  for (const char* peer : {"phb", "a", "b", "x"}) {
+    INFO(peer);
+    REQUIRE(f.Take<PublishMessage>(peer).empty());
+    REQUIRE(f.Take<PublishedMessage>(peer).empty());
+  }
+  f.SendFrom("phb", Stream(1, 20));  // and it goes on as before
+  REQUIRE(f.Knowledge("a").DoubtHorizon(0) == 20);
+}
+
 TEST_CASE("the cache forgets beyond its bounds and nacks a forgotten tick upstream",
           "[intermediate]") {
   IntermediateBrokerOptions o = Fixture::Defaults();

@@ -974,3 +974,189 @@ TEST_CASE("a manually driven PHB closed with publishes pending answers each with
 
 }  // namespace
 }  // namespace gryph
+
+namespace gryph {
+namespace {
+
+// A publisher in another process, as the PHB sees it: a peer on the network that sends Publish
+// messages and collects the Published answers.
+struct Peer {
+  Peer(InProcessNetwork& net, const std::string& name) : channel(*net.Connect(name)) {
+    channel->SetReceiver([this](absl::string_view from, Message m) {
+      REQUIRE(from == "phb");
+      REQUIRE(std::holds_alternative<PublishedMessage>(m));
+      answers.push_back(std::get<PublishedMessage>(std::move(m)));
+    });
+  }
+  void Publish(uint64_t sequence, PubendId p, EventRef e, std::string key = "") {
+    REQUIRE_OK(channel->Send("phb", PublishMessage{sequence, p, std::move(key), std::move(e)}));
+  }
+  // The only answer received since the last call.
+  PublishedMessage TakeAnswer() {
+    REQUIRE(answers.size() == 1);
+    PublishedMessage m = std::move(answers[0]);
+    answers.clear();
+    return m;
+  }
+  std::unique_ptr<Channel> channel;
+  std::vector<PublishedMessage> answers;
+};
+
+TEST_CASE("a publish from a peer is logged under its name, answered with its tick once durable",
+          "[pubend][remote]") {
+  Harness h;
+  Peer gateway(h.net, "gateway");
+  gateway.Publish(7, kP, Order(1));
+  h.net.DeliverAll();
+  REQUIRE(gateway.answers.empty());  // not before the commit
+  REQUIRE(h.StoredEvents() == 0);
+  REQUIRE_OK(h.phb->Flush());
+  h.net.DeliverAll();
+  const PublishedMessage first = gateway.TakeAnswer();
+  REQUIRE(first.sequence == 7);
+  REQUIRE(first.pubend == kP);
+  REQUIRE_OK(first.result);
+  REQUIRE(h.StoredEvents() == 1);
+  REQUIRE(h.shb1->knowledge.ValueAt(*first.result) == TickValue::kD);
+
+  // A retry (its answer was lost, say) gets the same tick at once and logs nothing.
+  gateway.Publish(7, kP, Order(1));
+  h.net.DeliverAll();
+  REQUIRE(gateway.TakeAnswer() == first);
+  // The publisher is the peer's name: an in-process publish under it is the same publisher.
+  auto same = h.Publish(Order(1), "gateway", 7);
+  REQUIRE(same->has_value());
+  REQUIRE(**same == first.result);
+  // The same sequence from another peer is another publisher's: a new event.
+  Peer other(h.net, "other");
+  other.Publish(7, kP, Order(2));
+  h.net.DeliverAll();
+  REQUIRE_OK(h.phb->Flush());
+  h.net.DeliverAll();
+  const PublishedMessage theirs = other.TakeAnswer();
+  REQUIRE_OK(theirs.result);
+  REQUIRE(*theirs.result > *first.result);
+  REQUIRE(gateway.answers.empty());
+  REQUIRE(h.StoredEvents() == 2);
+
+  // After a restart the retry is recognised from what was logged.
+  h.Restart();
+  gateway.Publish(7, kP, Order(1));
+  h.net.DeliverAll();
+  REQUIRE(gateway.TakeAnswer() == first);
+  REQUIRE(h.StoredEvents() == 2);
+}
+
+TEST_CASE("a bad publish from a peer is answered with its error and logs nothing",
+          "[pubend][remote]") {
+  Harness h;
+  Peer gateway(h.net, "gateway");
+  // Publishes `e` as `sequence` to `p`, commits, and returns the answer's result.
+  auto answer = [&](Peer& peer, uint64_t sequence, PubendId p, EventRef e) {
+    peer.Publish(sequence, p, std::move(e));
+    h.net.DeliverAll();
+    (void)h.phb->Flush();
+    h.net.DeliverAll();
+    PublishedMessage m = peer.TakeAnswer();
+    REQUIRE(m.sequence == sequence);
+    REQUIRE(m.pubend == p);
+    return m.result;
+  };
+  REQUIRE_CODE(answer(gateway, 1, PubendId{9}, Order(1)), absl::StatusCode::kNotFound);
+  REQUIRE_CODE(answer(gateway, 2, kP, nullptr), absl::StatusCode::kInvalidArgument);
+  REQUIRE(h.StoredEvents() == 0);
+  // HandleMessage returns those two refusals too, and sends the answer.
+  REQUIRE_CODE(h.phb->HandleMessage("gateway", PublishMessage{3, PubendId{9}, "", Order(1)}),
+               absl::StatusCode::kNotFound);
+  REQUIRE_CODE(h.phb->HandleMessage("gateway", PublishMessage{3, kP, "", nullptr}),
+               absl::StatusCode::kInvalidArgument);
+  h.net.DeliverAll();
+  REQUIRE(gateway.answers.size() == 2);
+  gateway.answers.clear();
+
+  // The pubend's own refusals: a sequence below the latest that was never logged, a name too
+  // long to be a publisher's, a full store.
+  REQUIRE_OK(answer(gateway, 5, kP, Order(5)));
+  REQUIRE_CODE(answer(gateway, 4, kP, Order(4)), absl::StatusCode::kInvalidArgument);
+  Peer long_name(h.net, std::string(Pubend::kMaxPublisherNameBytes + 1, 'p'));
+  REQUIRE_CODE(answer(long_name, 1, kP, Order(1)), absl::StatusCode::kInvalidArgument);
+  h.faults->FailNextCommitWithMapFull();
+  REQUIRE_CODE(answer(gateway, 6, kP, Order(6)), absl::StatusCode::kResourceExhausted);
+  REQUIRE(h.StoredEvents() == 1);
+  // Nor does a PHB take the answers.
+  REQUIRE_CODE(h.phb->HandleMessage("gateway", PublishedMessage{5, kP, Tick{5}}),
+               absl::StatusCode::kInvalidArgument);
+
+  // A publish still pending when the broker closes (driven by hand) is answered Aborted, and was
+  // not logged: its retry is a new publish.
+  gateway.Publish(6, kP, Order(6));
+  h.net.DeliverAll();
+  h.Restart();
+  h.net.DeliverAll();
+  REQUIRE_CODE(gateway.TakeAnswer().result, absl::StatusCode::kAborted);
+  REQUIRE(h.StoredEvents() == 1);
+  REQUIRE_OK(answer(gateway, 6, kP, Order(6)));
+  REQUIRE(h.StoredEvents() == 2);
+}
+
+TEST_CASE("a publish by key from a peer goes to the key's pubend, and its answer says which",
+          "[pubend][remote]") {
+  const std::vector<PubendId> ids = {PubendId{1}, PubendId{2}};
+  std::string key;  // one that is not on the first pubend, so that a wrong choice shows
+  for (int i = 0; PubendForKey(key, ids) != PubendId{2}; ++i) key = "account-" + std::to_string(i);
+  InProcessNetwork net;
+  MemoryStorage storage;
+  auto channel = *net.Connect("phb");
+  PublisherHostingBrokerOptions o;
+  o.pubends = {PubendOptions{ids[0]}, PubendOptions{ids[1]}};
+  o.commit_thread = false;
+  auto phb = PublisherHostingBroker::Open(o, &storage, channel.get());
+  REQUIRE_OK(phb);
+  Peer gateway(net, "gateway");
+  gateway.Publish(1, PubendId{0}, Order(1), key);
+  net.DeliverAll();
+  REQUIRE_OK((*phb)->Flush());
+  net.DeliverAll();
+  const PublishedMessage m = gateway.TakeAnswer();
+  REQUIRE(m.pubend == PubendId{2});
+  REQUIRE_OK(m.result);
+  REQUIRE((*phb)->pubend(PubendId{2})->committed_tick() == *m.result);
+  REQUIRE((*phb)->pubend(PubendId{1})->committed_tick() == 0);
+  // The retry names the same key and gets the same tick.
+  gateway.Publish(1, PubendId{0}, Order(1), key);
+  net.DeliverAll();
+  REQUIRE(gateway.TakeAnswer() == m);
+}
+
+TEST_CASE("with a commit thread, a peer's publish is answered from it",
+          "[pubend][remote][threads]") {
+  InProcessNetwork net;
+  MemoryStorage storage;
+  auto channel = *net.Connect("phb");
+  PublisherHostingBrokerOptions o;
+  o.pubends = {PubendOptions{kP}};
+  o.group_commit.max_delay = absl::ZeroDuration();
+  auto phb = PublisherHostingBroker::Open(o, &storage, channel.get());
+  REQUIRE_OK(phb);
+  Peer gateway(net, "gateway");
+  for (uint64_t s = 1; s <= 10; ++s) gateway.Publish(s, kP, Order(static_cast<int64_t>(s)));
+  net.DeliverAll();
+  // The answers come from the commit thread: wait for them.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (gateway.answers.size() < 10 && absl::Now() < deadline) {
+    if (net.Wait(0, absl::Milliseconds(10))) net.DeliverAll();
+  }
+  REQUIRE(gateway.answers.size() == 10);
+  Tick last = 0;
+  for (uint64_t s = 1; s <= 10; ++s) {
+    const PublishedMessage& m = gateway.answers[s - 1];  // in commit order, which is the sequence's
+    REQUIRE(m.sequence == s);
+    REQUIRE_OK(m.result);
+    REQUIRE(*m.result > last);
+    last = *m.result;
+  }
+  phb->reset();
+}
+
+}  // namespace
+}  // namespace gryph

@@ -198,8 +198,8 @@ TEST_CASE("zmq channel: a peer claiming the name of a node this one dials is dro
   CHECK(shb.log.size() == 1);
 }
 
-// Every kind of message a peer could use to subscribe, ack, nack or release (publishing has no
-// wire message: it is an in-process call on the PHB, so no peer can publish at all).
+// Every kind of message a peer could use to subscribe, ack, nack, release or publish (a PHB takes
+// the publisher's name from the channel: an impostor's Publish must not arrive under its name).
 std::vector<Message> EveryPeerMessage() {
   CheckpointToken ct;
   ct.Set(kP, 5);
@@ -209,7 +209,8 @@ std::vector<Message> EveryPeerMessage() {
           ReleaseMessage{{{kP, 100, 100}}},
           KnowledgeMessage{kP, {}, {}},
           DisconnectMessage{"sub"},
-          UnsubscribeMessage{"sub"}};
+          UnsubscribeMessage{"sub"},
+          PublishMessage{1, kP, "", MakeEventRef(Event())}};
 }
 
 TEST_CASE("zmq channel with CURVE: only allowed keys get through, each only as its own name",

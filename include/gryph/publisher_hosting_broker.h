@@ -3,8 +3,17 @@
 //
 // The PHB routes each publish to a pubend the application names — explicitly, by key
 // (PubendForKey: one key always on one pubend, hence in order), or by publisher — and dispatches
-// what arrives on its channel: nacks and release messages go to the pubends they name. After
+// what arrives on its channel: nacks and release messages go to the pubends they name, and a
+// Publish message from a publisher in another process is published (Publish, or PublishByKey for
+// pubend 0) and answered with a Published message to its sender, once the outcome is known. After
 // every group commit it sends each pubend's new knowledge downstream.
+//
+// Trust: the publisher of a Publish message is the name it arrived under on the channel, never a
+// name it claims, so (that name, sequence) is its idempotency key. Where the channel
+// authenticates names (ZmqChannel with CURVE and each allowed key bound to its name) no peer can
+// publish or retry as another; over a channel that does not, any peer that reaches the PHB can
+// publish under any name. An in-process publisher using a peer's name shares that peer's
+// sequences. The PHB does not choose who may publish: admit publishers with the channel.
 //
 // Driving it:
 //   - threaded (options.commit_thread, the default): a background thread commits groups; the
@@ -15,7 +24,10 @@
 //     deterministic simulator: as threaded, but the owner calls committer().FlushIfDue(now) at
 //     the virtual instants the thread would commit.
 //
-// Thread-safety: thread-safe. Messages arrive on whatever thread drives the channel.
+// Thread-safety: thread-safe. Messages arrive on whatever thread drives the channel. The PHB
+// sends on the channel from that thread and from the commit thread (knowledge, Published
+// answers), so the channel's Send must take calls from both, as InProcessNetwork's and
+// ZmqChannel's do.
 
 #ifndef GRYPH_PUBLISHER_HOSTING_BROKER_H_
 #define GRYPH_PUBLISHER_HOSTING_BROKER_H_
@@ -79,6 +91,13 @@ class PublisherHostingBroker {
 
   // Handles one message from the channel (the receiver calls this). Errors (an unknown sender's
   // release, a nack for an unknown pubend) are returned; nothing changes for them.
+  // A PublishMessage is published with publisher = `from` and answered with a PublishedMessage
+  // sent to `from`: at once when known without a commit (NotFound for an unknown pubend,
+  // InvalidArgument for a null event, Pubend::Publish's refusals, a retry's logged tick), else
+  // from the thread that commits, once the commit holding the event is durable or failed (or with
+  // Aborted by the destructor). HandleMessage itself returns the first two refusals, which change
+  // nothing stored, and OK for the others: their outcome is the answer's. Every retry is answered.
+  // Other kinds (the ones a PHB does not take) are InvalidArgument.
   virtual absl::Status HandleMessage(absl::string_view from, const Message& message) = 0;
 
   // Heartbeats, early release and, in manual mode, the group commit when due.

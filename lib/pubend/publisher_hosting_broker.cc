@@ -36,6 +36,8 @@ class PublisherHostingBrokerImpl final : public PublisherHostingBroker {
 
  private:
   absl::Time Now() const { return options_.clock(); }
+  // A publish from a peer: published as from `from`, answered to `from` with Published.
+  absl::Status OnPublish(absl::string_view from, const PublishMessage& m);
 
   const PublisherHostingBrokerOptions options_;
   Channel* const channel_;
@@ -111,7 +113,33 @@ PubendId PublisherHostingBrokerImpl::PublishByKey(absl::string_view key,
   return p;
 }
 
+absl::Status PublisherHostingBrokerImpl::OnPublish(absl::string_view from,
+                                                   const PublishMessage& m) {
+  const PubendId p = m.by_key() ? PubendForKey(m.key, ids_) : m.pubend;
+  // The publisher is the name the message came under, never one it claims: the channel vouches
+  // for names, the message for nothing. The answer may be sent from the commit thread, as
+  // knowledge is, or from the destructor (Aborted), which the channel outlives.
+  Pubend::PublishDone answer = [channel = channel_, to = std::string(from), sequence = m.sequence,
+                                p](absl::StatusOr<Tick> result) {
+    // A lost answer costs a resend, which is answered again.
+    (void)channel->Send(to, PublishedMessage{sequence, p, std::move(result)});
+  };
+  absl::Status refused;
+  if (pubend(p) == nullptr) {
+    refused = absl::NotFoundError(absl::StrCat("no pubend ", p.value, " at this PHB"));
+  } else if (m.event == nullptr) {
+    refused = absl::InvalidArgumentError("publish of a null event");
+  }
+  if (!refused.ok()) {
+    std::move(answer)(refused);
+    return refused;
+  }
+  Publish(p, from, m.sequence, m.event, std::move(answer));
+  return absl::OkStatus();
+}
+
 absl::Status PublisherHostingBrokerImpl::HandleMessage(absl::string_view from, const Message& m) {
+  if (const auto* publish = std::get_if<PublishMessage>(&m)) return OnPublish(from, *publish);
   if (const auto* nack = std::get_if<CuriosityMessage>(&m)) {
     Pubend* p = pubend(nack->pubend);
     if (p == nullptr) {
