@@ -93,19 +93,19 @@ std::string ChannelStats(const ZmqChannel& c) {
 
 int Run() {
   const std::string role = absl::GetFlag(FLAGS_role);
-  if (role != "phb" && role != "ib" && role != "shb") {
-    Die(role.empty() ? "--role is required: phb, ib or shb (see --help)"
-                     : absl::StrCat("--role is phb, ib or shb, not '", role, "'"));
-  }
   std::string name = absl::GetFlag(FLAGS_name);
   if (name.empty()) name = role;
   const std::string keys_dir = absl::GetFlag(FLAGS_keys_dir);
   if (absl::GetFlag(FLAGS_genkey)) {
-    if (keys_dir.empty()) Die("--genkey needs --keys_dir");
+    if (name.empty() || keys_dir.empty()) Die("--genkey needs --name and --keys_dir");
     Must(GenerateKeys(keys_dir, name));
     std::printf("%s/%s.key and %s/%s.pub written\n", keys_dir.c_str(), name.c_str(),
                 keys_dir.c_str(), name.c_str());
     return 0;
+  }
+  if (role != "phb" && role != "ib" && role != "shb") {
+    Die(role.empty() ? "--role is required: phb, ib or shb (see --help)"
+                     : absl::StrCat("--role is phb, ib or shb, not '", role, "'"));
   }
   const std::vector<PubendId> pubends = ParsePubends(absl::GetFlag(FLAGS_pubends));
   const std::string upstream = absl::GetFlag(FLAGS_upstream);
@@ -124,8 +124,14 @@ int Run() {
 
   std::unique_ptr<Storage> storage;
   if (role != "ib") storage = Must(OpenStore(data_dir, durability));
-  std::unique_ptr<ZmqChannel> channel =
-      Must(OpenChannel({name, absl::GetFlag(FLAGS_listen), upstream, keys_dir}));
+  // A restarted broker may find its port still held for a moment by the process it replaces.
+  absl::StatusOr<std::unique_ptr<ZmqChannel>> opened;
+  for (int attempt = 0;; ++attempt) {
+    opened = OpenChannel({name, absl::GetFlag(FLAGS_listen), upstream, keys_dir});
+    if (opened.ok() || !absl::IsUnavailable(opened.status()) || attempt == 100) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  std::unique_ptr<ZmqChannel> channel = Must(std::move(opened));
   std::unique_ptr<Runtime> runtime = Must(Runtime::Create());
   runtime->AddSource(channel.get());
 

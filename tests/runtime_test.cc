@@ -228,6 +228,55 @@ TEST_CASE("shutting a runtime down commits what is pending and answers every pub
   CHECK(stored == kEvents);
 }
 
+TEST_CASE("a runtime drives a remote publisher: publishes in one, answers from the PHB in another",
+          "[runtime]") {
+  InProcessNetwork net(2);
+  InProcessLane phb_lane(&net, 0);
+  InProcessLane pub_lane(&net, 1);
+  MemoryStorage storage;
+  auto phb_channel = *net.Connect("phb", 0);
+  auto pub_channel = *net.Connect("pub-1", 1);
+  auto brokers = *Runtime::Create();
+  auto publishers = *Runtime::Create();
+  brokers->AddSource(&phb_lane);
+  publishers->AddSource(&pub_lane);
+  PublisherHostingBrokerOptions po;
+  po.pubends = {PubendOptions{kP1}};
+  REQUIRE_OK(brokers->OpenPublisherHostingBroker(po, &storage, phb_channel.get()).status());
+  RemotePublisherOptions ro;
+  ro.phb = "phb";
+  RemotePublisher* pub = *publishers->OpenRemotePublisher(ro, pub_channel.get());
+  REQUIRE_OK(brokers->Start());
+  REQUIRE_OK(publishers->Start());
+  absl::Mutex mu;
+  std::vector<Tick> ticks;
+  for (uint64_t seq = 1; seq <= 10; ++seq) {
+    absl::Status taken;
+    publishers->Call([&] {  // on the loop, which owns the publisher
+      taken = pub->Publish(seq, kP1, Order(static_cast<int>(seq), 1), [&](absl::StatusOr<Tick> t) {
+        absl::MutexLock lock(&mu);
+        ticks.push_back(t.ok() ? *t : 0);
+      });
+    });
+    REQUIRE_OK(taken);
+  }
+  for (int i = 0; i < 1000; ++i) {
+    {
+      absl::MutexLock lock(&mu);
+      if (ticks.size() == 10) break;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  publishers->Shutdown();
+  brokers->Shutdown();
+  absl::MutexLock lock(&mu);
+  REQUIRE(ticks.size() == 10);
+  for (size_t i = 0; i < ticks.size(); ++i) {
+    CHECK(ticks[i] > 0);
+    if (i > 0) CHECK(ticks[i] > ticks[i - 1]);
+  }
+}
+
 TEST_CASE("a publish made after a runtime shut down is answered, with Aborted", "[runtime]") {
   InProcessNetwork net;
   MemoryStorage storage;

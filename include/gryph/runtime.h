@@ -1,9 +1,9 @@
 // Runtime: one event-loop thread that drives a process's gryph nodes.
 //
 // The nodes (PublisherHostingBroker, IntermediateBroker, SubscriberHostingBroker,
-// DurableSubscriber) are single-threaded state machines: messages in, messages and storage
-// writes out. The simulator drives them on virtual time; the Runtime drives the same code on
-// real time and real I/O. Its loop, on one thread:
+// DurableSubscriber, RemotePublisher) are single-threaded state machines: messages in, messages and
+// storage writes out. The simulator drives them on virtual time; the Runtime drives the same code
+// on real time and real I/O. Its loop, on one thread:
 //   1. runs what other threads posted (Post, Call);
 //   2. lets every EventSource (a channel endpoint) hand its arrived messages to their receivers,
 //      which are the nodes' HandleMessage;
@@ -53,6 +53,7 @@
 #include "gryph/in_process_channel.h"
 #include "gryph/intermediate_broker.h"
 #include "gryph/publisher_hosting_broker.h"
+#include "gryph/remote_publisher.h"
 #include "gryph/storage.h"
 #include "gryph/subscriber_hosting_broker.h"
 
@@ -125,6 +126,10 @@ class Runtime {
   absl::StatusOr<DurableSubscriber*> OpenDurableSubscriber(DurableSubscriberOptions options,
                                                            Channel* channel,
                                                            DurableSubscriber::Handler* handler);
+
+  // A publisher of this process to a PHB in another (its resends run on the loop's timers).
+  absl::StatusOr<RemotePublisher*> OpenRemotePublisher(RemotePublisherOptions options,
+                                                       Channel* channel);
 
   // Makes the loop drive `source`. REQUIRES: it outlives the runtime.
   void AddSource(EventSource* source);

@@ -382,6 +382,37 @@ absl::StatusOr<IntermediateBroker*> Runtime::OpenIntermediateBroker(
   return raw;
 }
 
+absl::StatusOr<RemotePublisher*> Runtime::OpenRemotePublisher(RemotePublisherOptions options,
+                                                              Channel* channel) {
+  absl::StatusOr<std::unique_ptr<RemotePublisher>> created =
+      RemotePublisher::Create(std::move(options), channel);
+  if (!created.ok()) return created.status();
+  RemotePublisher* raw = created->get();
+  auto touched = std::make_shared<bool>(true);
+  channel->SetReceiver([raw, touched](absl::string_view from, Message m) {
+    *touched = true;
+    raw->HandleMessage(from, m);
+  });
+  // The receiver goes before the publisher.
+  struct Hosted {
+    Channel* channel = nullptr;
+    std::unique_ptr<RemotePublisher> publisher;
+    ~Hosted() {
+      if (channel != nullptr) channel->SetReceiver(nullptr);
+    }
+  };
+  auto hosted = std::make_shared<Hosted>();
+  hosted->channel = channel;
+  hosted->publisher = *std::move(created);
+  Impl::Node n;
+  n.on_timer = [raw](absl::Time now) { raw->OnTimer(now); };
+  n.next_deadline = [raw](absl::Time now) { return raw->NextDeadline(now); };
+  n.touched = std::move(touched);
+  n.owned = std::move(hosted);
+  impl_->nodes_.push_back(std::move(n));
+  return raw;
+}
+
 absl::StatusOr<DurableSubscriber*> Runtime::OpenDurableSubscriber(
     DurableSubscriberOptions options, Channel* channel, DurableSubscriber::Handler* handler) {
   absl::StatusOr<std::unique_ptr<DurableSubscriber>> created =
