@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -39,7 +40,11 @@
 #include "programs/event_json.h"
 #include "programs/program_support.h"
 
-ABSL_FLAG(std::string, broker, "", "NAME@ENDPOINT of the SHB, e.g. shb@tcp://10.0.0.3:7300");
+ABSL_FLAG(std::string, broker, "",
+          "NAME@ENDPOINT of the SHB, e.g. shb@tcp://10.0.0.3:7300; several, comma-separated: "
+          "the first, then the next when one stays unreachable (reconnect anywhere)");
+ABSL_FLAG(absl::Duration, failover_after, absl::Seconds(10),
+          "with several --broker: move to the next when nothing came from one for this long");
 ABSL_FLAG(std::string, name, "",
           "this subscriber's endpoint name (default: the subscription's); with --keys_dir, "
           "its key is NAME.key");
@@ -132,6 +137,7 @@ class Consumer : public DurableSubscriber::Handler {
   uint64_t consumed() const { return consumed_; }
 
   void OnEvent(PubendId p, Tick t, const EventRef& event) override {
+    heard_ = absl::Now();
     ++consumed_;
     if (!count_only_) {
       buffer_ += EventToJson(p, t, *event);
@@ -143,7 +149,9 @@ class Consumer : public DurableSubscriber::Handler {
     }
     if (buffer_.size() >= (size_t{1} << 20)) Sync();
   }
+  void OnSilence(PubendId, Tick) override { heard_ = absl::Now(); }
   void OnGap(PubendId p, Tick t) override {
+    heard_ = absl::Now();
     ++gaps_;
     std::fprintf(stderr,
                  "gryph-sub: a Gap at pubend %u through tick %llu: events there were released "
@@ -155,6 +163,7 @@ class Consumer : public DurableSubscriber::Handler {
     }
   }
   void OnConnected(const CheckpointToken& start) override {
+    heard_ = absl::Now();
     std::fprintf(stderr, "gryph-sub: connected to %s at %s\n", subscriber_->broker().c_str(),
                  start.ToString().c_str());
     Sync();  // a new subscription's start CT, so that a restart resumes there
@@ -169,6 +178,9 @@ class Consumer : public DurableSubscriber::Handler {
     }
   }
   bool refused() const { return refused_; }
+  // When the broker was last heard from: a message delivered, or the connection answered. (A
+  // broker sends a caught-up subscriber a Silence every silence_interval, a second by default.)
+  absl::Time heard() const { return heard_; }
 
   // Makes everything consumed so far durable and acknowledgeable. Dies on an I/O error: what
   // was consumed is then redelivered to the next process.
@@ -211,6 +223,7 @@ class Consumer : public DurableSubscriber::Handler {
   uint64_t consumed_ = 0;  // events since the last Sync
   uint64_t gaps_ = 0;
   bool refused_ = false;
+  absl::Time heard_ = absl::InfinitePast();
 };
 
 // Runs `fn` on the runtime's loop every `interval`, from a thread of its own.
@@ -233,8 +246,16 @@ class Repeater {
 int Run() {
   const std::string broker = absl::GetFlag(FLAGS_broker);
   if (broker.empty()) Die("--broker is required (NAME@ENDPOINT of the SHB)");
-  absl::StatusOr<std::string> broker_name = PeerName(broker);
-  if (!broker_name.ok()) Die(broker_name.status().message());
+  std::vector<std::string> brokers;
+  for (absl::string_view spec : absl::StrSplit(broker, ',', absl::SkipEmpty())) {
+    absl::StatusOr<std::string> name = PeerName(spec);
+    if (!name.ok()) Die(name.status().message());
+    brokers.push_back(*std::move(name));
+  }
+  if (brokers.empty()) Die("--broker names no broker");
+  if (absl::GetFlag(FLAGS_failover_after) <= absl::ZeroDuration()) {
+    Die("--failover_after must be positive");
+  }
   const std::string subscription = absl::GetFlag(FLAGS_subscription);
   if (subscription.empty()) Die("--subscription is required");
   const std::string state_dir = absl::GetFlag(FLAGS_state_dir);
@@ -306,7 +327,7 @@ int Run() {
   o.subscription = subscription;
   o.selector = absl::GetFlag(FLAGS_selector);
   o.topic_filter = absl::GetFlag(FLAGS_topic);
-  o.broker = *broker_name;
+  o.broker = brokers[0];
   o.checkpoint = state.ct;
   o.epoch = state.epoch;
   o.ack_stored_only = true;  // the broker hears only what the state file holds
@@ -331,7 +352,26 @@ int Run() {
   }
   absl::Status run;
   {
-    Repeater sync(rt, absl::GetFlag(FLAGS_sync_interval), [&consumer] { consumer.Sync(); });
+    // Reconnect anywhere: a broker not heard from for --failover_after (down, or cut off) hands
+    // over to the next, which serves the subscription from its CT (by refiltering what it never
+    // hosted).
+    size_t current = 0;
+    absl::Time moved = absl::Now();
+    const absl::Duration failover_after = absl::GetFlag(FLAGS_failover_after);
+    Repeater sync(rt, absl::GetFlag(FLAGS_sync_interval), [&] {
+      consumer.Sync();
+      const absl::Time now = absl::Now();
+      if (brokers.size() >= 2 && !consumer.refused() &&
+          now - std::max(moved, consumer.heard()) >= failover_after) {
+        moved = now;
+        current = (current + 1) % brokers.size();
+        std::fprintf(stderr, "gryph-sub: nothing from the broker for %s: moving to %s\n",
+                     absl::FormatDuration(failover_after).c_str(), brokers[current].c_str());
+        if (absl::Status s = ds->ConnectTo(brokers[current]); !s.ok()) {
+          std::fprintf(stderr, "gryph-sub: %s\n", s.ToString().c_str());
+        }
+      }
+    });
     StatsPrinter printer(rt, absl::GetFlag(FLAGS_stats_interval), [&consumer, ds] {
       const State& s = consumer.state();
       return absl::StrCat(ds->connected() ? "connected" : "not connected", " events ",
