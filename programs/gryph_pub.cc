@@ -2,7 +2,9 @@
 //
 // It publishes JSON lines read from standard input (programs/event_json.h; a line's "key" picks
 // the pubend, else --pubend does) or, with --rate, generated events ({"seq": N, "k": N % 10}
-// and a --payload_bytes payload) at that rate, --count of them (0: until stopped). The PHB knows
+// and a --payload_bytes payload, N = 1, 2, ... across restarts) at that rate, --count of them
+// (0: until stopped). An event the PHB says it never logged under its sequence (that publish
+// was lost while a later one arrived) is published again under a new one. The PHB knows
 // it by its channel name (--name; under CURVE, the name its key is allowed as), and takes
 // (name, sequence) for the idempotency key.
 //
@@ -51,7 +53,7 @@ ABSL_FLAG(std::string, state_dir, "", "where the publisher journals what it publ
 ABSL_FLAG(uint32_t, pubend, 1, "the pubend of events without a \"key\"");
 ABSL_FLAG(double, rate, 0, "generate events at this rate per second (0: read JSON lines)");
 ABSL_FLAG(int64_t, count, 0,
-          "with --rate: the events of sequences 1..count, across restarts (0: until stopped)");
+          "with --rate: how many events in all, across restarts (0: until stopped)");
 ABSL_FLAG(int64_t, payload_bytes, 100, "with --rate: the payload size of each event");
 ABSL_FLAG(bool, print_acks, false, "print each answer as a JSON line on stdout");
 ABSL_FLAG(std::string, keys_dir, "",
@@ -65,6 +67,8 @@ namespace {
 constexpr absl::string_view kJournal = "pub.journal";  // sequence (8 bytes, big-endian) -> entry
 constexpr absl::string_view kMeta = "pub.meta";
 constexpr absl::string_view kNextSequence = "next_sequence";  // 8 bytes, big-endian
+// With --rate: the number of the next generated event (its "seq"), 8 bytes, big-endian.
+constexpr absl::string_view kNextGenerated = "next_generated";
 
 // One journaled publish: the Publish message itself, in its wire encoding (docs/format.md).
 struct Entry {
@@ -72,6 +76,7 @@ struct Entry {
   uint32_t pubend = 0;  // 0: by key
   std::string key;
   EventRef event;
+  uint64_t generated = 0;  // with --rate: the event's number (not journaled: its Send stores it)
 
   std::string Encode() const {
     return EncodeMessage(PublishMessage{sequence, PubendId{pubend}, key, event});
@@ -160,7 +165,9 @@ class Producer {
       : journal_(journal), runtime_(runtime), publisher_(publisher), shared_(shared) {}
 
   // On the producer's thread. Returns when everything is answered (or on stop).
-  void Run(std::deque<Entry> recovered, uint64_t next_sequence) {
+  // `next_generated`: with --rate, the number of the next event to generate. A republished event
+  // takes a new sequence, so sequences and event numbers part: the count is of events.
+  void Run(std::deque<Entry> recovered, uint64_t next_sequence, uint64_t next_generated) {
     for (Entry& e : recovered) {
       if (!Send(std::move(e))) return;
     }
@@ -174,12 +181,13 @@ class Producer {
       e.sequence = next_sequence++;
       e.pubend = absl::GetFlag(FLAGS_pubend);
       if (rate > 0) {
-        // Sequences 1..count in all, across restarts (a restart goes on where the last stopped).
-        if (count > 0 && e.sequence > static_cast<uint64_t>(count)) break;
+        // Events 1..count in all, across restarts (a restart goes on where the last stopped).
+        e.generated = next_generated++;
+        if (count > 0 && e.generated > static_cast<uint64_t>(count)) break;
         absl::SleepFor(start + absl::Seconds(static_cast<double>(i) / rate) - absl::Now());
         Event ev;
-        ev.SetInt64("seq", static_cast<int64_t>(e.sequence))
-            .SetInt64("k", static_cast<int64_t>(e.sequence % 10))
+        ev.SetInt64("seq", static_cast<int64_t>(e.generated))
+            .SetInt64("k", static_cast<int64_t>(e.generated % 10))
             .SetPayload(std::string(static_cast<size_t>(absl::GetFlag(FLAGS_payload_bytes)), 'x'));
         e.event = MakeEventRef(std::move(ev));
       } else {
@@ -242,6 +250,7 @@ class Producer {
     // The next process goes on above every sequence ever used, also once the journal is empty:
     // a sequence used again would be answered as the retry of the old one, and not logged.
     wb.Put(kMeta, kNextSequence, internal::Fixed64BE(e.sequence + 1));
+    if (e.generated > 0) wb.Put(kMeta, kNextGenerated, internal::Fixed64BE(e.generated + 1));
     TakeAnswered(wb);
     if (absl::Status s = journal_->Commit(wb); !s.ok()) {
       Die(absl::StrCat("journaling: ", s.ToString()), kExitFailure);
@@ -336,11 +345,15 @@ int Run() {
   if (!scan.ok()) Die(absl::StrCat(state_dir, ": ", scan.ToString()));
   if (!bad.ok()) Die(absl::StrCat(state_dir, ": ", bad.ToString()));
   // Sequences keep growing across restarts, also when the journal is empty: the next one is kept.
-  absl::StatusOr<std::optional<std::string>> stored = journal->Get(kMeta, kNextSequence);
-  if (!stored.ok()) Die(stored.status().ToString());
-  if (stored->has_value() && (*stored)->size() == 8) {
-    next_sequence = std::max(next_sequence, internal::DecodeFixed64BE((*stored)->data()));
-  }
+  auto stored_counter = [&](absl::string_view key) -> uint64_t {
+    absl::StatusOr<std::optional<std::string>> v = journal->Get(kMeta, key);
+    if (!v.ok()) Die(v.status().ToString());
+    if (!v->has_value()) return 1;
+    if ((*v)->size() != 8) Die(absl::StrCat(state_dir, ": the ", key, " row is damaged"));
+    return internal::DecodeFixed64BE((*v)->data());
+  };
+  next_sequence = std::max(next_sequence, stored_counter(kNextSequence));
+  const uint64_t next_generated = stored_counter(kNextGenerated);
   if (!recovered.empty()) {
     std::fprintf(stderr, "gryph-pub: publishing again %zu unanswered events from %s\n",
                  recovered.size(), state_dir.c_str());
@@ -372,7 +385,7 @@ int Run() {
         });
     Producer producer(journal.get(), runtime.get(), *publisher, &shared);
     std::thread producing([&] {
-      producer.Run(std::move(recovered), next_sequence);
+      producer.Run(std::move(recovered), next_sequence, next_generated);
       runtime->Post([rt = runtime.get()] { rt->Shutdown(); });
     });
     // The loop runs here until SIGTERM or the producer's end stops it.
