@@ -30,6 +30,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -96,7 +97,7 @@ struct Entry {
 // What the producer thread and the loop share.
 struct Shared {
   absl::Mutex mu;
-  size_t outstanding ABSL_GUARDED_BY(mu) = 0;          // sent, not answered
+  std::set<uint64_t> unanswered ABSL_GUARDED_BY(mu);   // the sequences sent, not answered
   std::vector<uint64_t> answered ABSL_GUARDED_BY(mu);  // to remove from the journal
   bool refused ABSL_GUARDED_BY(mu) = false;            // an event refused for good
   // Events the pubend says it never logged under their sequence (their publish was lost while a
@@ -214,7 +215,7 @@ class Producer {
       absl::MutexLock lock(&shared_->mu);
       Forget(lock);
       if (shared_->stop.load()) return;
-      if (shared_->outstanding == 0 && shared_->again.empty()) return;
+      if (shared_->unanswered.empty() && shared_->again.empty()) return;
       shared_->changed.WaitWithTimeout(&shared_->mu, absl::Milliseconds(50));
     }
   }
@@ -239,11 +240,14 @@ class Producer {
   bool Send(Entry e) {
     {
       absl::MutexLock lock(&shared_->mu);
-      while (shared_->outstanding >= Pubend::kSequenceWindow) {
+      // The pubend's retry window spans kSequenceWindow sequences from the oldest unanswered
+      // one (RemotePublisher refuses a publish beyond it).
+      while (!shared_->unanswered.empty() &&
+             e.sequence - *shared_->unanswered.begin() >= Pubend::kSequenceWindow) {
         if (shared_->stop.load()) return false;
         shared_->changed.WaitWithTimeout(&shared_->mu, absl::Milliseconds(50));
       }
-      ++shared_->outstanding;
+      shared_->unanswered.insert(e.sequence);
     }
     WriteBatch wb;
     wb.Put(kJournal, internal::Fixed64BE(e.sequence), e.Encode());
@@ -268,7 +272,7 @@ class Producer {
         }
         if (t.ok()) shared->acked.fetch_add(1, std::memory_order_relaxed);
         absl::MutexLock lock(&shared->mu);
-        --shared->outstanding;
+        shared->unanswered.erase(e.sequence);
         shared->answered.push_back(e.sequence);
         if (again) {
           shared->again.push_back(e);
