@@ -386,8 +386,7 @@ class ZmqChannel::Impl {
 
   absl::Status Send(absl::string_view peer, Message message) {
     const bool owner = OnOwnerThread();
-    std::string fresh;
-    std::string& bytes = owner ? single_ : fresh;  // reused on the owner thread
+    std::string bytes;
     if (!Encode(message, &bytes)) {
       return absl::InvalidArgumentError(absl::StrCat("a ", MessageKindName(message),
                                                      " message is over max_message_bytes encoded"));
@@ -590,7 +589,6 @@ class ZmqChannel::Impl {
   std::vector<zmq_msg_t> received_frames_;  // Dispatch's, reused
   uint64_t delivered_in_pass_ = 0;          // counted into received_ once per Dispatch
   std::vector<std::string> encoded_;        // SendMany's on the owner thread, reused
-  std::string single_;                      // Send's on the owner thread, reused
   // Allowed client keys (Z85) and the name each is bound to; constant once the ZAP thread runs.
   absl::flat_hash_map<std::string, std::string> allowed_;
   std::thread zap_thread_;
