@@ -189,7 +189,8 @@ int Run() {
                channel->bound_endpoint().c_str(), keys_dir.empty() ? " (plain TCP)" : " (CURVE)");
   absl::Status run;
   {
-    StatsPrinter printer(runtime.get(), absl::GetFlag(FLAGS_stats_interval), stats);
+    const std::unique_ptr<Repeater> printer =
+        PrintStats(runtime.get(), absl::GetFlag(FLAGS_stats_interval), stats);
     run = runtime->Run();
   }
   if (!run.ok()) Die(run.ToString(), kExitFailure);

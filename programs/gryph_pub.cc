@@ -291,6 +291,9 @@ class Producer {
 
   void TakeAnswered(WriteBatch& wb) {
     absl::MutexLock lock(&shared_->mu);
+    TakeAnsweredLocked(wb);
+  }
+  void TakeAnsweredLocked(WriteBatch& wb) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shared_->mu) {
     for (uint64_t seq : shared_->answered) wb.Delete(kJournal, internal::Fixed64BE(seq));
     shared_->answered.clear();
   }
@@ -299,8 +302,7 @@ class Producer {
   void Forget(absl::MutexLock&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shared_->mu) {
     if (shared_->answered.empty()) return;
     WriteBatch wb;
-    for (uint64_t seq : shared_->answered) wb.Delete(kJournal, internal::Fixed64BE(seq));
-    shared_->answered.clear();
+    TakeAnsweredLocked(wb);
     if (absl::Status s = journal_->Commit(wb); !s.ok()) {
       Die(absl::StrCat("journaling: ", s.ToString()), kExitFailure);
     }
@@ -380,8 +382,8 @@ int Run() {
 
   Shared shared;
   {
-    StatsPrinter printer(
-        runtime.get(), absl::GetFlag(FLAGS_stats_interval), [&shared, p = *publisher] {
+    const std::unique_ptr<Repeater> printer =
+        PrintStats(runtime.get(), absl::GetFlag(FLAGS_stats_interval), [&shared, p = *publisher] {
           return absl::StrCat(
               "acknowledged ", shared.acked.load(), " outstanding ", p->outstanding(), " resends ",
               p->resends(),

@@ -226,23 +226,6 @@ class Consumer : public DurableSubscriber::Handler {
   absl::Time heard_ = absl::InfinitePast();
 };
 
-// Runs `fn` on the runtime's loop every `interval`, from a thread of its own.
-class Repeater {
- public:
-  Repeater(Runtime* runtime, absl::Duration interval, std::function<void()> fn)
-      : thread_([this, runtime, interval, fn = std::move(fn)] {
-          while (!stop_.WaitForNotificationWithTimeout(interval)) runtime->Post([fn] { fn(); });
-        }) {}
-  ~Repeater() {
-    stop_.Notify();
-    thread_.join();
-  }
-
- private:
-  absl::Notification stop_;
-  std::thread thread_;
-};
-
 int Run() {
   const std::string broker = absl::GetFlag(FLAGS_broker);
   if (broker.empty()) Die("--broker is required (NAME@ENDPOINT of the SHB)");
@@ -358,7 +341,7 @@ int Run() {
     size_t current = 0;
     absl::Time moved = absl::Now();
     const absl::Duration failover_after = absl::GetFlag(FLAGS_failover_after);
-    Repeater sync(rt, absl::GetFlag(FLAGS_sync_interval), [&] {
+    const Repeater sync(rt, absl::GetFlag(FLAGS_sync_interval), [&] {
       consumer.Sync();
       const absl::Time now = absl::Now();
       if (brokers.size() >= 2 && !consumer.refused() &&
@@ -372,12 +355,13 @@ int Run() {
         }
       }
     });
-    StatsPrinter printer(rt, absl::GetFlag(FLAGS_stats_interval), [&consumer, ds] {
-      const State& s = consumer.state();
-      return absl::StrCat(ds->connected() ? "connected" : "not connected", " events ",
-                          s.events + consumer.consumed(), " gaps ", consumer.gaps(), " ct ",
-                          ds->checkpoint().ToString());
-    });
+    const std::unique_ptr<Repeater> printer =
+        PrintStats(rt, absl::GetFlag(FLAGS_stats_interval), [&consumer, ds] {
+          const State& s = consumer.state();
+          return absl::StrCat(ds->connected() ? "connected" : "not connected", " events ",
+                              s.events + consumer.consumed(), " gaps ", consumer.gaps(), " ct ",
+                              ds->checkpoint().ToString());
+        });
     run = runtime->Run();
   }
   // The loop has ended (its final ack carried the last stored CT): store what came since.

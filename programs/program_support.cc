@@ -268,24 +268,26 @@ std::vector<char*> ParseFlags(int argc, char** argv, absl::string_view source_fi
   return absl::ParseCommandLine(argc, argv);
 }
 
-StatsPrinter::StatsPrinter(Runtime* runtime, absl::Duration interval,
-                           std::function<std::string()> line) {
+Repeater::Repeater(Runtime* runtime, absl::Duration interval, std::function<void()> fn) {
   if (interval <= absl::ZeroDuration()) return;
-  thread_ = std::thread([this, runtime, interval, line = std::move(line)] {
-    while (!stop_.WaitForNotificationWithTimeout(interval)) {
-      // On the loop, where the nodes live; printed there too (a line is short).
-      runtime->Post([line] {
-        const std::string text = line();
-        std::fprintf(stderr, "%s: %s\n", ProgramName().c_str(), text.c_str());
-      });
-    }
+  thread_ = std::thread([this, runtime, interval, fn = std::move(fn)] {
+    while (!stop_.WaitForNotificationWithTimeout(interval)) runtime->Post([fn] { fn(); });
   });
 }
 
-StatsPrinter::~StatsPrinter() {
+Repeater::~Repeater() {
   if (!thread_.joinable()) return;
   stop_.Notify();
   thread_.join();
+}
+
+std::unique_ptr<Repeater> PrintStats(Runtime* runtime, absl::Duration interval,
+                                     std::function<std::string()> line) {
+  // On the loop, where the nodes live; printed there too (a line is short).
+  return std::make_unique<Repeater>(runtime, interval, [line = std::move(line)] {
+    const std::string text = line();
+    std::fprintf(stderr, "%s: %s\n", ProgramName().c_str(), text.c_str());
+  });
 }
 
 }  // namespace gryph::programs

@@ -71,18 +71,22 @@ absl::StatusOr<std::unique_ptr<Storage>> OpenStore(const std::string& dir, Durab
 // "sync" or "nosync".
 absl::StatusOr<Durability> ParseDurability(absl::string_view s);
 
-// Runs `line` on the runtime's loop every `interval` (none when zero) and prints what it
-// returns on standard error, prefixed with the program's name; from its own thread, which it
-// stops when destroyed. Start it after the runtime.
-class StatsPrinter {
+// Runs `fn` on the runtime's loop every `interval` (never when zero), posted from a thread of
+// its own, which it stops when destroyed. Destroy it before the runtime.
+class Repeater {
  public:
-  StatsPrinter(Runtime* runtime, absl::Duration interval, std::function<std::string()> line);
-  ~StatsPrinter();
+  Repeater(Runtime* runtime, absl::Duration interval, std::function<void()> fn);
+  ~Repeater();
 
  private:
   absl::Notification stop_;
   std::thread thread_;
 };
+
+// Prints what `line` returns on standard error, prefixed with the program's name, every
+// `interval` (never when zero), on the runtime's loop.
+std::unique_ptr<Repeater> PrintStats(Runtime* runtime, absl::Duration interval,
+                                     std::function<std::string()> line);
 
 }  // namespace gryph::programs
 
