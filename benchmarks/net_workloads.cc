@@ -571,6 +571,9 @@ class Subscriber final : public DurableSubscriber::Handler {
 //   "check S0 S1 ...": against those last sequences per publisher, "check LOST DUPLICATED
 //     MISDELIVERED GAPS CAUGHT_UP_NS", CAUGHT_UP_NS the latest last delivery of phase 2 among
 //     the subscribers (0 if one is missing something);
+//   "churn PERIOD_MS AWAY_MS": from now on, every PERIOD_MS the next subscriber (round-robin)
+//     disconnects and connects again AWAY_MS later from its CT; "churn 0 0" stops that and
+//     connects every one still away; answers "churning";
 //   "quit": final acks, the state file, exit.
 class ClientProcess {
  public:
@@ -605,8 +608,10 @@ class ClientProcess {
       durable_.push_back(*subscriber);
       channels.push_back(*std::move(channel));
     }
+    runtime_ = runtime->get();
     Answer(out, "ready");
-    ServeCommands(runtime->get(), in, out, [this](const std::string& c) { return Command(c); });
+    ServeCommands(runtime_, in, out, [this](const std::string& c) { return Command(c); });
+    StopChurn();
     std::string state;
     for (size_t k = 0; k < subscribers_.size(); ++k) {
       absl::StrAppend(&state, subscribers_[k]->Save(durable_[k]->checkpoint()), "\n");
@@ -635,8 +640,65 @@ class ClientProcess {
     return lines;
   }
 
+  // Disconnections and reconnections, posted to the loop by a thread of their own.
+  void StartChurn(absl::Duration period, absl::Duration away) {
+    churning_.store(true);
+    churn_ = std::thread([this, period, away] {
+      struct Away {
+        absl::Time back;
+        size_t k;
+      };
+      std::vector<Away> gone;
+      size_t next = 0;
+      absl::Time due = absl::Now();
+      while (churning_.load()) {
+        absl::SleepFor(absl::Milliseconds(5));
+        const absl::Time now = absl::Now();
+        std::vector<size_t> back;
+        while (!gone.empty() && gone.front().back <= now) {
+          back.push_back(gone.front().k);
+          gone.erase(gone.begin());
+        }
+        std::vector<size_t> leave;
+        if (now >= due) {
+          due += period;
+          bool already = false;
+          for (const Away& a : gone) already = already || a.k == next;
+          if (!already) {
+            leave.push_back(next);
+            gone.push_back({now + away, next});
+          }
+          next = (next + 1) % durable_.size();
+        }
+        if (back.empty() && leave.empty()) continue;
+        runtime_->Post([this, back, leave] {
+          for (size_t k : leave) (void)durable_[k]->Disconnect();
+          for (size_t k : back) (void)durable_[k]->Connect();
+        });
+      }
+      runtime_->Post([this, gone] {
+        for (const Away& a : gone) (void)durable_[a.k]->Connect();
+      });
+    });
+  }
+  void StopChurn() {
+    churning_.store(false);
+    if (churn_.joinable()) churn_.join();
+  }
+
   std::string Command(const std::string& command) {
     std::vector<std::string> words = absl::StrSplit(command, ' ', absl::SkipEmpty());
+    if (words.size() == 3 && words[0] == "churn") {
+      int64_t period_ms = 0;
+      int64_t away_ms = 0;
+      if (!absl::SimpleAtoi(words[1], &period_ms) || !absl::SimpleAtoi(words[2], &away_ms)) {
+        return "error";
+      }
+      // StopChurn joins a thread that only posts; it never waits for this loop.
+      StopChurn();
+      if (period_ms > 0) StartChurn(absl::Milliseconds(period_ms), absl::Milliseconds(away_ms));
+      return "churning";
+    }
     if (words.size() == 2 && words[0] == "report") {
       int64_t phase = 0;
       if (!absl::SimpleAtoi(words[1], &phase) || phase < 0 || phase >= 8) return "error";
@@ -669,6 +731,9 @@ class ClientProcess {
   }
 
   int64_t start_ns_ = 0;
+  Runtime* runtime_ = nullptr;
+  std::atomic<bool> churning_{false};
+  std::thread churn_;
   std::vector<std::unique_ptr<Subscriber>> subscribers_;
   std::vector<DurableSubscriber*> durable_;
   PhaseFigures phases_[8];
@@ -1208,6 +1273,74 @@ void NetFanout(const Context& ctx) {
 }
 
 GRYPH_WORKLOAD(net_fanout) { NetFanout(ctx); }
+
+// ---------------------------------------------------------------------------------------------
+// net_scaleout.
+
+constexpr int kScaleoutSubscribersPerShb = 50;
+constexpr double kScaleoutEventsPerS = 4'000;
+
+// One PHB, `shbs` SHBs with a client process of 50 subscribers each (5 per topic), events at a
+// fixed rate: each subscriber gets the same rate whatever the number of SHBs.
+void NetScaleout(const Context& ctx, size_t shbs, bool churn) {
+  Topology net(absl::StrCat(ctx.scratch_dir, "/scaleout-", shbs, churn ? "-churn" : ""));
+  std::vector<std::string> names;
+  for (size_t i = 0; i < shbs; ++i) names.push_back(Topology::ShbName(i));
+  net.StartPhb(names);
+  std::vector<size_t> clients;
+  for (size_t i = 0; i < shbs; ++i) {
+    net.StartShb(i);
+    const int first = static_cast<int>(i) * kScaleoutSubscribersPerShb;
+    clients.push_back(net.StartClient(i, Range(first, first + kScaleoutSubscribersPerShb)));
+  }
+  net.StartPublisher();
+  const uint64_t matching = shbs * kScaleoutSubscribersPerShb / kTopics;
+  const Topology::Published warm = net.Publish(kScaleoutEventsPerS, 2'000, 0);
+  net.AwaitDeliveries(0, clients, warm.acked * matching, std::chrono::seconds(60));
+
+  if (churn) {
+    // Each client: one subscriber away for 500 ms every 100 ms (about 5 of 50 at a time).
+    for (size_t c : clients) Expect(net.client(c), "churning", net.client(c).Ask("churn 100 500"));
+  }
+  std::vector<double> cpu_before;
+  for (size_t i = 0; i < shbs; ++i) cpu_before.push_back(net.shb(i).CpuSeconds());
+  const uint64_t count = static_cast<uint64_t>(kScaleoutEventsPerS * ctx.seconds * 2);
+  const Topology::Published run = net.Publish(kScaleoutEventsPerS, count, 1);
+  if (churn) {
+    for (size_t c : clients) Expect(net.client(c), "churning", net.client(c).Ask("churn 0 0"));
+  }
+  const Topology::Phase p1 =
+      net.AwaitDeliveries(1, clients, run.acked * matching, std::chrono::seconds(120));
+  double cpu = 0;
+  for (size_t i = 0; i < shbs; ++i) cpu += net.shb(i).CpuSeconds() - cpu_before[i];
+  const Topology::Check check =
+      net.AwaitComplete(clients, net.Sequences(), std::chrono::seconds(60));
+  net.Stop();
+
+  const double deliveries_per_s = static_cast<double>(p1.deliveries) / p1.seconds();
+  Report("net_scaleout")
+      .Add("shbs", static_cast<int64_t>(shbs))
+      .Add("churn", churn ? "yes" : "no")
+      .Add("subscribers", static_cast<int64_t>(shbs * kScaleoutSubscribersPerShb))
+      .Add("offered_per_s", kScaleoutEventsPerS)
+      .Add("per_subscriber_per_s", kScaleoutEventsPerS / kTopics)
+      .Add("deliveries_per_s", deliveries_per_s)
+      .Add("shb_cpu_s_per_million", static_cast<double>(p1.deliveries) > 0
+                                        ? cpu / static_cast<double>(p1.deliveries) * 1e6
+                                        : 0)
+      .Add("p50_us", p1.latency.Percentile(50))
+      .Add("p99_us", p1.latency.Percentile(99))
+      .Add("lost", static_cast<int64_t>(check.lost))
+      .Add("duplicated", static_cast<int64_t>(check.duplicated))
+      .Add("gaps", static_cast<int64_t>(check.gaps))
+      .Print();
+}
+
+GRYPH_WORKLOAD(net_scaleout) {
+  for (bool churn : {false, true}) {
+    for (size_t shbs : {1, 2, 4}) NetScaleout(ctx, shbs, churn);
+  }
+}
 
 }  // namespace
 }  // namespace gryph::bench
