@@ -68,6 +68,7 @@ struct Figure {
 enum class Kind {
   kFloor,         // raw LMDB or the machine, no gryph code: no target; a ratio to baseline if named
   kAtLeast,       // the figure >= bound
+  kAtMost,        // the figure <= bound
   kRatioAtLeast,  // figure / baseline >= bound
   kRatioAtMost,   // figure / baseline <= bound
 };
@@ -110,6 +111,10 @@ constexpr const char* kNetwork =
     "Issue \"Beyond one process (1 of 2)\": the ZeroMQ channel ≥ 70% of raw ZeroMQ between the "
     "same processes; during a burst of 1,000 reconnections the caught-up subscribers keep ≥ 80% "
     "of their rate and a delivery p99 ≤ 2× normal.";
+constexpr const char* kNetFanout =
+    "Issue \"Beyond one process (2 of 2)\": `net_fanout` (every node a process, ZeroMQ TCP, sync "
+    "at PHB and SHB) ≥ 1,000,000 deliveries/s and ≥ 50% of raw ZeroMQ of the same size and "
+    "fan-out between the same processes; `lost` = `duplicated` = 0 with an SHB SIGKILL.";
 constexpr const char* kMatcher =
     "docs/matcher.md, \"Against the targets\": inserts and removes ≥ 2,000,000/s in the three "
     "topic shapes, none below 1,000,000/s; `match_content` ≥ 20,000 events/s; `match_concurrent` "
@@ -216,6 +221,14 @@ constexpr Row kRows[] = {
      Kind::kRatioAtMost,
      2,
      kNetwork},
+    {{"net_fanout", "", "deliveries_per_s"}, kNone, Kind::kAtLeast, 1e6, kNetFanout},
+    {{"net_fanout", "", "deliveries_per_s"},
+     {"net_fanout", "", "zmq_raw_msgs_per_s"},
+     Kind::kRatioAtLeast,
+     0.5,
+     kNetFanout},
+    {{"net_fanout", "", "lost"}, kNone, Kind::kAtMost, 0, kNetFanout},
+    {{"net_fanout", "", "duplicated"}, kNone, Kind::kAtMost, 0, kNetFanout},
     {{"match_one_topic", "", "inserts_per_s"}, kNone, Kind::kAtLeast, 2e6, kMatcher},
     {{"match_one_topic", "", "removes_per_s"}, kNone, Kind::kAtLeast, 2e6, kMatcher},
     {{"match_flat", "", "inserts_per_s"}, kNone, Kind::kAtLeast, 2e6, kMatcher},
@@ -577,6 +590,10 @@ int main(int argc, char** argv) {
       case Kind::kAtLeast:
         target = fmt::format("≥ {}", Number(row.bound, row.figure.key));
         met = *value >= row.bound;
+        break;
+      case Kind::kAtMost:
+        target = fmt::format("≤ {}", Number(row.bound, row.figure.key));
+        met = *value <= row.bound;
         break;
       case Kind::kRatioAtLeast:
         target = fmt::format("≥ {:g}× baseline", row.bound);

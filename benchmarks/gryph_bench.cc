@@ -68,6 +68,18 @@
 //   zmq_channel        two processes over TCP loopback: Delivery messages of 250-byte events
 //                      through ZmqChannel (msgs_per_s) against raw ZeroMQ frames of the same
 //                      size between the same processes (zmq_raw_msgs_per_s), and their ratio
+//   net_fanout         the durable fan-out with every node a process of its own over ZeroMQ TCP
+//                      loopback: PHB, SHB (sync at both), a publisher process, 100 subscribers
+//                      in two client processes, 10 topics, each event matching 10; phase 1 all
+//                      online (as fast as the publishers go, then latency at half that rate),
+//                      phase 2 half away while 100,000 events are published and the SHB is
+//                      SIGKILLed, phase 3 their return (deliveries_per_s, p50_us, p99_us,
+//                      catchup_s, lost, duplicated, zmq_raw_msgs_per_s: raw ZeroMQ frames of a
+//                      delivery's size from one process to 100 DEALERs in two others)
+//   net_scaleout       one PHB and 1, 2, 4 SHB processes with 50 subscribers each, 4,000 events/s
+//                      (400/s per subscriber whatever the SHBs), without and with churn (shbs,
+//                      churn, deliveries_per_s, shb_cpu_s_per_million, p50_us, p99_us, lost,
+//                      duplicated)
 //
 // Every figure is the median of several runs; compare figures against the baselines printed in
 // the same run, since this machine is small and shared.
