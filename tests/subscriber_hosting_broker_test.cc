@@ -1158,6 +1158,164 @@ TEST_CASE("unsubscribing deletes the subscription", "[shb]") {
   REQUIRE(t.shb().subscription_count() == 0);
 }
 
+// ---- Administration: what a subscription's state is, deleting and expiring it -------------------
+
+TEST_CASE("a subscription's status says where its subscriber is and how far behind",
+          "[shb][admin]") {
+  ShbTest t;
+  t.Open();
+  REQUIRE(t.shb().FindSubscription("s").status().code() == absl::StatusCode::kNotFound);
+  RawClient& x = t.AddRaw("x");
+  x.ConnectRed(0);
+  t.Pump();
+  x.Take();
+  t.Publish(Knowledge(1, 7, {{2, "red"}, {4, "blue"}, {6, "red"}}));
+  t.Publish(Knowledge(8, 10, {{8, "red"}}));
+  REQUIRE(Deliveries(x.Take()) == Strings{"E2", "E6", "E8"});
+  t.Timer();  // the round's commit is applied: latestDelivered(p) = 10
+
+  absl::StatusOr<SubscriptionStatus> st = t.shb().FindSubscription("s");
+  REQUIRE_OK(st);
+  CHECK(st->name == "s");
+  CHECK(st->selector == "color = 'red'");
+  CHECK(st->state == SubscriptionStatus::State::kConnected);
+  CHECK(st->session == "x");
+  CHECK(st->epoch == 1);
+  CHECK(st->last_heard == t.now);
+  REQUIRE(st->pubends.size() == 1);
+  const SubscriptionStatus::AtPubend& at = st->pubends[0];
+  CHECK(at.pubend == kP);
+  CHECK(at.released == 0);
+  CHECK(at.latest_delivered == 10);
+  CHECK(at.backlog_ticks == 10);
+  CHECK(at.sent_through == 8);
+  CHECK(at.unacked_events == 3);
+  CHECK_FALSE(at.catching_up);
+  REQUIRE(t.shb().BacklogEvents("s", kP).value() == 3);
+
+  // The subscriber acknowledges through 6: one event left, and one unacknowledged.
+  t.now += absl::Seconds(1);
+  x.Send(AckMessage{"s", Ct(6)});
+  t.Pump();
+  st = t.shb().FindSubscription("s");
+  CHECK(st->pubends[0].released == 6);
+  CHECK(st->pubends[0].backlog_ticks == 4);
+  CHECK(st->pubends[0].unacked_events == 1);
+  CHECK(st->last_heard == t.now);
+  REQUIRE(t.shb().BacklogEvents("s", kP).value() == 1);
+  REQUIRE(t.shb().BacklogEvents("s", PubendId{99}).status().code() == absl::StatusCode::kNotFound);
+  REQUIRE(t.shb().BacklogEvents("nobody", kP).status().code() == absl::StatusCode::kNotFound);
+
+  // Gone, and back behind: catching up.
+  x.Send(DisconnectMessage{"s"});
+  t.Pump();
+  REQUIRE(t.shb().Subscriptions().size() == 1);
+  CHECK(t.shb().Subscriptions()[0].state == SubscriptionStatus::State::kDisconnected);
+  CHECK(t.shb().Subscriptions()[0].pubends[0].unacked_events == 0);
+  // (Handed to the broker directly: no Flush yet, which would let the catchup finish.)
+  t.shb().HandleMessage("y", ConnectMessage{"s", "color = 'red'", "", Ct(2), 2, false});
+  st = t.shb().FindSubscription("s");
+  CHECK(st->state == SubscriptionStatus::State::kCatchingUp);
+  CHECK(st->pubends[0].catching_up);
+}
+
+TEST_CASE("an administrator deletes a subscription: its session ends and it holds nothing back",
+          "[shb][admin]") {
+  ShbTest t;
+  t.Open();
+  RawClient& x = t.AddRaw("x");
+  x.ConnectRed(0);
+  Client& other = t.Subscribe("other", "color = 'blue'");
+  t.Pump();
+  x.Take();
+  t.Publish(Knowledge(1, 10, {{2, "red"}, {3, "blue"}}));
+  x.Take();
+  t.Timer(absl::Milliseconds(200));
+  t.TakeReleases();
+
+  REQUIRE(t.shb().DeleteSubscription("nobody").code() == absl::StatusCode::kNotFound);
+  REQUIRE_OK(t.shb().DeleteSubscription("s"));
+  t.Pump();
+  REQUIRE(OnlyError(x.Take(), "s") == absl::StatusCode::kNotFound);
+  REQUIRE(t.shb().subscription_count() == 1);
+  REQUIRE(t.shb().stats().subscriptions_deleted == 1);
+  REQUIRE(t.shb().FindSubscription("s").status().code() == absl::StatusCode::kNotFound);
+  // Its never-acknowledged ticks no longer hold the release: only "other" (which acks) does.
+  t.Publish(Knowledge(11, 20, {{12, "red"}}));
+  REQUIRE(x.Take().empty());
+  other.ds->OnTimer(t.now);  // acks
+  t.Pump();
+  t.Timer(absl::Milliseconds(200));
+  for (const ReleaseMessage& r : t.TakeReleases()) {
+    REQUIRE(r.entries.size() == 1);
+    CHECK(r.entries[0].released > 0);
+  }
+  // Its acks are refused now, and it is gone after a restart too.
+  x.Send(AckMessage{"s", Ct(2)});
+  t.Pump();
+  REQUIRE(OnlyError(x.Take(), "s") == absl::StatusCode::kFailedPrecondition);
+  t.Restart();
+  t.Open();
+  REQUIRE(t.shb().subscription_count() == 1);
+}
+
+TEST_CASE("a subscription away past subscription_expiry is deleted; its return gets a Gap",
+          "[shb][admin]") {
+  ShbTest t;
+  t.options.subscription_expiry = absl::Seconds(60);
+  t.options.event_cache_ticks = 1;  // what the SHB no longer needs, it forgets
+  t.Open();
+  RawClient& x = t.AddRaw("x");
+  x.ConnectRed(0);
+  t.Pump();
+  x.Take();
+  t.Publish(Knowledge(1, 10, {{2, "red"}}));
+  x.Send(AckMessage{"s", Ct(2)});
+  x.Send(DisconnectMessage{"s"});
+  t.Pump();
+  x.Take();
+  t.Publish(Knowledge(11, 20, {{12, "red"}}));
+
+  // Away for 59 s: kept. Then expired.
+  for (int i = 0; i < 59; ++i) t.Timer(absl::Seconds(1));
+  REQUIRE(t.shb().subscription_count() == 1);
+  t.Timer(absl::Seconds(1));
+  REQUIRE(t.shb().subscription_count() == 0);
+  REQUIRE(t.shb().stats().subscriptions_expired == 1);
+  t.TakeCuriosity();
+
+  // It returns with its CT: served as never hosted, by refiltering from upstream; upstream has
+  // released (11, 20] meanwhile, which arrives as a Gap, never as nothing.
+  x.ConnectRed(2);
+  t.Pump();
+  std::vector<CuriosityMessage> nacks = t.TakeCuriosity();
+  REQUIRE_FALSE(nacks.empty());
+  KnowledgeMessage lost{kP, {KnowledgeSpan::Lost({3, 20})}};
+  t.Publish(lost);
+  t.Timer();
+  std::vector<Message> got = x.Take();
+  REQUIRE(std::get_if<ConnectedMessage>(&got[0]) != nullptr);
+  const Strings deliveries = Deliveries(got);
+  REQUIRE_FALSE(deliveries.empty());
+  REQUIRE(deliveries.front() == "G20");
+}
+
+TEST_CASE("a subscription recovered at open counts its expiry from the open", "[shb][admin]") {
+  ShbTest t;
+  t.options.subscription_expiry = absl::Seconds(60);
+  t.Open();
+  Client& red = t.Subscribe("red", "color = 'red'");
+  REQUIRE_OK(red.ds->Disconnect());
+  t.Pump();
+  t.now += absl::Hours(1);
+  t.Restart();
+  t.Open();
+  t.Timer(absl::Seconds(1));
+  REQUIRE(t.shb().subscription_count() == 1);
+  t.Timer(absl::Seconds(60));
+  REQUIRE(t.shb().subscription_count() == 0);
+}
+
 // ---- Upstream: nacks and releases -------------------------------------------------------------
 
 TEST_CASE("Q below the highest tick seen is nacked upstream after nack_delay", "[shb]") {

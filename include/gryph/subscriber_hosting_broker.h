@@ -141,8 +141,49 @@ struct SubscriberHostingBrokerOptions {
   // stalled for half of it first counts every session as heard (its acks may be waiting).
   absl::Duration session_timeout = absl::Seconds(30);
   size_t pfs_checkpoint_interval = 1024;
+  // A subscription whose subscriber has not been connected for this long is deleted, as an
+  // administrator's DeleteSubscription would (Pulsar's subscription expiration, Kafka's offset
+  // retention): without it, a subscriber that never returns holds the pubends' logs for ever.
+  // Counted from its last ack, keepalive or connection, or from the broker's Open, whichever is
+  // latest (when it was last heard is not stored). If the subscriber does come back, its CT is
+  // one this broker never hosted: it is served by refiltering from upstream, and whatever
+  // upstream has released meanwhile arrives as a Gap, never as a silent hole. Infinite (the
+  // default): never.
+  absl::Duration subscription_expiry = absl::InfiniteDuration();
   // The time source; absl::Now when empty.
   std::function<absl::Time()> clock;
+};
+
+// One durable subscription as its broker sees it: what an operator pages on (how far behind its
+// subscriber is, whether it is there).
+struct SubscriptionStatus {
+  enum class State {
+    kDisconnected,
+    kConnected,   // in the constream at every pubend: it gets each event as it arrives
+    kCatchingUp,  // connected, fed from the PFS at some pubend (reconnected behind, or demoted)
+  };
+  struct AtPubend {
+    PubendId pubend;
+    Tick released = 0;          // released(s,p): what its subscriber acknowledged
+    Tick latest_delivered = 0;  // latestDelivered(p) of the broker
+    // latest_delivered - released: the span it has not acknowledged (it may hold no match). For
+    // the events, BacklogEvents.
+    Tick backlog_ticks = 0;
+    Tick sent_through = 0;        // the live session's last message from p; 0 without a session
+    // Event messages the live session was sent and has not acknowledged, counted by the rounds
+    // they went out in (an ack counts a round once it covers all of it).
+    uint64_t unacked_events = 0;
+    bool catching_up = false;
+  };
+  std::string name;
+  std::string selector;
+  std::string topic_filter;
+  State state = State::kDisconnected;
+  std::string session;  // the connected peer's name; empty when disconnected
+  uint64_t epoch = 0;
+  // Its last ack, keepalive or connection (or the broker's Open, when none since).
+  absl::Time last_heard = absl::InfinitePast();
+  std::vector<AtPubend> pubends;
 };
 
 class SubscriberHostingBroker {
@@ -162,6 +203,8 @@ class SubscriberHostingBroker {
     uint64_t resent = 0;           // last messages resent to a subscriber whose ack lacked them
     uint64_t stale_knowledge = 0;  // knowledge for ticks already L here
     uint64_t conflicting_knowledge = 0;  // should stay 0
+    uint64_t subscriptions_deleted = 0;  // by DeleteSubscription
+    uint64_t subscriptions_expired = 0;  // by subscription_expiry
   };
 
   // Opens the broker's state in `storage` (recovering subscriptions, latestDelivered, released
@@ -199,6 +242,23 @@ class SubscriberHostingBroker {
   virtual size_t subscription_count() const = 0;
   virtual size_t catching_up() const = 0;
   virtual const Stats& stats() const = 0;
+
+  // Administration (on the broker's thread, like everything else here).
+  // Every durable subscription, by name.
+  virtual std::vector<SubscriptionStatus> Subscriptions() const = 0;
+  // One subscription; NotFound when there is none of that name.
+  virtual absl::StatusOr<SubscriptionStatus> FindSubscription(absl::string_view name) const = 0;
+  // Events matching subscription `name` at pubend `p` that its subscriber has not acknowledged:
+  // the PFS records in (released(s,p), latestDelivered(p)], read from storage (a cost in
+  // proportion to them; a range the PFS chopped counts as none). NotFound for an unknown
+  // subscription or pubend; the read's error for damaged records.
+  virtual absl::StatusOr<uint64_t> BacklogEvents(absl::string_view name, PubendId p) = 0;
+  // Deletes a durable subscription from the broker's side, as its own Unsubscribe would: its
+  // session (if any) ends with NotFound, its PFS entries and rows go, and its acknowledgements
+  // no longer hold releases upstream. NotFound when there is none of that name;
+  // FailedPrecondition on a stopped broker.
+  virtual absl::Status DeleteSubscription(absl::string_view name) = 0;
+
   // OK, or the storage error that stopped the broker (reopen it).
   virtual const absl::Status& status() const = 0;
   // The committer of the broker's rounds, for an owner that plays the commit thread

@@ -108,6 +108,8 @@ absl::Status SubscriberHostingBrokerImpl::Recover() {
                             epoch,
                             "",
                             {}};
+        // For subscription_expiry: when it was last heard is not stored.
+        s.last_heard = Now();
         names_[id] = s.name;
         const std::string name = s.name;
         subscriptions_.emplace(name, std::move(s));
@@ -858,6 +860,12 @@ void SubscriberHostingBrokerImpl::OnUnsubscribe(absl::string_view from,
     return;
   }
   EndSession(s);
+  Delete(it);
+}
+
+void SubscriberHostingBrokerImpl::Delete(
+    std::map<std::string, SubscriptionState, std::less<>>::iterator it) {
+  SubscriptionState& s = it->second;
   WriteBatch wb;
   for (auto& [id, p] : pubends_) {
     if (absl::Status st = p.pfs->RemoveSubscriber(s.id, &wb); !st.ok() && !absl::IsNotFound(st)) {
@@ -874,6 +882,95 @@ void SubscriberHostingBrokerImpl::OnUnsubscribe(absl::string_view from,
   by_id_.erase(s.id.value);
   subscriptions_.erase(it);
   Submit(std::move(wb), {});  // not waited for (see OnConnect): a crash first brings it back
+}
+
+SubscriptionStatus SubscriberHostingBrokerImpl::StatusOf(const SubscriptionState& s) const {
+  SubscriptionStatus st;
+  st.name = s.name;
+  st.selector = s.selector;
+  st.topic_filter = s.topic_filter;
+  st.session = s.session;
+  st.epoch = s.epoch;
+  st.last_heard = s.last_heard;
+  bool catching_up = false;
+  for (const auto& [id, pos] : s.positions) {
+    SubscriptionStatus::AtPubend& at = st.pubends.emplace_back();
+    at.pubend = id;
+    at.released = pos.released;
+    at.latest_delivered = latest_delivered(id);
+    at.backlog_ticks = at.latest_delivered > at.released ? at.latest_delivered - at.released : 0;
+    at.catching_up = pos.catchup != nullptr;
+    if (!s.session.empty()) {
+      at.sent_through = pos.session.sent_through();
+      at.unacked_events = pos.session.unacked();
+    }
+    catching_up = catching_up || at.catching_up;
+  }
+  st.state = s.session.empty() ? SubscriptionStatus::State::kDisconnected
+             : catching_up     ? SubscriptionStatus::State::kCatchingUp
+                               : SubscriptionStatus::State::kConnected;
+  return st;
+}
+
+std::vector<SubscriptionStatus> SubscriberHostingBrokerImpl::Subscriptions() const {
+  std::vector<SubscriptionStatus> all;
+  all.reserve(subscriptions_.size());
+  for (const auto& [name, s] : subscriptions_) all.push_back(StatusOf(s));
+  return all;
+}
+
+absl::StatusOr<SubscriptionStatus> SubscriberHostingBrokerImpl::FindSubscription(
+    absl::string_view name) const {
+  auto it = subscriptions_.find(name);
+  if (it == subscriptions_.end()) {
+    return absl::NotFoundError(absl::StrCat("no subscription '", name, "'"));
+  }
+  return StatusOf(it->second);
+}
+
+absl::StatusOr<uint64_t> SubscriberHostingBrokerImpl::BacklogEvents(absl::string_view name,
+                                                                    PubendId p) {
+  auto it = subscriptions_.find(name);
+  if (it == subscriptions_.end()) {
+    return absl::NotFoundError(absl::StrCat("no subscription '", name, "'"));
+  }
+  auto pit = pubends_.find(p);
+  auto pos = it->second.positions.find(p);
+  if (pit == pubends_.end() || pos == it->second.positions.end()) {
+    return absl::NotFoundError(absl::StrCat("subscription '", name, "' has no pubend ", p.value));
+  }
+  // Through the durable latestDelivered: the PFS holds every record up to it.
+  const Tick to = pit->second.committed;
+  if (pos->second.released >= to) return 0;
+  absl::StatusOr<std::unique_ptr<PFS::Reader>> reader =
+      pit->second.pfs->NewReader(it->second.id, pos->second.released, to);
+  if (!reader.ok()) return reader.status();
+  uint64_t events = 0;
+  PFS::ReadResult result;
+  while (!(*reader)->done()) {
+    GRYPH_RETURN_IF_ERROR((*reader)->Read(4096, &result));
+    events += result.ticks.size();
+  }
+  return events;
+}
+
+absl::Status SubscriberHostingBrokerImpl::DeleteSubscription(absl::string_view name) {
+  if (!status_.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the broker is stopped: ", status_.ToString()));
+  }
+  auto it = subscriptions_.find(name);
+  if (it == subscriptions_.end()) {
+    return absl::NotFoundError(absl::StrCat("no subscription '", name, "'"));
+  }
+  SubscriptionState& s = it->second;
+  if (!s.session.empty()) {
+    SendError(s.session, s.name, absl::NotFoundError("the subscription was deleted at its broker"));
+    EndSession(s);
+  }
+  Delete(it);
+  ++stats_.subscriptions_deleted;
+  return status_;
 }
 
 void SubscriberHostingBrokerImpl::OnTimer(absl::Time now) {
@@ -953,6 +1050,21 @@ void SubscriberHostingBrokerImpl::OnTimer(absl::Time now) {
                                                     "; the session ended; reconnect")));
       EndSession(s);
     }
+    // Subscriptions whose subscriber stayed away past subscription_expiry (after the batch
+    // above, which their deletion must follow).
+    if (options_.subscription_expiry != absl::InfiniteDuration()) {
+      if (!wb.empty()) Submit(std::move(wb), {});
+      wb = WriteBatch();
+      for (auto it = subscriptions_.begin(); it != subscriptions_.end() && status_.ok();) {
+        auto next = std::next(it);
+        if (it->second.session.empty() &&
+            now - it->second.last_heard >= options_.subscription_expiry) {
+          Delete(it);
+          ++stats_.subscriptions_expired;
+        }
+        it = next;
+      }
+    }
   }
   if (!wb.empty() || !dirty_released_.empty()) Submit(std::move(wb), {});
 }
@@ -1001,7 +1113,8 @@ absl::StatusOr<std::unique_ptr<SubscriberHostingBroker>> SubscriberHostingBroker
       internal::CheckPositive("SHB", {{options.renack_interval, "renack_interval"},
                                       {options.release_interval, "release_interval"},
                                       {options.silence_interval, "silence_interval"},
-                                      {options.session_timeout, "session_timeout"}}));
+                                      {options.session_timeout, "session_timeout"},
+                                      {options.subscription_expiry, "subscription_expiry"}}));
   if (options.nack_delay < absl::ZeroDuration() || options.commit_interval < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("SHB options nack_delay and commit_interval must be >= 0");
   }

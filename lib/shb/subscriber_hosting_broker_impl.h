@@ -48,6 +48,10 @@ class SubscriberHostingBrokerImpl final : public SubscriberHostingBroker {
   const Stats& stats() const override { return stats_; }
   const absl::Status& status() const override { return status_; }
   GroupCommitter& committer() override { return *committer_; }
+  std::vector<SubscriptionStatus> Subscriptions() const override;
+  absl::StatusOr<SubscriptionStatus> FindSubscription(absl::string_view name) const override;
+  absl::StatusOr<uint64_t> BacklogEvents(absl::string_view name, PubendId p) override;
+  absl::Status DeleteSubscription(absl::string_view name) override;
 
  private:
   struct Position {     // one subscription at one pubend
@@ -104,6 +108,9 @@ class SubscriberHostingBrokerImpl final : public SubscriberHostingBroker {
   void OnAck(absl::string_view from, const AckMessage& m);
   void OnDisconnect(absl::string_view from, const std::string& subscription);
   void OnUnsubscribe(absl::string_view from, const std::string& subscription);
+  // Deletes the subscription: its PFS entries, rows and matcher entry (its session has ended).
+  void Delete(std::map<std::string, SubscriptionState, std::less<>>::iterator it);
+  SubscriptionStatus StatusOf(const SubscriptionState& s) const;
 
   // Advances every constream as far as knowledge allows, one commit per round for all pubends.
   absl::Status AdvanceConStreams();
