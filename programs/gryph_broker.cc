@@ -9,7 +9,10 @@
 //               (gryph-sub) in --data_dir.
 // Each listens on --listen. SIGTERM or SIGINT stops it cleanly: what the PHB holds is
 // committed and answered, the SHB commits what it submitted. Every --stats_interval it prints
-// one line of figures on standard error.
+// one line of figures on standard error and, with --metrics_file, replaces that file with its
+// metrics in the Prometheus text format (for node_exporter's textfile collector; metrics.h says
+// why a file). With --admin it answers gryph-admin on that endpoint (broker_admin.h lists the
+// commands: subscriptions and their lag, deleting one, stats).
 //
 //   gryph-broker --genkey --name=NAME --keys_dir=DIR   writes DIR/NAME.key and DIR/NAME.pub
 //
@@ -27,6 +30,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gryph/runtime.h"
+#include "programs/admin_server.h"
+#include "programs/broker_admin.h"
+#include "programs/metrics.h"
 #include "programs/program_support.h"
 
 ABSL_FLAG(std::string, role, "", "phb, ib or shb");
@@ -48,8 +54,17 @@ ABSL_FLAG(absl::Duration, max_retain, absl::InfiniteDuration(),
           "phb: release events older than this even if unacknowledged (subscribers get a Gap)");
 ABSL_FLAG(absl::Duration, session_timeout, absl::Seconds(30),
           "shb: end a session not heard from for this long");
+ABSL_FLAG(absl::Duration, subscription_expiry, absl::InfiniteDuration(),
+          "shb: delete a subscription whose subscriber stayed away this long (if it returns, "
+          "it gets a Gap for what upstream released meanwhile); inf: never");
 ABSL_FLAG(absl::Duration, stats_interval, absl::Seconds(10),
           "print one line of figures on stderr this often (0: never)");
+ABSL_FLAG(std::string, metrics_file, "",
+          "replace this file every --stats_interval with the broker's metrics in the Prometheus "
+          "text format (e.g. /var/lib/node_exporter/textfile/gryph-shb.prom)");
+ABSL_FLAG(std::string, admin, "",
+          "answer gryph-admin on this endpoint, e.g. ipc:///run/gryph/shb.admin (whoever "
+          "reaches it may delete subscriptions: keep it in a directory only operators enter)");
 
 namespace gryph::programs {
 namespace {
@@ -132,10 +147,13 @@ int Run() {
     absl::SleepFor(absl::Milliseconds(100));
   }
   std::unique_ptr<ZmqChannel> channel = Must(std::move(opened));
+  std::unique_ptr<AdminServer> admin;  // a source of the runtime: outlives it
   std::unique_ptr<Runtime> runtime = Must(Runtime::Create());
   runtime->AddSource(channel.get());
 
   std::function<std::string()> stats;
+  AdminServer::Handler answer;
+  std::function<void(MetricsText*)> metrics;
   SubscriberHostingBroker* shb = nullptr;
   if (role == "phb") {
     PublisherHostingBrokerOptions po;
@@ -157,6 +175,8 @@ int Run() {
       }
       return absl::StrCat(s, " | ", ChannelStats(*c));
     };
+    answer = [phb, c = channel.get()](const std::string& r) { return AnswerPhb(*phb, *c, r); };
+    metrics = [phb](MetricsText* m) { AddPhbMetrics(*phb, m); };
   } else if (role == "ib") {
     IntermediateBrokerOptions io;
     for (PubendId p : pubends) io.pubends.push_back({p, upstream_name});
@@ -169,10 +189,13 @@ int Run() {
                           " answered from cache ", s.ticks_answered_from_cache, " | ",
                           ChannelStats(*c));
     };
+    answer = [ib, c = channel.get()](const std::string& r) { return AnswerIb(*ib, *c, r); };
+    metrics = [ib](MetricsText* m) { AddIbMetrics(*ib, m); };
   } else {
     SubscriberHostingBrokerOptions so;
     for (PubendId p : pubends) so.pubends.push_back({p, upstream_name});
     so.session_timeout = absl::GetFlag(FLAGS_session_timeout);
+    so.subscription_expiry = absl::GetFlag(FLAGS_subscription_expiry);
     shb = Must(runtime->OpenSubscriberHostingBroker(so, storage.get(), channel.get()));
     stats = [shb, c = channel.get()] {
       const SubscriberHostingBroker::Stats& s = shb->stats();
@@ -182,6 +205,26 @@ int Run() {
                        s.gaps_delivered, " nacks ", s.nacks_sent, " commits ", s.commits);
       if (!shb->status().ok()) absl::StrAppend(&line, " STOPPED: ", shb->status().ToString());
       return absl::StrCat(line, " | ", ChannelStats(*c));
+    };
+    answer = [shb, c = channel.get()](const std::string& r) { return AnswerShb(*shb, *c, r); };
+    metrics = [shb](MetricsText* m) { AddShbMetrics(*shb, m); };
+  }
+  if (const std::string endpoint = absl::GetFlag(FLAGS_admin); !endpoint.empty()) {
+    admin = Must(AdminServer::Create(endpoint, answer));
+    runtime->AddSource(admin.get());
+  }
+  const std::string metrics_file = absl::GetFlag(FLAGS_metrics_file);
+  if (!metrics_file.empty()) {
+    // Once at start, so that a bad path is a bad flag, not a line every interval.
+    Must(WriteFileAtomically(metrics_file, MetricsText().Text()));
+    stats = [stats, metrics, metrics_file, c = channel.get()] {
+      MetricsText m;
+      metrics(&m);
+      AddChannelMetrics(*c, &m);
+      if (absl::Status st = WriteFileAtomically(metrics_file, m.Text()); !st.ok()) {
+        return absl::StrCat(stats(), " | metrics: ", st.ToString());
+      }
+      return stats();
     };
   }
   Must(runtime->ShutdownOnSignals());

@@ -126,6 +126,21 @@ absl::Status WriteFileDurably(const std::string& path, absl::string_view content
   return FsyncDirectory(dir.empty() ? "." : dir);
 }
 
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view content) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno("creating", tmp);
+  const bool written = WriteAll(fd, content);
+  const int saved = errno;
+  ::close(fd);
+  if (!written) {
+    errno = saved;
+    return Errno("writing", tmp);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return Errno("renaming to", path);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {

@@ -47,6 +47,9 @@ std::vector<char*> ParseFlags(int argc, char** argv, absl::string_view source_fi
 // new, and the new survives a power loss once this returns: a temporary file beside it, fsync,
 // rename, fsync of the directory.
 absl::Status WriteFileDurably(const std::string& path, absl::string_view content);
+// Replaces `path` with `content` atomically (a temporary file beside it, renamed), without
+// fsync: for files that are rewritten often and need not survive a power loss (metrics).
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view content);
 // The whole file; NotFound when it does not exist.
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 
