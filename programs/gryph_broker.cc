@@ -12,7 +12,9 @@
 // one line of figures on standard error and, with --metrics_file, replaces that file with its
 // metrics in the Prometheus text format (for node_exporter's textfile collector; metrics.h says
 // why a file). With --admin it answers gryph-admin on that endpoint (broker_admin.h lists the
-// commands: subscriptions and their lag, deleting one, stats).
+// commands: subscriptions and their lag, deleting one, stats). What an operator must know as it
+// happens (a Gap and to whom, a fenced session, damaged data, a stop) is logged on standard
+// error, one line each, with the time.
 //
 //   gryph-broker --genkey --name=NAME --keys_dir=DIR   writes DIR/NAME.key and DIR/NAME.pub
 //
@@ -163,6 +165,7 @@ int Run() {
       po.pubends.push_back(o);
     }
     po.downstream = downstream;
+    po.log = StderrLogSink();
     PublisherHostingBroker* phb =
         Must(runtime->OpenPublisherHostingBroker(po, storage.get(), channel.get()));
     stats = [phb, c = channel.get()] {
@@ -196,6 +199,7 @@ int Run() {
     for (PubendId p : pubends) so.pubends.push_back({p, upstream_name});
     so.session_timeout = absl::GetFlag(FLAGS_session_timeout);
     so.subscription_expiry = absl::GetFlag(FLAGS_subscription_expiry);
+    so.log = StderrLogSink();
     shb = Must(runtime->OpenSubscriberHostingBroker(so, storage.get(), channel.get()));
     stats = [shb, c = channel.get()] {
       const SubscriberHostingBroker::Stats& s = shb->stats();

@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "gryph/in_process_channel.h"
@@ -802,6 +804,64 @@ TEST_CASE("early release follows maxRetain exactly at its boundary", "[pubend][r
   h.Advance(absl::ZeroDuration());
   h.Advance(absl::ZeroDuration());
   REQUIRE(h.pubend().l_prefix() == ticks[6]);
+}
+
+// What a log sink received, as "E: message" lines.
+struct LogLines {
+  std::vector<std::string> lines;
+  LogSink Sink() {
+    return [this](const LogRecord& r) {
+      lines.push_back(absl::StrCat(LogLevelLetter(r.level), " ", r.node, ": ", r.message));
+    };
+  }
+  size_t Count(absl::string_view part) const {
+    size_t n = 0;
+    for (const std::string& l : lines) n += absl::StrContains(l, part) ? 1 : 0;
+    return n;
+  }
+};
+
+TEST_CASE("a pubend logs early release beyond acknowledgements when it begins, damage and failure",
+          "[pubend][log]") {
+  LogLines log;
+  PubendOptions po{kP};
+  po.max_retain = absl::Microseconds(1000);
+  po.log = log.Sink();
+  Harness h(po);
+  std::vector<Tick> ticks;
+  for (int i = 0; i < 10; ++i) {
+    h.now += absl::Microseconds(100);
+    ticks.push_back(h.PublishAndCommit(Order(i)));
+  }
+  REQUIRE_OK(h.Release("shb1", ticks[1], ticks[9]));
+  REQUIRE_OK(h.Release("shb2", ticks[1], ticks[9]));
+  h.Advance(absl::ZeroDuration());
+  REQUIRE(log.lines.empty());  // releasing what both acknowledged is not news
+  h.now += absl::Seconds(1);
+  h.Advance(absl::ZeroDuration());
+  h.now += absl::Milliseconds(1);
+  h.Advance(absl::ZeroDuration());
+  REQUIRE(h.pubend().l_prefix() > ticks[1]);
+  REQUIRE(log.Count("W pubend 1: releasing through tick") == 1);  // once, as it began
+
+  // (Events published after the release: the released ones are answered L without a read.)
+  const Tick damaged = h.PublishAndCommit(Order(10));
+  const Tick good = h.PublishAndCommit(Order(11));
+  h.faults->DamageRow("pubend.events", internal::EventKey(kP, damaged));
+  auto nacker = std::make_unique<Downstream>(*h.net.Connect("nacker"));
+  for (int i = 0; i < 2; ++i) {
+    REQUIRE_OK(h.phb->HandleMessage("nacker", CuriosityMessage{kP, {{damaged, good}}}));
+    h.net.DeliverAll();
+  }
+  REQUIRE(log.Count("E pubend 1: a damaged log row") == 1);  // each row once
+
+  h.faults->FailCommitNumber(h.faults->commits_attempted() + 1,
+                             absl::DataLossError("disk on fire"));
+  (void)h.Publish(Order(20));
+  (void)h.phb->Flush();
+  (void)h.Publish(Order(21));
+  (void)h.phb->Flush();
+  REQUIRE(log.Count("E pubend 1: failed: DATA_LOSS: disk on fire") == 1);
 }
 
 TEST_CASE("a failed commit fails the publisher and acknowledges nothing", "[pubend]") {

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gryph/durable_subscriber.h"
 #include "gryph/in_process_channel.h"
@@ -1222,6 +1224,10 @@ TEST_CASE("a subscription's status says where its subscriber is and how far behi
 TEST_CASE("an administrator deletes a subscription: its session ends and it holds nothing back",
           "[shb][admin]") {
   ShbTest t;
+  Strings log;
+  t.options.log = [&log](const LogRecord& r) {
+    log.push_back(absl::StrCat(LogLevelLetter(r.level), " ", r.node, ": ", r.message));
+  };
   t.Open();
   RawClient& x = t.AddRaw("x");
   x.ConnectRed(0);
@@ -1236,6 +1242,7 @@ TEST_CASE("an administrator deletes a subscription: its session ends and it hold
   REQUIRE(t.shb().DeleteSubscription("nobody").code() == absl::StatusCode::kNotFound);
   REQUIRE_OK(t.shb().DeleteSubscription("s"));
   t.Pump();
+  REQUIRE(log == Strings{"I shb: subscription 's' deleted by its administrator"});
   REQUIRE(OnlyError(x.Take(), "s") == absl::StatusCode::kNotFound);
   REQUIRE(t.shb().subscription_count() == 1);
   REQUIRE(t.shb().stats().subscriptions_deleted == 1);
@@ -1264,6 +1271,10 @@ TEST_CASE("a subscription away past subscription_expiry is deleted; its return g
   ShbTest t;
   t.options.subscription_expiry = absl::Seconds(60);
   t.options.event_cache_ticks = 1;  // what the SHB no longer needs, it forgets
+  Strings log;
+  t.options.log = [&log](const LogRecord& r) {
+    log.push_back(absl::StrCat(LogLevelLetter(r.level), " ", r.node, ": ", r.message));
+  };
   t.Open();
   RawClient& x = t.AddRaw("x");
   x.ConnectRed(0);
@@ -1282,6 +1293,8 @@ TEST_CASE("a subscription away past subscription_expiry is deleted; its return g
   t.Timer(absl::Seconds(1));
   REQUIRE(t.shb().subscription_count() == 0);
   REQUIRE(t.shb().stats().subscriptions_expired == 1);
+  REQUIRE(log.size() == 1);
+  REQUIRE(absl::StartsWith(log[0], "W shb: subscription 's' expired: no subscriber for 1m"));
   t.TakeCuriosity();
 
   // It returns with its CT: served as never hosted, by refiltering from upstream; upstream has
@@ -1298,6 +1311,8 @@ TEST_CASE("a subscription away past subscription_expiry is deleted; its return g
   const Strings deliveries = Deliveries(got);
   REQUIRE_FALSE(deliveries.empty());
   REQUIRE(deliveries.front() == "G20");
+  REQUIRE(log.size() == 2);
+  REQUIRE(absl::StartsWith(log[1], "W shb: subscription 's' got a Gap through tick 20 of pubend"));
 }
 
 TEST_CASE("a subscription recovered at open counts its expiry from the open", "[shb][admin]") {

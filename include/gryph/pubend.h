@@ -58,6 +58,7 @@
 #include "gryph/channel.h"
 #include "gryph/event.h"
 #include "gryph/group_commit.h"
+#include "gryph/log.h"
 #include "gryph/message.h"
 #include "gryph/storage.h"
 #include "gryph/tick.h"
@@ -83,6 +84,11 @@ struct PubendOptions {
   // When the stream is idle this long, OnTimer announces silence up to now (so that downstream
   // nodes advance, and learn of anything they missed before a restart).
   absl::Duration heartbeat = absl::Milliseconds(100);
+  // Where the pubend reports what its operator must know (log.h): its failure, each damaged log
+  // row it finds, and early release beginning to discard what downstream has not acknowledged
+  // (max_retain: subscribers will get Gaps). Called with the pubend's lock held, possibly on the
+  // commit thread. Empty: nothing (a PublisherHostingBroker gives its pubends its own `log`).
+  LogSink log = nullptr;
 };
 
 class Pubend {

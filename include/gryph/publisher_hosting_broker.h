@@ -41,6 +41,7 @@
 #include "absl/time/time.h"
 #include "gryph/channel.h"
 #include "gryph/group_commit.h"
+#include "gryph/log.h"
 #include "gryph/pubend.h"
 #include "gryph/storage.h"
 
@@ -59,6 +60,8 @@ struct PublisherHostingBrokerOptions {
   // instants it draws, so that it runs the runtime's commit path deterministically). OnTimer then
   // commits nothing, as with the thread.
   bool simulated_commit_thread = false;
+  // Given to every pubend whose PubendOptions::log is empty (log.h).
+  LogSink log = nullptr;
   // The time source for nacks and release messages; absl::Now when empty.
   std::function<absl::Time()> clock;
 };

@@ -80,6 +80,7 @@
 #include "gryph/broker/catchup_stream.h"
 #include "gryph/channel.h"
 #include "gryph/group_commit.h"
+#include "gryph/log.h"
 #include "gryph/storage.h"
 
 namespace gryph {
@@ -150,6 +151,10 @@ struct SubscriberHostingBrokerOptions {
   // upstream has released meanwhile arrives as a Gap, never as a silent hole. Infinite (the
   // default): never.
   absl::Duration subscription_expiry = absl::InfiniteDuration();
+  // Where the broker reports what its operator must know (log.h): its stop and why, a damaged
+  // PFS record ending a catchup, fenced and timed-out sessions, each Gap and to whom, expired and
+  // deleted subscriptions. Empty: nothing.
+  LogSink log = nullptr;
   // The time source; absl::Now when empty.
   std::function<absl::Time()> clock;
 };
@@ -169,7 +174,7 @@ struct SubscriptionStatus {
     // latest_delivered - released: the span it has not acknowledged (it may hold no match). For
     // the events, BacklogEvents.
     Tick backlog_ticks = 0;
-    Tick sent_through = 0;        // the live session's last message from p; 0 without a session
+    Tick sent_through = 0;  // the live session's last message from p; 0 without a session
     // Event messages the live session was sent and has not acknowledged, counted by the rounds
     // they went out in (an ack counts a round once it covers all of it).
     uint64_t unacked_events = 0;

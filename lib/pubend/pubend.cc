@@ -120,7 +120,10 @@ void PubendImpl::Fail(const absl::Status& status) {
   // A full store applied nothing and the committer goes on (GroupCommitter): the submission's
   // own callback undoes what it had reserved, and a later one (after a release) succeeds.
   if (absl::IsResourceExhausted(status)) return;
-  if (status_.ok()) status_ = status;
+  if (!status_.ok()) return;
+  status_ = status;
+  Log(LogLevel::kError,
+      absl::StrCat("failed: ", status.ToString(), "; it publishes and answers nothing more"));
 }
 
 void PubendImpl::Publish(absl::string_view publisher, uint64_t sequence, EventRef event,
@@ -412,6 +415,15 @@ void PubendImpl::MaybeRelease(absl::Time now) {
   }
   target = std::min(target, committed_);
   if (target <= releasing_) return;
+  // Early release passing what every downstream node acknowledged: subscribers that have not
+  // will get Gaps. Told when it begins, not at every timer.
+  if (target > tr && !releasing_unacknowledged_) {
+    Log(LogLevel::kWarning,
+        absl::StrCat("releasing through tick ", target, ", beyond what downstream acknowledged (",
+                     tr, "): max_retain ", absl::FormatDuration(options_.max_retain),
+                     " passed; subscribers that had not acknowledged get Gaps"));
+  }
+  releasing_unacknowledged_ = target > tr;
   // The L prefix moves at once; the events below it are deleted by ReclaimSome in bounded chunks
   // (one huge delete could exceed what one storage transaction may touch).
   WriteBatch batch;
@@ -583,7 +595,10 @@ absl::Status PubendImpl::HandleCuriosity(absl::string_view from, const Curiosity
     absl::MutexLock lock(&mu_);
     lost_now = l_prefix_;
     for (auto& [key, why] : damaged) {
-      if (damaged_events_.insert(std::move(key)).second && damage_.ok()) damage_ = std::move(why);
+      if (!damaged_events_.insert(std::move(key)).second) continue;
+      Log(LogLevel::kError, absl::StrCat("a damaged log row: ", why.ToString(),
+                                         "; its ticks are answered as lost (L)"));
+      if (damage_.ok()) damage_ = std::move(why);
     }
   }
   for (KnowledgeMessage& m : answers) {

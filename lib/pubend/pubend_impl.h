@@ -13,6 +13,7 @@
 #include "absl/container/btree_map.h"
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gryph/pubend.h"
 
@@ -109,8 +110,14 @@ class PubendImpl final : public Pubend {
                                      std::vector<std::pair<std::string, absl::Status>>* damaged)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Reports through options_.log (nothing without one).
+  void Log(LogLevel level, std::string message) const {
+    if (options_.log) options_.log(LogRecord{level, node_name_, std::move(message)});
+  }
+
   // Constant after construction.
   const PubendOptions options_;
+  const std::string node_name_ = absl::StrCat("pubend ", options_.id.value);
   Storage* const storage_;
   GroupCommitter* const committer_;
   Channel* const channel_;
@@ -123,6 +130,8 @@ class PubendImpl final : public Pubend {
   Tick releasing_ ABSL_GUARDED_BY(mu_) = 0;  // L prefix being committed (>= l_prefix_)
   Tick reclaimed_ ABSL_GUARDED_BY(mu_) = 0;  // events at or below are deleted
   bool reclaiming_ ABSL_GUARDED_BY(mu_) = false;
+  // Early release is discarding what downstream has not acknowledged (reported when it begins).
+  bool releasing_unacknowledged_ ABSL_GUARDED_BY(mu_) = false;
   size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // publishes and heartbeats not yet committed
   absl::Time last_activity_ ABSL_GUARDED_BY(mu_);
   std::vector<KnowledgeSpan> unsent_ ABSL_GUARDED_BY(mu_);  // committed, in tick order

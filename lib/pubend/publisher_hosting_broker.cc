@@ -61,8 +61,10 @@ absl::Status PublisherHostingBrokerImpl::Start(Storage* storage) {
     if (pubends_.contains(po.id)) {
       return absl::InvalidArgumentError(absl::StrCat("pubend ", po.id.value, " appears twice"));
     }
+    PubendOptions with_log = po;
+    if (!with_log.log) with_log.log = options_.log;
     GRYPH_ASSIGN_OR_RETURN(std::unique_ptr<Pubend> p,
-                           Pubend::Open(po, storage, committer_.get(), channel_));
+                           Pubend::Open(with_log, storage, committer_.get(), channel_));
     for (const std::string& node : options_.downstream) {
       if (absl::Status s = p->AddDownstream(node); !s.ok() && !absl::IsAlreadyExists(s)) return s;
     }

@@ -163,9 +163,19 @@ absl::Status SubscriberHostingBrokerImpl::Recover() {
   return absl::OkStatus();
 }
 
+void SubscriberHostingBrokerImpl::LogGap(absl::string_view subscription, PubendId p, Tick t) const {
+  Log(LogLevel::kWarning,
+      absl::StrCat("subscription '", subscription, "' got a Gap through tick ", t, " of pubend ",
+                   p.value,
+                   ": events it may have matched there are lost to it (released "
+                   "upstream before it acknowledged them, or damaged)"));
+}
+
 void SubscriberHostingBrokerImpl::Fail(const absl::Status& st) {
   if (!status_.ok()) return;
   status_ = st;
+  Log(LogLevel::kError, absl::StrCat("the broker stopped: ", st.ToString(),
+                                     "; every session ends; reopen the broker"));
   for (auto& [name, s] : subscriptions_) {
     if (!s.session.empty()) {
       SendError(s.session, name,
@@ -376,6 +386,14 @@ absl::Status SubscriberHostingBrokerImpl::AdvanceConStreams() {
                                                  options_.max_unacked_events, &round_));
       stats_.pfs_records += round_.pfs_records;
       stats_.gaps_delivered += round_.gaps;
+      if (round_.gaps > 0 && options_.log) {
+        for (size_t i = 0; i < round_.messages.size(); ++i) {
+          const auto* d = std::get_if<DeliveryMessage>(&round_.messages[i].message);
+          if (d != nullptr && d->kind == DeliveryKind::kGap) {
+            LogGap(round_.subscriptions[i], p.id, d->tick);
+          }
+        }
+      }
       const Tick seen = std::max(p.highest_seen, batch.through);
       const Tick lease = std::max(p.lease_submitted,
                                   seen > kMaxTick - options_.delivery_lease_ticks
@@ -553,6 +571,9 @@ bool SubscriberHostingBrokerImpl::StepCatchups(PubendState& p) {
         PFS::ReadResult r;
         if (absl::Status st = pos.reader->Read(options_.catchup.max_buffered_matches / 2, &r);
             !st.ok()) {
+          Log(LogLevel::kError,
+              absl::StrCat("subscription '", name, "': its catchup at pubend ", p.id.value,
+                           " failed reading the PFS: ", st.ToString(), "; its session ends"));
           SendError(s.session, name, st);
           EndSession(s);
           continue;
@@ -570,7 +591,10 @@ bool SubscriberHostingBrokerImpl::StepCatchups(PubendState& p) {
           ++events;
           last_event = d.tick;
         }
-        if (d.kind == DeliveryKind::kGap) ++stats_.gaps_delivered;
+        if (d.kind == DeliveryKind::kGap) {
+          ++stats_.gaps_delivered;
+          LogGap(name, p.id, d.tick);
+        }
         batch.push_back(Channel::Outgoing{s.session, std::move(d)});
       }
       stats_.events_delivered += events;
@@ -727,6 +751,9 @@ void SubscriberHostingBrokerImpl::OnConnect(absl::string_view from, const Connec
       // A session on another endpoint hears that it was fenced; one on this endpoint belonged
       // to a process this one replaced (the error would reach the new one).
       if (s.session != from) {
+        Log(LogLevel::kWarning,
+            absl::StrCat("subscription '", s.name, "': the session of '", s.session,
+                         "' is fenced by '", from, "' (epoch ", m.epoch, ")"));
         SendError(
             s.session, s.name,
             absl::AbortedError(absl::StrCat("fenced by a newer session (epoch ", m.epoch, ")")));
@@ -968,6 +995,7 @@ absl::Status SubscriberHostingBrokerImpl::DeleteSubscription(absl::string_view n
     SendError(s.session, s.name, absl::NotFoundError("the subscription was deleted at its broker"));
     EndSession(s);
   }
+  Log(LogLevel::kInfo, absl::StrCat("subscription '", name, "' deleted by its administrator"));
   Delete(it);
   ++stats_.subscriptions_deleted;
   return status_;
@@ -1044,6 +1072,9 @@ void SubscriberHostingBrokerImpl::OnTimer(absl::Time now) {
     // the event cache and the PFS chop for ever.
     for (auto& [name, s] : subscriptions_) {
       if (s.session.empty() || now - s.last_heard < options_.session_timeout) continue;
+      Log(LogLevel::kWarning,
+          absl::StrCat("subscription '", name, "': nothing from '", s.session, "' for ",
+                       absl::FormatDuration(now - s.last_heard), "; its session ends"));
       SendError(s.session, name,
                 absl::UnavailableError(absl::StrCat("no ack or keepalive for ",
                                                     absl::FormatDuration(now - s.last_heard),
@@ -1059,6 +1090,10 @@ void SubscriberHostingBrokerImpl::OnTimer(absl::Time now) {
         auto next = std::next(it);
         if (it->second.session.empty() &&
             now - it->second.last_heard >= options_.subscription_expiry) {
+          Log(LogLevel::kWarning,
+              absl::StrCat("subscription '", it->first, "' expired: no subscriber for ",
+                           absl::FormatDuration(now - it->second.last_heard),
+                           " (subscription_expiry); deleted, and a Gap awaits it if it returns"));
           Delete(it);
           ++stats_.subscriptions_expired;
         }

@@ -160,6 +160,12 @@ class SubscriberHostingBrokerImpl final : public SubscriberHostingBroker {
   }
   void PutPosition(const SubscriptionState& s, PubendId p, WriteBatch& batch) const;
   void Fail(const absl::Status& st);
+  // Reports through options_.log (nothing without one).
+  void Log(LogLevel level, std::string message) const {
+    if (options_.log) options_.log(LogRecord{level, "shb", std::move(message)});
+  }
+  // Reports a Gap sent to `subscription`.
+  void LogGap(absl::string_view subscription, PubendId p, Tick t) const;
 
   const SubscriberHostingBrokerOptions options_;
   Storage* const storage_;
