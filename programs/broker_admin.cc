@@ -65,7 +65,26 @@ Json ChannelJson(const ZmqChannel& channel) {
           {"denied", s.denied}};
 }
 
-Json ShbStats(const SubscriberHostingBroker& shb) {
+Json HistogramJson(const LatencyHistogram& h) {
+  auto us = [&h](double p) { return absl::ToInt64Microseconds(h.Percentile(p)); };
+  return {
+      {"count", h.count()},
+      {"mean_us",
+       h.count() == 0 ? 0 : absl::ToInt64Microseconds(h.sum()) / static_cast<int64_t>(h.count())},
+      {"p50_us", us(50)},
+      {"p99_us", us(99)},
+      {"p999_us", us(99.9)}};
+}
+
+Json CommitterJson(const GroupCommitter& committer) {
+  const GroupCommitter::Stats s = committer.stats();
+  return {{"groups", s.groups},
+          {"records", s.records},
+          {"max_group_records", s.max_group_records},
+          {"commit_time", HistogramJson(s.commit_time)}};
+}
+
+Json ShbStats(SubscriberHostingBroker& shb) {
   const SubscriberHostingBroker::Stats& s = shb.stats();
   return {{"subscriptions", shb.subscription_count()},
           {"catching_up", shb.catching_up()},
@@ -80,6 +99,8 @@ Json ShbStats(const SubscriberHostingBroker& shb) {
           {"resent", s.resent},
           {"subscriptions_deleted", s.subscriptions_deleted},
           {"subscriptions_expired", s.subscriptions_expired},
+          {"deliver_to_ack", HistogramJson(s.deliver_to_ack)},
+          {"commits_done", CommitterJson(shb.committer())},
           {"status", shb.status().ok() ? "ok" : shb.status().ToString()}};
 }
 
@@ -87,6 +108,17 @@ Json ShbStats(const SubscriberHostingBroker& shb) {
 std::pair<std::string, std::string> Verb(const std::string& request) {
   std::pair<std::string, std::string> parts = absl::StrSplit(request, absl::MaxSplits(' ', 1));
   return parts;
+}
+
+void AddCommitterMetrics(const std::string& node, const GroupCommitter& committer,
+                         MetricsText* out) {
+  const GroupCommitter::Stats s = committer.stats();
+  out->Counter(absl::StrCat("gryph_", node, "_commits_total"),
+               "group commits (storage transactions)", static_cast<double>(s.groups));
+  out->Counter(absl::StrCat("gryph_", node, "_committed_records_total"), "records in those commits",
+               static_cast<double>(s.records));
+  out->Histogram(absl::StrCat("gryph_", node, "_commit_seconds"),
+                 "one group commit, with its fsync", s.commit_time);
 }
 
 }  // namespace
@@ -123,7 +155,7 @@ std::string AnswerShb(SubscriberHostingBroker& shb, const ZmqChannel& channel,
   return Error(absl::StrCat("unknown command '", request, "'; commands: ", kShbCommands));
 }
 
-std::string AnswerPhb(const PublisherHostingBroker& phb, const ZmqChannel& channel,
+std::string AnswerPhb(PublisherHostingBroker& phb, const ZmqChannel& channel,
                       const std::string& request) {
   if (request == "stats") {
     Json pubends = Json::array();
@@ -137,7 +169,14 @@ std::string AnswerPhb(const PublisherHostingBroker& phb, const ZmqChannel& chann
                          {"damaged_events", pubend->damaged_events()},
                          {"status", pubend->status().ok() ? "ok" : pubend->status().ToString()}});
     }
-    return Json{{"pubends", std::move(pubends)}, {"channel", ChannelJson(channel)}}.dump();
+    const PublisherHostingBroker::Stats stats = phb.stats();
+    return Json{{"publishes", stats.publishes},
+                {"publishes_failed", stats.failed},
+                {"publish_to_durable", HistogramJson(stats.publish_to_durable)},
+                {"commits_done", CommitterJson(phb.committer())},
+                {"pubends", std::move(pubends)},
+                {"channel", ChannelJson(channel)}}
+        .dump();
   }
   if (request == "help") return Json{{"commands", kOtherCommands}}.dump();
   return Error(absl::StrCat("unknown command '", request, "'; commands: ", kOtherCommands));
@@ -161,7 +200,7 @@ std::string AnswerIb(const IntermediateBroker& ib, const ZmqChannel& channel,
   return Error(absl::StrCat("unknown command '", request, "'; commands: ", kOtherCommands));
 }
 
-void AddShbMetrics(const SubscriberHostingBroker& shb, MetricsText* out) {
+void AddShbMetrics(SubscriberHostingBroker& shb, MetricsText* out) {
   const SubscriberHostingBroker::Stats& s = shb.stats();
   out->Gauge("gryph_shb_up", "1 while the SHB serves, 0 once a storage error stopped it",
              shb.status().ok() ? 1 : 0);
@@ -175,12 +214,13 @@ void AddShbMetrics(const SubscriberHostingBroker& shb, MetricsText* out) {
                static_cast<double>(s.gaps_delivered));
   out->Counter("gryph_shb_nacks_sent_total", "nacks sent upstream",
                static_cast<double>(s.nacks_sent));
-  out->Counter("gryph_shb_commits_total", "storage transactions submitted",
-               static_cast<double>(s.commits));
   out->Counter("gryph_shb_demotions_total", "slow subscribers moved from the constream to catchup",
                static_cast<double>(s.demotions));
   out->Counter("gryph_shb_subscriptions_expired_total", "subscriptions deleted by expiry",
                static_cast<double>(s.subscriptions_expired));
+  out->Histogram("gryph_shb_deliver_to_ack_seconds",
+                 "a send of Events to a session until the ack that covers it", s.deliver_to_ack);
+  AddCommitterMetrics("shb", shb.committer(), out);
   for (const SubscriptionStatus& sub : shb.Subscriptions()) {
     out->Gauge("gryph_subscription_connected", "1 while the subscriber has a session",
                sub.state == SubscriptionStatus::State::kDisconnected ? 0 : 1,
@@ -200,7 +240,15 @@ void AddShbMetrics(const SubscriberHostingBroker& shb, MetricsText* out) {
   }
 }
 
-void AddPhbMetrics(const PublisherHostingBroker& phb, MetricsText* out) {
+void AddPhbMetrics(PublisherHostingBroker& phb, MetricsText* out) {
+  const PublisherHostingBroker::Stats stats = phb.stats();
+  out->Counter("gryph_phb_publishes_total", "publishes answered",
+               static_cast<double>(stats.publishes));
+  out->Counter("gryph_phb_publishes_failed_total", "publishes answered with an error",
+               static_cast<double>(stats.failed));
+  out->Histogram("gryph_phb_publish_to_durable_seconds", "a publish until its event is durable",
+                 stats.publish_to_durable);
+  AddCommitterMetrics("phb", phb.committer(), out);
   for (PubendId p : phb.pubend_ids()) {
     const Pubend* pubend = phb.pubend(p);
     const MetricsText::Labels labels = {{"pubend", absl::StrCat(p.value)}};

@@ -24,13 +24,13 @@ namespace gryph::programs {
 
 std::string AnswerShb(SubscriberHostingBroker& shb, const ZmqChannel& channel,
                       const std::string& request);
-std::string AnswerPhb(const PublisherHostingBroker& phb, const ZmqChannel& channel,
+std::string AnswerPhb(PublisherHostingBroker& phb, const ZmqChannel& channel,
                       const std::string& request);
 std::string AnswerIb(const IntermediateBroker& ib, const ZmqChannel& channel,
                      const std::string& request);
 
-void AddShbMetrics(const SubscriberHostingBroker& shb, MetricsText* out);
-void AddPhbMetrics(const PublisherHostingBroker& phb, MetricsText* out);
+void AddShbMetrics(SubscriberHostingBroker& shb, MetricsText* out);
+void AddPhbMetrics(PublisherHostingBroker& phb, MetricsText* out);
 void AddIbMetrics(const IntermediateBroker& ib, MetricsText* out);
 void AddChannelMetrics(const ZmqChannel& channel, MetricsText* out);
 

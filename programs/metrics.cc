@@ -36,12 +36,36 @@ void MetricsText::Gauge(const std::string& name, absl::string_view help, double 
 
 void MetricsText::Add(const std::string& name, absl::string_view help, const char* type,
                       double value, const Labels& labels) {
-  Family& f = families_[name];
+  AddSample(name, help, type, name, value, labels);
+}
+
+void MetricsText::Histogram(const std::string& name, absl::string_view help,
+                            const LatencyHistogram& h, Labels labels) {
+  // Every fourth bucket ends at a power of two of microseconds: those are the `le` bounds.
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < LatencyHistogram::kBuckets; ++i) {
+    cumulative += h.bucket_count(i);
+    const bool last = i + 1 == LatencyHistogram::kBuckets;
+    if (!last && (i < 3 || i % 4 != 3)) continue;
+    Labels with_le = labels;
+    with_le.emplace_back(
+        "le",
+        last ? std::string("+Inf")
+             : absl::StrFormat("%g", absl::ToDoubleSeconds(LatencyHistogram::BucketUpperBound(i))));
+    AddSample(name, help, "histogram", name + "_bucket", static_cast<double>(cumulative), with_le);
+  }
+  AddSample(name, help, "histogram", name + "_sum", absl::ToDoubleSeconds(h.sum()), labels);
+  AddSample(name, help, "histogram", name + "_count", static_cast<double>(h.count()), labels);
+}
+
+void MetricsText::AddSample(const std::string& family, absl::string_view help, const char* type,
+                            const std::string& sample_name, double value, const Labels& labels) {
+  Family& f = families_[family];
   if (f.samples.empty()) {
     f.help = std::string(help);
     f.type = type;
   }
-  std::string sample = name;
+  std::string sample = sample_name;
   if (!labels.empty()) {
     sample += '{';
     for (size_t i = 0; i < labels.size(); ++i) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "gryph/latency_histogram.h"
 
 namespace gryph::programs {
 
@@ -32,6 +33,10 @@ class MetricsText {
   // name are written together, in the order added.
   void Counter(const std::string& name, absl::string_view help, double value, Labels labels = {});
   void Gauge(const std::string& name, absl::string_view help, double value, Labels labels = {});
+  // A histogram in seconds (`name` ends in _seconds): cumulative buckets at each power of two
+  // of microseconds, _sum and _count.
+  void Histogram(const std::string& name, absl::string_view help, const LatencyHistogram& h,
+                 Labels labels = {});
 
   // The exposition: "# HELP", "# TYPE" and the samples of each metric, by name.
   std::string Text() const;
@@ -47,6 +52,9 @@ class MetricsText {
   };
   void Add(const std::string& name, absl::string_view help, const char* type, double value,
            const Labels& labels);
+  // Appends one sample line of family `family` (type `type`), named `sample_name`.
+  void AddSample(const std::string& family, absl::string_view help, const char* type,
+                 const std::string& sample_name, double value, const Labels& labels);
   std::map<std::string, Family> families_;
 };
 

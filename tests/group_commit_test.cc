@@ -118,6 +118,8 @@ TEST_CASE("a group closes when it holds max_records records", "[group_commit]") 
   for (uint64_t i = 0; i < 4; ++i) REQUIRE(Get(storage, i) == absl::StrCat("event ", i));
   REQUIRE(committer.stats().groups == 1);
   REQUIRE(committer.stats().records == 10);
+  REQUIRE(committer.stats().max_group_records == 10);
+  REQUIRE(committer.stats().commit_time.count() == 1);  // one commit timed
   REQUIRE(committer.NextDeadline() == std::nullopt);
 }
 

@@ -864,6 +864,21 @@ TEST_CASE("a pubend logs early release beyond acknowledgements when it begins, d
   REQUIRE(log.Count("E pubend 1: failed: DATA_LOSS: disk on fire") == 1);
 }
 
+TEST_CASE("the PHB's stats count publishes and time each to durable", "[pubend][stats]") {
+  Harness h;
+  auto a = h.Publish(Order(1));
+  h.now += absl::Milliseconds(3);  // the commit comes 3 ms after the publish
+  REQUIRE_OK(h.phb->Flush());
+  REQUIRE_OK(**a);
+  h.PublishAndCommit(Order(2));
+  const PublisherHostingBroker::Stats stats = h.phb->stats();
+  REQUIRE(stats.publishes == 2);
+  REQUIRE(stats.failed == 0);
+  REQUIRE(stats.publish_to_durable.count() == 2);
+  REQUIRE(stats.publish_to_durable.sum() == absl::Milliseconds(3));
+  REQUIRE(h.phb->committer().stats().commit_time.count() == 2);
+}
+
 TEST_CASE("a failed commit fails the publisher and acknowledges nothing", "[pubend]") {
   Harness h;
   h.PublishAndCommit(Order(1));

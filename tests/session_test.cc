@@ -105,6 +105,23 @@ TEST_CASE("session resend, clause 4: an ack that moved is not taken for a loss",
   CHECK(s.OnAck(20));
 }
 
+TEST_CASE("session: each send an ack completes is one deliver-to-ack sample", "[session]") {
+  SessionStream s;
+  s.Start(0);
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  s.NoteEventsSent(10, 3, t0);
+  s.NoteEventsSent(20, 2, t0 + absl::Milliseconds(5));
+  s.NoteEventsSent(30, 1);  // no time: no sample
+  LatencyHistogram h;
+  s.OnAck(15, t0 + absl::Milliseconds(8), &h);  // completes the first send only
+  REQUIRE(h.count() == 1);
+  REQUIRE(h.sum() == absl::Milliseconds(8));
+  s.OnAck(30, t0 + absl::Milliseconds(9), &h);
+  REQUIRE(h.count() == 2);
+  REQUIRE(h.sum() == absl::Milliseconds(12));
+  REQUIRE(s.unacked() == 0);
+}
+
 TEST_CASE("session flow control: Events count until an ack covers their tick", "[session]") {
   SessionStream s;
   s.Start(0);

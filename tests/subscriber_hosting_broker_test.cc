@@ -1200,6 +1200,8 @@ TEST_CASE("a subscription's status says where its subscriber is and how far behi
   x.Send(AckMessage{"s", Ct(6)});
   t.Pump();
   st = t.shb().FindSubscription("s");
+  CHECK(t.shb().stats().deliver_to_ack.count() == 1);  // the first round's send, acked 1 s on
+  CHECK(t.shb().stats().deliver_to_ack.sum() == absl::Seconds(1));
   CHECK(st->pubends[0].released == 6);
   CHECK(st->pubends[0].backlog_ticks == 4);
   CHECK(st->pubends[0].unacked_events == 1);

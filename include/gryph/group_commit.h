@@ -60,6 +60,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "gryph/latency_histogram.h"
 #include "gryph/storage.h"
 
 namespace gryph {
@@ -86,11 +87,14 @@ class GroupCommitter {
   // Receives the commit's status; invoked exactly once.
   using Done = absl::AnyInvocable<void(absl::Status) &&>;
 
-  // Statistics, for tests and benchmarks.
+  // Statistics, for operators, tests and benchmarks.
   struct Stats {
-    uint64_t groups = 0;       // commits attempted (one per group)
-    uint64_t submissions = 0;  // submissions whose callback has run
-    uint64_t records = 0;      // records of those submissions
+    uint64_t groups = 0;             // commits attempted (one per group)
+    uint64_t submissions = 0;        // submissions whose callback has run
+    uint64_t records = 0;            // records of those submissions
+    uint64_t max_group_records = 0;  // the largest group committed
+    // How long each group's Storage::Commit took (with its fsync), on the real clock.
+    LatencyHistogram commit_time;
   };
 
   // `storage` must outlive the committer.

@@ -41,6 +41,7 @@
 #include "absl/time/time.h"
 #include "gryph/channel.h"
 #include "gryph/group_commit.h"
+#include "gryph/latency_histogram.h"
 #include "gryph/log.h"
 #include "gryph/pubend.h"
 #include "gryph/storage.h"
@@ -114,6 +115,15 @@ class PublisherHostingBroker {
   virtual Pubend* pubend(PubendId p) const = 0;
   virtual const std::vector<PubendId>& pubend_ids() const = 0;
   virtual GroupCommitter& committer() = 0;
+
+  struct Stats {
+    uint64_t publishes = 0;  // publishes answered (durable, refused or failed)
+    uint64_t failed = 0;     // of them, answered with an error
+    // Publish call -> `done` with the durable tick (the broker's clock), for those logged.
+    LatencyHistogram publish_to_durable;
+  };
+  // A snapshot; thread-safe (publishes are answered on the commit thread).
+  virtual Stats stats() const = 0;
 
  protected:
   PublisherHostingBroker() = default;

@@ -80,6 +80,7 @@
 #include "gryph/broker/catchup_stream.h"
 #include "gryph/channel.h"
 #include "gryph/group_commit.h"
+#include "gryph/latency_histogram.h"
 #include "gryph/log.h"
 #include "gryph/storage.h"
 
@@ -210,6 +211,9 @@ class SubscriberHostingBroker {
     uint64_t conflicting_knowledge = 0;  // should stay 0
     uint64_t subscriptions_deleted = 0;  // by DeleteSubscription
     uint64_t subscriptions_expired = 0;  // by subscription_expiry
+    // A send of Events to a session -> the ack that covers it (one sample per send; the
+    // broker's clock). What an operator watches for subscribers falling behind.
+    LatencyHistogram deliver_to_ack;
   };
 
   // Opens the broker's state in `storage` (recovering subscriptions, latestDelivered, released

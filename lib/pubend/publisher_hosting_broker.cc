@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "lib/util/status_macros.h"
 
 namespace gryph {
@@ -39,8 +40,15 @@ class PublisherHostingBrokerImpl final : public PublisherHostingBroker {
   // A publish from a peer: published as from `from`, answered to `from` with Published.
   absl::Status OnPublish(absl::string_view from, const PublishMessage& m);
 
+  Stats stats() const override {
+    absl::MutexLock lock(&stats_mu_);
+    return stats_;
+  }
+
   const PublisherHostingBrokerOptions options_;
   Channel* const channel_;
+  mutable absl::Mutex stats_mu_;
+  Stats stats_ ABSL_GUARDED_BY(stats_mu_);
   std::unique_ptr<GroupCommitter> committer_;
   std::map<PubendId, std::unique_ptr<Pubend>> pubends_;
   std::vector<PubendId> ids_;
@@ -104,7 +112,20 @@ void PublisherHostingBrokerImpl::Publish(PubendId p, absl::string_view publisher
     std::move(done)(absl::NotFoundError(absl::StrCat("no pubend ", p.value, " at this PHB")));
     return;
   }
-  pubend->Publish(publisher, sequence, std::move(event), Now(), std::move(done));
+  const absl::Time start = Now();
+  pubend->Publish(publisher, sequence, std::move(event), start,
+                  [this, start, done = std::move(done)](absl::StatusOr<Tick> tick) mutable {
+                    {
+                      absl::MutexLock lock(&stats_mu_);
+                      ++stats_.publishes;
+                      if (tick.ok()) {
+                        stats_.publish_to_durable.Record(Now() - start);
+                      } else {
+                        ++stats_.failed;
+                      }
+                    }
+                    std::move(done)(std::move(tick));
+                  });
 }
 
 PubendId PublisherHostingBrokerImpl::PublishByKey(absl::string_view key,

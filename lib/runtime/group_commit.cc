@@ -1,5 +1,6 @@
 #include "gryph/group_commit.h"
 
+#include <algorithm>
 #include <utility>
 #if defined(__linux__)
 #include <pthread.h>
@@ -99,9 +100,13 @@ absl::Status GroupCommitter::CommitGroupLocked(Group group, bool frees_space) {
   }
   if (status.ok()) {
     group.batch.set_frees_space(frees_space);
+    const absl::Time start = absl::Now();
     status = storage_->Commit(group.batch);
+    const absl::Duration took = absl::Now() - start;
     absl::MutexLock lock(&mu_);
     ++stats_.groups;
+    stats_.commit_time.Record(took);
+    stats_.max_group_records = std::max<uint64_t>(stats_.max_group_records, group.records);
     const bool resumable = options_.resume_after_full && absl::IsResourceExhausted(status);
     if (!status.ok() && !resumable && status_.ok()) status_ = status;
   }

@@ -68,7 +68,7 @@ absl::Status ConStream::Deliver(const Batch& batch, const Matcher& matcher, PFS&
   for (Member* m : touched_) {
     m->last_message = now;
     m->last_tick = m->round_last;
-    m->session->NoteEventsSent(m->round_last, m->round_messages);
+    m->session->NoteEventsSent(m->round_last, m->round_messages, now);
     if (m->session->OverFlowBound(max_unacked)) round->over_bound.push_back(m->subscription);
     m->round_messages = 0;
     m->round_last = 0;

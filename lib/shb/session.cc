@@ -24,15 +24,20 @@ DeliveryMessage SessionStream::LastMessage(const std::string& subscription, Pube
   return DeliveryMessage{subscription, pubend, last_kind_, sent_through_, nullptr, last_previous_};
 }
 
-void SessionStream::NoteEventsSent(Tick last, uint64_t n) {
+void SessionStream::NoteEventsSent(Tick last, uint64_t n, absl::Time now) {
   if (n == 0) return;
   sent_ += n;
-  sent_marks_.emplace_back(last, sent_);
+  sent_marks_.push_back({last, sent_, now});
 }
 
-bool SessionStream::OnAck(Tick t) {
-  while (!sent_marks_.empty() && sent_marks_.front().first <= t) {
-    acked_events_ = sent_marks_.front().second;
+bool SessionStream::OnAck(Tick t, absl::Time now, LatencyHistogram* deliver_to_ack) {
+  while (!sent_marks_.empty() && sent_marks_.front().last <= t) {
+    const SentMark& mark = sent_marks_.front();
+    acked_events_ = mark.sent;
+    if (deliver_to_ack != nullptr && mark.at != absl::InfinitePast() &&
+        now != absl::InfinitePast()) {
+      deliver_to_ack->Record(now - mark.at);
+    }
     sent_marks_.pop_front();
   }
   const bool resend = ShouldResend(t);

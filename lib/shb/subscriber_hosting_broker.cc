@@ -604,7 +604,7 @@ bool SubscriberHostingBrokerImpl::StepCatchups(PubendState& p) {
         EndSession(s);
         continue;
       }
-      pos.session.NoteEventsSent(last_event, events);
+      pos.session.NoteEventsSent(last_event, events, Now());
       if (!nacks.empty()) Nack(p, name, nacks);
       if (pos.catchup->caught_up(ld)) {
         // The hand-over: the constream has delivered exactly through ld, and so has the catchup.
@@ -853,7 +853,9 @@ void SubscriberHostingBrokerImpl::OnAck(absl::string_view from, const AckMessage
   for (const auto& [p, t] : m.checkpoint.entries()) {
     if (!pubends_.contains(p)) continue;
     Position& pos = s.positions[p];
-    if (pos.session.OnAck(t)) {  // the last message was lost (SessionStream::ShouldResend)
+    if (pos.session.OnAck(
+            t, Now(),
+            &stats_.deliver_to_ack)) {  // the last message was lost (SessionStream::ShouldResend)
       Resend(s, pubends_.at(p), pos);
       if (s.session.empty()) return;
     }

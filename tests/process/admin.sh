@@ -81,6 +81,11 @@ grep -q '^gryph_subscription_backlog_ticks{subscription="audit",pubend="1"} [1-9
   fail "the metrics file has no backlog"
 grep -q '^# TYPE gryph_shb_events_delivered_total counter$' "$metrics" || fail "no TYPE line"
 ask stats | grep -q '"events_delivered":40' || fail "stats: $(ask stats)"
+ask stats | grep -q '"deliver_to_ack":{"count":[1-9]' || fail "no deliver-to-ack figures"
+grep -q '^gryph_shb_deliver_to_ack_seconds_count [1-9]' "$metrics" || fail "no ack histogram"
+grep -q '^gryph_shb_commit_seconds_bucket{le="+Inf"} [1-9]' "$metrics" ||
+  fail "no commit histogram"
+grep -q '^# TYPE gryph_shb_commit_seconds histogram$' "$metrics" || fail "no histogram TYPE"
 
 # Deleting it: gone, and a second delete is refused (exit 1, the reason in the answer).
 ask delete audit | grep -q '"deleted":"audit"' || fail "delete did not answer"

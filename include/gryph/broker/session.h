@@ -18,6 +18,8 @@
 #include <string>
 #include <utility>
 
+#include "absl/time/time.h"
+#include "gryph/latency_histogram.h"
 #include "gryph/message.h"
 #include "gryph/tick.h"
 
@@ -73,11 +75,14 @@ class SessionStream {
   DeliveryMessage LastMessage(const std::string& subscription, PubendId pubend) const;
 
   // ---- Acks and flow control -----------------------------------------------------------------
-  // Records `n` Event messages sent, the last at tick `last`. REQUIRES: ticks increase.
-  void NoteEventsSent(Tick last, uint64_t n);
-  // An ack through `t`: the Events at or below it are acknowledged. Returns ShouldResend(t) as
-  // it stood before the ack (the caller resends), then takes the ack as the session's latest.
-  bool OnAck(Tick t);
+  // Records `n` Event messages sent at `now`, the last at tick `last`. REQUIRES: ticks increase.
+  void NoteEventsSent(Tick last, uint64_t n, absl::Time now = absl::InfinitePast());
+  // An ack through `t` arriving at `now`: the Events at or below it are acknowledged, and with
+  // `deliver_to_ack` each send it completes adds one sample, from the send to `now` (sends
+  // recorded without a time add none). Returns ShouldResend(t) as it stood before the ack (the
+  // caller resends), then takes the ack as the session's latest.
+  bool OnAck(Tick t, absl::Time now = absl::InfinitePast(),
+             LatencyHistogram* deliver_to_ack = nullptr);
   // Event messages sent and not acknowledged.
   uint64_t unacked() const { return sent_ - acked_events_; }
   // A constream member past the bound is demoted to catchup (its session goes on, fed from the
@@ -98,7 +103,12 @@ class SessionStream {
   // running count, until an ack covers it.
   uint64_t sent_ = 0;
   uint64_t acked_events_ = 0;
-  std::deque<std::pair<Tick, uint64_t>> sent_marks_;
+  struct SentMark {
+    Tick last;
+    uint64_t sent;  // the running count through this send
+    absl::Time at;
+  };
+  std::deque<SentMark> sent_marks_;
 };
 
 }  // namespace gryph
