@@ -167,6 +167,8 @@ std::string AnswerPhb(PublisherHostingBroker& phb, const ZmqChannel& channel,
                          {"released_min", pubend->released_min()},
                          {"delivered_min", pubend->delivered_min()},
                          {"damaged_events", pubend->damaged_events()},
+                         {"nacks_answered", pubend->nacks_answered()},
+                         {"nack_events_sent", pubend->nack_events_sent()},
                          {"status", pubend->status().ok() ? "ok" : pubend->status().ToString()}});
     }
     const PublisherHostingBroker::Stats stats = phb.stats();
@@ -262,6 +264,10 @@ void AddPhbMetrics(PublisherHostingBroker& phb, MetricsText* out) {
                static_cast<double>(pubend->committed_tick() - pubend->l_prefix()), labels);
     out->Counter("gryph_pubend_damaged_events_total", "log rows found damaged since open",
                  static_cast<double>(pubend->damaged_events()), labels);
+    out->Counter("gryph_pubend_nacks_answered_total", "nacks answered",
+                 static_cast<double>(pubend->nacks_answered()), labels);
+    out->Counter("gryph_pubend_nack_events_sent_total", "events sent in nack answers",
+                 static_cast<double>(pubend->nack_events_sent()), labels);
   }
 }
 

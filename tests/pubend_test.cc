@@ -428,6 +428,8 @@ TEST_CASE("a damaged event is answered L up to the good rows around it, and repo
     REQUIRE(nacker->knowledge.ValueAt(t) == TickValue::kL);
   }
   REQUIRE(h.pubend().damaged_events() == 1);
+  REQUIRE(h.pubend().nacks_answered() == 1);
+  REQUIRE(h.pubend().nack_events_sent() == 4);  // the damaged one is not sent
   REQUIRE(DamagedRowKey(h.pubend().damage()) == internal::EventKey(kP, ticks[2]));
   REQUIRE_OK(h.pubend().status());  // the pubend serves on
   // Asked again: the same answer, counted once.

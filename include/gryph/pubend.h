@@ -170,6 +170,9 @@ class Pubend {
   // key may be what was damaged), so subscribers that may have matched it get a Gap and the
   // stream goes on; the pubend's status stays OK. VerifyStorage lists every damaged row.
   virtual uint64_t damaged_events() const = 0;
+  // Nacks answered (HandleCuriosity that sent its answer), and the events those answers carried.
+  virtual uint64_t nacks_answered() const = 0;
+  virtual uint64_t nack_events_sent() const = 0;
   virtual absl::Status damage() const = 0;
 
  protected:

@@ -624,8 +624,12 @@ absl::Status PubendImpl::HandleCuriosity(absl::string_view from, const Curiosity
       }
       m.spans = std::move(fixed);
     }
+    for (const KnowledgeSpan& span : m.spans) {
+      if (span.event != nullptr) nack_events_sent_.fetch_add(1, std::memory_order_relaxed);
+    }
     (void)channel_->Send(from, std::move(m));
   }
+  nacks_answered_.fetch_add(1, std::memory_order_relaxed);
   return absl::OkStatus();
 }
 

@@ -3,6 +3,7 @@
 #ifndef GRYPH_LIB_PUBEND_PUBEND_IMPL_H_
 #define GRYPH_LIB_PUBEND_PUBEND_IMPL_H_
 
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <string>
@@ -45,6 +46,12 @@ class PubendImpl final : public Pubend {
   std::vector<std::string> downstream() const override;
   absl::Status status() const override;
   uint64_t damaged_events() const override;
+  uint64_t nacks_answered() const override {
+    return nacks_answered_.load(std::memory_order_relaxed);
+  }
+  uint64_t nack_events_sent() const override {
+    return nack_events_sent_.load(std::memory_order_relaxed);
+  }
   absl::Status damage() const override;
 
  private:
@@ -130,6 +137,8 @@ class PubendImpl final : public Pubend {
   Tick releasing_ ABSL_GUARDED_BY(mu_) = 0;  // L prefix being committed (>= l_prefix_)
   Tick reclaimed_ ABSL_GUARDED_BY(mu_) = 0;  // events at or below are deleted
   bool reclaiming_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<uint64_t> nacks_answered_{0};
+  std::atomic<uint64_t> nack_events_sent_{0};
   // Early release is discarding what downstream has not acknowledged (reported when it begins).
   bool releasing_unacknowledged_ ABSL_GUARDED_BY(mu_) = false;
   size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // publishes and heartbeats not yet committed
