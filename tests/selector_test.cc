@@ -368,6 +368,52 @@ TEST_CASE("a long token is shortened in messages", "[selector]") {
           "'nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn...'");
 }
 
+// `s = 'xx...x'`, exactly `bytes` long. REQUIRES: bytes >= 6.
+std::string SelectorOfLength(size_t bytes) { return "s = '" + std::string(bytes - 6, 'x') + "'"; }
+
+TEST_CASE("a selector longer than the length limit is refused, naming the limit", "[selector]") {
+  const size_t limit = SelectorOptions::kDefaultMaxLength;
+  REQUIRE(limit == 64 * 1024);
+  REQUIRE(SelectorOptions().max_length == limit);
+  // At the limit: fine.
+  const std::string at = SelectorOfLength(limit);
+  REQUIRE(at.size() == limit);
+  Event e;
+  e.SetString("s", std::string(limit - 6, 'x'));
+  REQUIRE(MustParse(at).Matches(e));
+  // One byte more: refused, positioned at the first byte beyond the limit.
+  REQUIRE(ParseError(SelectorOfLength(limit + 1)) ==
+          "selector:1:65537: the selector has 65537 bytes, more than the limit of 65536 "
+          "(SelectorOptions::max_length)");
+  // Whatever the text: unread, so no other error is found first.
+  REQUIRE(ParseError(std::string(limit + 1, '\'')) ==
+          "selector:1:65537: the selector has 65537 bytes, more than the limit of 65536 "
+          "(SelectorOptions::max_length)");
+  REQUIRE(ParseError(std::string(limit - 1, ' ') + "\n ") ==
+          "selector:2:1: the selector has 65537 bytes, more than the limit of 65536 "
+          "(SelectorOptions::max_length)");
+
+  // A smaller limit, counting every byte.
+  SelectorOptions five;
+  five.max_length = 5;
+  REQUIRE_OK(Selector::Parse("a = 1", five));
+  REQUIRE_OK(Selector::Parse("", five));
+  absl::StatusOr<Selector> refused = Selector::Parse("a\n= 12", five);
+  REQUIRE_CODE(refused, absl::StatusCode::kInvalidArgument);
+  REQUIRE(refused.status().message() ==
+          "selector:2:4: the selector has 6 bytes, more than the limit of 5 "
+          "(SelectorOptions::max_length)");
+  // A larger one, or none.
+  SelectorOptions none;
+  none.max_length = SIZE_MAX;
+  REQUIRE_OK(Selector::Parse(SelectorOfLength(4 * limit), none));
+  SelectorOptions larger;
+  larger.max_length = 2 * limit;
+  REQUIRE_OK(Selector::Parse(SelectorOfLength(2 * limit), larger));
+  REQUIRE_CODE(Selector::Parse(SelectorOfLength(2 * limit + 1), larger),
+               absl::StatusCode::kInvalidArgument);
+}
+
 TEST_CASE("nesting deeper than the limit is an error, not a crash", "[selector]") {
   const int limit = Selector::kMaxDepth;
   auto repeat = [](absl::string_view s, int n) {
@@ -389,17 +435,22 @@ TEST_CASE("nesting deeper than the limit is an error, not a crash", "[selector]"
   REQUIRE(absl::StrContains(ParseError(repeat("-", limit + 1) + "a > 1"), too_deep));
   REQUIRE(
       absl::StrContains(ParseError(repeat("a = (", limit) + "a" + repeat(")", limit)), too_deep));
-  // Far beyond it: still an error, found without deep recursion.
-  REQUIRE(absl::StrContains(ParseError(repeat("(", 100000)), too_deep));
-  REQUIRE(absl::StrContains(ParseError(repeat("NOT ", 100000) + "a"), too_deep));
-  REQUIRE(absl::StrContains(ParseError(repeat("-", 100000) + "a"), too_deep));
-  REQUIRE(absl::StrContains(ParseError("a" + repeat(" * a", 100000) + " > 1"), too_deep));
+  // Far beyond it (within the default length limit): still an error, found without deep
+  // recursion.
+  REQUIRE(absl::StrContains(ParseError(repeat("(", 60000)), too_deep));
+  REQUIRE(absl::StrContains(ParseError(repeat("NOT ", 15000) + "a"), too_deep));
+  REQUIRE(absl::StrContains(ParseError(repeat("-", 60000) + "a"), too_deep));
+  REQUIRE(absl::StrContains(ParseError("a" + repeat(" * a", 15000) + " > 1"), too_deep));
 }
 
-TEST_CASE("long flat conjunctions and lists are not limited", "[selector]") {
+TEST_CASE("long flat conjunctions and lists are limited only by the length", "[selector]") {
   std::string text = "a0 = 0";
   for (int i = 1; i < 5000; ++i) absl::StrAppend(&text, " AND a", i, " = ", i);
-  Selector s = MustParse(text);
+  SelectorOptions unlimited;
+  unlimited.max_length = SIZE_MAX;
+  absl::StatusOr<Selector> parsed = Selector::Parse(text, unlimited);
+  REQUIRE_OK(parsed);
+  const Selector& s = *parsed;
   REQUIRE(Conjuncts(s.ast()->root()).size() == 5000);
   Event e;
   for (int i = 0; i < 5000; ++i) e.SetInt64(absl::StrCat("a", i), i);

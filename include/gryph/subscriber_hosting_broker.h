@@ -80,6 +80,7 @@
 #include "gryph/broker/catchup_stream.h"
 #include "gryph/channel.h"
 #include "gryph/group_commit.h"
+#include "gryph/selector.h"
 #include "gryph/storage.h"
 
 namespace gryph {
@@ -141,6 +142,10 @@ struct SubscriberHostingBrokerOptions {
   // stalled for half of it first counts every session as heard (its acks may be waiting).
   absl::Duration session_timeout = absl::Seconds(30);
   size_t pfs_checkpoint_interval = 1024;
+  // How a new subscription's selector is parsed: a Connect whose selector is longer than
+  // selector.max_length is answered with an InvalidArgument error. Subscriptions already stored
+  // are parsed on Open without the length limit (they were accepted when made).
+  SelectorOptions selector;
   // The time source; absl::Now when empty.
   std::function<absl::Time()> clock;
 };

@@ -550,7 +550,15 @@ class Parser {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<const Ast>> ParseSelector(absl::string_view text) {
+absl::StatusOr<std::shared_ptr<const Ast>> ParseSelector(absl::string_view text,
+                                                         const SelectorOptions& options) {
+  if (text.size() > options.max_length) {
+    // Positioned at the first byte beyond the limit, as any other parse error.
+    return SyntaxError(
+        text, options.max_length,
+        absl::StrCat("the selector has ", text.size(), " bytes, more than the limit of ",
+                     options.max_length, " (SelectorOptions::max_length)"));
+  }
   GRYPH_ASSIGN_OR_RETURN(std::vector<Token> tokens, Tokenize(text));
   Parser parser(text, std::move(tokens));
   GRYPH_ASSIGN_OR_RETURN(NodePtr root, parser.Run());
