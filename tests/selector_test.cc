@@ -414,6 +414,52 @@ TEST_CASE("a selector longer than the length limit is refused, naming the limit"
                absl::StatusCode::kInvalidArgument);
 }
 
+TEST_CASE("a megabyte of '(' fails at the depth limit having allocated little", "[selector]") {
+  const std::string parens(size_t{1} << 20, '(');
+  // Beyond the default length limit it is refused unread.
+  int64_t before = testing::AllocatedBytes();
+  absl::StatusOr<Selector> refused = Selector::Parse(parens);
+  int64_t allocated = testing::AllocatedBytes() - before;
+  REQUIRE(refused.status().message() ==
+          "selector:1:65537: the selector has 1048576 bytes, more than the limit of 65536 "
+          "(SelectorOptions::max_length)");
+  REQUIRE(allocated < 4096);
+
+  // Without the limit, the parser reads no further than the depth limit: what it allocates is
+  // bounded by what it accepted (tokenizing all of it first took about 200 MB).
+  SelectorOptions none;
+  none.max_length = SIZE_MAX;
+  before = testing::AllocatedBytes();
+  absl::StatusOr<Selector> deep = Selector::Parse(parens, none);
+  allocated = testing::AllocatedBytes() - before;
+  REQUIRE(deep.status().message() ==
+          "selector:1:257: expression is nested too deeply (more than 256 levels)");
+  REQUIRE(allocated < 64 * 1024);
+
+  // Likewise for the other ways to nest, and for an early error before a long tail (here an
+  // unterminated string literal of a megabyte, which is never read).
+  const std::vector<std::string> texts = {
+      std::string(size_t{1} << 20, '-') + "a",
+      absl::StrJoin(std::vector<std::string>(size_t{1} << 18, "NOT"), " ") + " a",
+      "a = = '" + std::string(size_t{1} << 20, 'x'),
+      "a = 1 AND (b" + std::string(size_t{1} << 20, ' ') + "'",
+  };
+  const std::vector<std::string> expected = {
+      "selector:1:257: expression is nested too deeply (more than 256 levels)",
+      "selector:1:1025: expression is nested too deeply (more than 256 levels)",
+      "selector:1:5: expected a value after '=', found '='",
+      "selector:1:1048589: unterminated string literal",
+  };
+  for (size_t i = 0; i < texts.size(); ++i) {
+    INFO("text " << i);
+    before = testing::AllocatedBytes();
+    absl::StatusOr<Selector> failed = Selector::Parse(texts[i], none);
+    allocated = testing::AllocatedBytes() - before;
+    REQUIRE(failed.status().message() == expected[i]);
+    REQUIRE(allocated < 64 * 1024);
+  }
+}
+
 TEST_CASE("nesting deeper than the limit is an error, not a crash", "[selector]") {
   const int limit = Selector::kMaxDepth;
   auto repeat = [](absl::string_view s, int n) {

@@ -32,8 +32,9 @@
 //   - An empty or whitespace-only selector matches every event.
 //
 // Parsing is bounded: a selector longer than SelectorOptions::max_length (64 KiB unless told
-// otherwise) is refused unread. LIKE matching takes time linear in the attribute's length
-// (docs/selectors.md, "LIKE").
+// otherwise) is refused unread, and a parse allocates in proportion to the text it accepted, so
+// that input which fails early (a megabyte of `(`) fails fast and cheaply. LIKE matching takes
+// time linear in the attribute's length (docs/selectors.md, "LIKE").
 //
 // Thread-safety: a Selector is immutable after Parse and thread-safe; copies share the parsed
 // tree (copying is a reference-count increment), and any number of threads may evaluate the
