@@ -4,9 +4,17 @@
 //
 // Evaluation figures are per event and include attribute lookup (a binary search over the event's
 // sorted attributes). State the machine and build type with any figure you publish.
+//
+// The worst cases (docs/benchmarks-history.md, "Selector worst cases"):
+//   BM_EvaluateLikeLongSuffix/N, BM_EvaluateLikeLongInfix/N
+//       `s LIKE '%aa...ab'` and `s LIKE '%aa...ab%'`, a literal of N/2 bytes, against N bytes of
+//       'a': every position of the text starts a near match of the literal
+//   BM_ParseDeepParens, BM_ParseDeepParensNoLengthLimit
+//       a megabyte of `(`: refused by the length limit, and without it, at the depth limit
 
 #include <benchmark/benchmark.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -31,8 +39,8 @@ Event Order() {
   return e;
 }
 
-Selector MustParse(absl::string_view text) {
-  auto s = Selector::Parse(text);
+Selector MustParse(absl::string_view text, const SelectorOptions& options = SelectorOptions()) {
+  auto s = Selector::Parse(text, options);
   if (!s.ok()) std::abort();
   return *std::move(s);
 }
@@ -71,6 +79,60 @@ BENCHMARK(BM_EvaluateTypicalConjunction);
 
 void BM_EvaluateLike(benchmark::State& state) { Evaluate(state, "region LIKE '%east%1'"); }
 BENCHMARK(BM_EvaluateLike);
+
+SelectorOptions NoLengthLimit() {
+  SelectorOptions options;
+  options.max_length = SIZE_MAX;
+  return options;
+}
+
+// `s LIKE 'prefix literal suffix'` with a literal of state.range(0) / 2 bytes, 'aa...ab',
+// against state.range(0) bytes of 'a'; never matches.
+void LikeLongLiteral(benchmark::State& state, absl::string_view prefix, absl::string_view suffix) {
+  const auto n = static_cast<size_t>(state.range(0));
+  const std::string literal = std::string(n / 2 - 1, 'a') + "b";
+  const Selector s =
+      MustParse(absl::StrCat("s LIKE '", prefix, literal, suffix, "'"), NoLengthLimit());
+  Event e;
+  e.SetString("s", std::string(n, 'a'));
+  for (auto _ : state) {
+    if (s.Evaluate(e) != Truth::kFalse) std::abort();
+  }
+  state.SetBytesProcessed(state.iterations() * state.range(0));
+}
+
+void BM_EvaluateLikeLongSuffix(benchmark::State& state) { LikeLongLiteral(state, "%", ""); }
+BENCHMARK(BM_EvaluateLikeLongSuffix)
+    ->Arg(1 << 10)
+    ->Arg(16 << 10)
+    ->Arg(256 << 10)
+    ->Arg(1 << 20)
+    ->Unit(benchmark::kMicrosecond);
+
+void BM_EvaluateLikeLongInfix(benchmark::State& state) { LikeLongLiteral(state, "%", "%"); }
+BENCHMARK(BM_EvaluateLikeLongInfix)
+    ->Arg(1 << 10)
+    ->Arg(16 << 10)
+    ->Arg(256 << 10)
+    ->Arg(1 << 20)
+    ->Unit(benchmark::kMicrosecond);
+
+void ParseDeepParens(benchmark::State& state, const SelectorOptions& options) {
+  const std::string text(size_t{1} << 20, '(');
+  for (auto _ : state) {
+    auto s = Selector::Parse(text, options);
+    if (s.ok()) std::abort();
+    benchmark::DoNotOptimize(s);
+  }
+}
+
+void BM_ParseDeepParens(benchmark::State& state) { ParseDeepParens(state, SelectorOptions()); }
+BENCHMARK(BM_ParseDeepParens)->Unit(benchmark::kMicrosecond);
+
+void BM_ParseDeepParensNoLengthLimit(benchmark::State& state) {
+  ParseDeepParens(state, NoLengthLimit());
+}
+BENCHMARK(BM_ParseDeepParensNoLengthLimit)->Unit(benchmark::kMicrosecond);
 
 void BM_EvaluateStringIn(benchmark::State& state) {
   std::string text = "trader IN ('t0'";

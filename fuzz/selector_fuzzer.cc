@@ -2,7 +2,8 @@
 //
 // Each input is tried as a selector, as a topic filter and as an encoded subscription. Beyond
 // "no crash, no sanitizer report", it checks the invariants the rest of gryph relies on:
-//   - a rejected input fails with InvalidArgument and a positioned message;
+//   - a rejected input fails with InvalidArgument and a positioned message, and one longer than
+//     the length limit fails with a message naming the limit;
 //   - a parsed selector's DebugString parses to the same tree and evaluates the same;
 //   - NOT (selector) evaluates to the three-valued negation;
 //   - every conjunct AsIndexable() describes is TRUE exactly when its index condition holds;
@@ -155,15 +156,27 @@ void FuzzSelector(absl::string_view input) {
     return;
   }
   Check(s->text() == input, "text kept", input);
+  // One byte less of length limit refuses it, naming the limit.
+  if (!input.empty()) {
+    gryph::SelectorOptions shorter;
+    shorter.max_length = input.size() - 1;
+    absl::StatusOr<Selector> refused = Selector::Parse(input, shorter);
+    Check(!refused.ok() && absl::StrContains(refused.status().message(), "max_length"),
+          "length limit", refused.status().ToString());
+  }
+  // The rendering adds parentheses, which may take it over the length limit: none for it.
+  gryph::SelectorOptions unlimited;
+  unlimited.max_length = SIZE_MAX;
   const std::string debug = s->DebugString();
-  absl::StatusOr<Selector> again = Selector::Parse(debug);
+  absl::StatusOr<Selector> again = Selector::Parse(debug, unlimited);
   if (!again.ok()) {
     Check(absl::StrContains(again.status().message(), "nested too deeply"), "DebugString parses",
           again.status().ToString() + " for " + debug);
   } else {
     Check(again->DebugString() == debug, "DebugString is a fixpoint", debug);
   }
-  absl::StatusOr<Selector> negated = Selector::Parse("NOT (" + std::string(input) + "\n)");
+  absl::StatusOr<Selector> negated =
+      Selector::Parse("NOT (" + std::string(input) + "\n)", unlimited);
   for (const Event& e : Events()) {
     const Truth t = s->Evaluate(e);
     Check(s->Matches(e) == (t == Truth::kTrue), "Matches", debug);

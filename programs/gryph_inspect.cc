@@ -348,8 +348,10 @@ void ReadShb(Storage& storage, Report& report, const std::string& subscriber) {
                                   Printable(report.subscriptions[it->second].name), "' too"));
       return;
     }
+    SelectorOptions stored;  // as the SHB parses its stored subscriptions: no length limit
+    stored.max_length = SIZE_MAX;
     if (absl::StatusOr<Subscription> parsed =
-            Subscription::Create(row->selector, row->topic_filter);
+            Subscription::Create(row->selector, row->topic_filter, stored);
         !parsed.ok()) {
       report.Damaged(kShbSubscriptionsTable, key,
                      absl::StrCat("the selector or topic filter no longer parses: ",

@@ -1,7 +1,8 @@
 // Replaces the global operator new of the test binary with one that counts, so that tests can
-// check that a hot path allocates nothing (testing::AllocationCount in test_util.h). It only
-// counts, then defers to malloc; a separate translation unit keeps GCC from pairing the inlined
-// operators with malloc/free in its mismatched-new-delete analysis.
+// check that a hot path allocates nothing, or how much it asks for (testing::AllocationCount and
+// testing::AllocatedBytes in test_util.h). It only counts, then defers to malloc; a separate
+// translation unit keeps GCC from pairing the inlined operators with malloc/free in its
+// mismatched-new-delete analysis.
 
 #include <atomic>
 #include <cstdint>
@@ -10,12 +11,14 @@
 
 namespace {
 std::atomic<int64_t> g_allocations{0};
+std::atomic<int64_t> g_allocated_bytes{0};
 }  // namespace
 
 namespace {
 
 void* CountedAllocate(size_t size) noexcept {
   g_allocations.fetch_add(1, std::memory_order_relaxed);
+  g_allocated_bytes.fetch_add(static_cast<int64_t>(size), std::memory_order_relaxed);
   return std::malloc(size == 0 ? 1 : size);
 }
 
@@ -42,5 +45,6 @@ void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); 
 namespace gryph::testing {
 
 int64_t AllocationCount() { return g_allocations.load(std::memory_order_relaxed); }
+int64_t AllocatedBytes() { return g_allocated_bytes.load(std::memory_order_relaxed); }
 
 }  // namespace gryph::testing

@@ -164,6 +164,16 @@ TEST_CASE("a matcher applies equality, range, IN, OR, LIKE and NULL semantics th
        {E().SetString("s", "abc"), E().SetString("s", "c")},
        {E().SetString("s", "ca")}},
       {"s LIKE 'x\\_%' ESCAPE '\\'", {E().SetString("s", "x_1")}, {E().SetString("s", "xa1")}},
+      // A prefix ending in a lone lead byte: the text's "€" (E2 82 AC) is one character, which
+      // the pattern's lone E2 does not match, although the bytes start alike.
+      {"s LIKE '\xE2%'",
+       {E().SetString("s", "\xE2"), E().SetString("s",
+                                                  "\xE2"
+                                                  "a")},
+       {E().SetString("s", "\xE2\x82\xAC"), E().SetString("s",
+                                                          "\xE2\x82\xAC"
+                                                          "a")}},
+      {"s LIKE '\xC3\xA9%'", {E().SetString("s", "\xC3\xA9\xA9")}, {E().SetString("s", "\xC3")}},
       {"s NOT LIKE 'a%'",
        {E().SetString("s", "b")},
        {E().SetString("s", "ab"), E(), E().SetBool("s", true)}},

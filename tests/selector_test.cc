@@ -13,9 +13,11 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "lib/selector/ast.h"
 #include "lib/selector/like_pattern.h"
@@ -30,7 +32,9 @@ using selector_ast::AsIndexable;
 using selector_ast::CompareInt64Double;
 using selector_ast::Conjuncts;
 using selector_ast::IndexableConjunct;
+using selector_ast::IsUtf8CharStart;
 using selector_ast::LikePattern;
+using selector_ast::PreviousUtf8CharStart;
 using selector_ast::Utf8CharLength;
 using testing::Rng;
 using testing::Seeds;
@@ -364,6 +368,98 @@ TEST_CASE("a long token is shortened in messages", "[selector]") {
           "'nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn...'");
 }
 
+// `s = 'xx...x'`, exactly `bytes` long. REQUIRES: bytes >= 6.
+std::string SelectorOfLength(size_t bytes) { return "s = '" + std::string(bytes - 6, 'x') + "'"; }
+
+TEST_CASE("a selector longer than the length limit is refused, naming the limit", "[selector]") {
+  const size_t limit = SelectorOptions::kDefaultMaxLength;
+  REQUIRE(limit == 64 * 1024);
+  REQUIRE(SelectorOptions().max_length == limit);
+  // At the limit: fine.
+  const std::string at = SelectorOfLength(limit);
+  REQUIRE(at.size() == limit);
+  Event e;
+  e.SetString("s", std::string(limit - 6, 'x'));
+  REQUIRE(MustParse(at).Matches(e));
+  // One byte more: refused, positioned at the first byte beyond the limit.
+  REQUIRE(ParseError(SelectorOfLength(limit + 1)) ==
+          "selector:1:65537: the selector has 65537 bytes, more than the limit of 65536 "
+          "(SelectorOptions::max_length)");
+  // Whatever the text: unread, so no other error is found first.
+  REQUIRE(ParseError(std::string(limit + 1, '\'')) ==
+          "selector:1:65537: the selector has 65537 bytes, more than the limit of 65536 "
+          "(SelectorOptions::max_length)");
+  REQUIRE(ParseError(std::string(limit - 1, ' ') + "\n ") ==
+          "selector:2:1: the selector has 65537 bytes, more than the limit of 65536 "
+          "(SelectorOptions::max_length)");
+
+  // A smaller limit, counting every byte.
+  SelectorOptions five;
+  five.max_length = 5;
+  REQUIRE_OK(Selector::Parse("a = 1", five));
+  REQUIRE_OK(Selector::Parse("", five));
+  absl::StatusOr<Selector> refused = Selector::Parse("a\n= 12", five);
+  REQUIRE_CODE(refused, absl::StatusCode::kInvalidArgument);
+  REQUIRE(refused.status().message() ==
+          "selector:2:4: the selector has 6 bytes, more than the limit of 5 "
+          "(SelectorOptions::max_length)");
+  // A larger one, or none.
+  SelectorOptions none;
+  none.max_length = SIZE_MAX;
+  REQUIRE_OK(Selector::Parse(SelectorOfLength(4 * limit), none));
+  SelectorOptions larger;
+  larger.max_length = 2 * limit;
+  REQUIRE_OK(Selector::Parse(SelectorOfLength(2 * limit), larger));
+  REQUIRE_CODE(Selector::Parse(SelectorOfLength(2 * limit + 1), larger),
+               absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("a megabyte of '(' fails at the depth limit having allocated little", "[selector]") {
+  const std::string parens(size_t{1} << 20, '(');
+  // Beyond the default length limit it is refused unread.
+  int64_t before = testing::AllocatedBytes();
+  absl::StatusOr<Selector> refused = Selector::Parse(parens);
+  int64_t allocated = testing::AllocatedBytes() - before;
+  REQUIRE(refused.status().message() ==
+          "selector:1:65537: the selector has 1048576 bytes, more than the limit of 65536 "
+          "(SelectorOptions::max_length)");
+  REQUIRE(allocated < 4096);
+
+  // Without the limit, the parser reads no further than the depth limit: what it allocates is
+  // bounded by what it accepted (tokenizing all of it first took about 200 MB).
+  SelectorOptions none;
+  none.max_length = SIZE_MAX;
+  before = testing::AllocatedBytes();
+  absl::StatusOr<Selector> deep = Selector::Parse(parens, none);
+  allocated = testing::AllocatedBytes() - before;
+  REQUIRE(deep.status().message() ==
+          "selector:1:257: expression is nested too deeply (more than 256 levels)");
+  REQUIRE(allocated < 64 * 1024);
+
+  // Likewise for the other ways to nest, and for an early error before a long tail (here an
+  // unterminated string literal of a megabyte, which is never read).
+  const std::vector<std::string> texts = {
+      std::string(size_t{1} << 20, '-') + "a",
+      absl::StrJoin(std::vector<std::string>(size_t{1} << 18, "NOT"), " ") + " a",
+      "a = = '" + std::string(size_t{1} << 20, 'x'),
+      "a = 1 AND (b" + std::string(size_t{1} << 20, ' ') + "'",
+  };
+  const std::vector<std::string> expected = {
+      "selector:1:257: expression is nested too deeply (more than 256 levels)",
+      "selector:1:1025: expression is nested too deeply (more than 256 levels)",
+      "selector:1:5: expected a value after '=', found '='",
+      "selector:1:1048589: unterminated string literal",
+  };
+  for (size_t i = 0; i < texts.size(); ++i) {
+    INFO("text " << i);
+    before = testing::AllocatedBytes();
+    absl::StatusOr<Selector> failed = Selector::Parse(texts[i], none);
+    allocated = testing::AllocatedBytes() - before;
+    REQUIRE(failed.status().message() == expected[i]);
+    REQUIRE(allocated < 64 * 1024);
+  }
+}
+
 TEST_CASE("nesting deeper than the limit is an error, not a crash", "[selector]") {
   const int limit = Selector::kMaxDepth;
   auto repeat = [](absl::string_view s, int n) {
@@ -385,17 +481,22 @@ TEST_CASE("nesting deeper than the limit is an error, not a crash", "[selector]"
   REQUIRE(absl::StrContains(ParseError(repeat("-", limit + 1) + "a > 1"), too_deep));
   REQUIRE(
       absl::StrContains(ParseError(repeat("a = (", limit) + "a" + repeat(")", limit)), too_deep));
-  // Far beyond it: still an error, found without deep recursion.
-  REQUIRE(absl::StrContains(ParseError(repeat("(", 100000)), too_deep));
-  REQUIRE(absl::StrContains(ParseError(repeat("NOT ", 100000) + "a"), too_deep));
-  REQUIRE(absl::StrContains(ParseError(repeat("-", 100000) + "a"), too_deep));
-  REQUIRE(absl::StrContains(ParseError("a" + repeat(" * a", 100000) + " > 1"), too_deep));
+  // Far beyond it (within the default length limit): still an error, found without deep
+  // recursion.
+  REQUIRE(absl::StrContains(ParseError(repeat("(", 60000)), too_deep));
+  REQUIRE(absl::StrContains(ParseError(repeat("NOT ", 15000) + "a"), too_deep));
+  REQUIRE(absl::StrContains(ParseError(repeat("-", 60000) + "a"), too_deep));
+  REQUIRE(absl::StrContains(ParseError("a" + repeat(" * a", 15000) + " > 1"), too_deep));
 }
 
-TEST_CASE("long flat conjunctions and lists are not limited", "[selector]") {
+TEST_CASE("long flat conjunctions and lists are limited only by the length", "[selector]") {
   std::string text = "a0 = 0";
   for (int i = 1; i < 5000; ++i) absl::StrAppend(&text, " AND a", i, " = ", i);
-  Selector s = MustParse(text);
+  SelectorOptions unlimited;
+  unlimited.max_length = SIZE_MAX;
+  absl::StatusOr<Selector> parsed = Selector::Parse(text, unlimited);
+  REQUIRE_OK(parsed);
+  const Selector& s = *parsed;
   REQUIRE(Conjuncts(s.ast()->root()).size() == 5000);
   Event e;
   for (int i = 0; i < 5000; ++i) e.SetInt64(absl::StrCat("a", i), i);
@@ -627,6 +728,160 @@ TEST_CASE("LIKE agrees with a reference matcher on random patterns", "[selector]
       INFO("pattern '" << pattern << "' escape '" << escape << "' text '" << text << "'");
       REQUIRE_OK(compiled);
       REQUIRE(compiled->Matches(text) == ReferenceLike(text, pattern, escape));
+    }
+  }
+}
+
+// Pieces for random LIKE patterns and texts: ASCII, well-formed multibyte characters, and bytes
+// that are characters of their own (a lone lead byte, continuation bytes) but join with others
+// into well-formed sequences ("\xE2" "\x82" "\xAC" is "€").
+const char* const kLikePieces[] = {"a",        "b",
+                                   "_",        "%",
+                                   "!",        "\\",
+                                   "\xC3\xA9", "\xE2\x82\xAC",
+                                   "\xE2",     "\x82",
+                                   "\xAC",     "\xC3",
+                                   "\xA9",     "\xF0\x9F\x98\x80",
+                                   "\xF0\x9F"};
+// Escape characters: none, ASCII, the wildcards themselves, a continuation byte, multibyte.
+const char* const kLikeEscapes[] = {"",  "",     "!",        "\\",          "%",
+                                    "_", "\x82", "\xC3\xA9", "\xE2\x82\xAC"};
+
+// A selector string literal holding `s` (with ' doubled).
+std::string Quoted(absl::string_view s) {
+  return absl::StrCat("'", absl::StrReplaceAll(s, {{"'", "''"}}), "'");
+}
+
+TEST_CASE("LIKE agrees with a reference matcher on random bytes, escapes and NULLs",
+          "[selector][random]") {
+  int compiled = 0;
+  int matched = 0;
+  for (uint64_t seed : Seeds(700, 20)) {
+    INFO("seed " << seed);
+    Rng rng(seed);
+    for (int iter = 0; iter < 2000; ++iter) {
+      // Short texts over every piece, or long ones over few, where literal runs recur.
+      const bool long_text = rng.OneIn(4);
+      const size_t alphabet = long_text ? 2 + rng.Uniform(3) : std::size(kLikePieces);
+      const size_t offset = rng.Uniform(std::size(kLikePieces) - alphabet + 1);
+      auto piece = [&] { return std::string(kLikePieces[offset + rng.Uniform(alphabet)]); };
+      const std::string escape = kLikeEscapes[rng.Uniform(std::size(kLikeEscapes))];
+      std::string pattern;
+      for (uint64_t n = rng.Uniform(long_text ? 24 : 10); n > 0; --n) {
+        if (!escape.empty() && rng.OneIn(6)) {
+          pattern += escape + std::string(rng.OneIn(3) ? escape : rng.OneIn(2) ? "_" : "%");
+        } else {
+          pattern += rng.OneIn(long_text ? 8 : 4) ? std::string(rng.OneIn(2) ? "%" : "_") : piece();
+        }
+      }
+      std::string text;
+      if (rng.OneIn(2)) {
+        // Random pieces.
+        for (uint64_t n = rng.Uniform(long_text ? 300 : 12); n > 0; --n) text += piece();
+      } else {
+        // The pattern filled in (a near match): `%` by pieces, `_` by a piece, an escaped
+        // character by itself; then perhaps one piece more or changed.
+        for (size_t i = 0; i < pattern.size();) {
+          const absl::string_view ch =
+              absl::string_view(pattern).substr(i, Utf8CharLength(pattern, i));
+          i += ch.size();
+          if (!escape.empty() && ch == escape && i < pattern.size()) {
+            const size_t len = Utf8CharLength(pattern, i);
+            text += pattern.substr(i, len);
+            i += len;
+          } else if (ch == "%") {
+            for (uint64_t n = rng.Uniform(long_text ? 30 : 3); n > 0; --n) text += piece();
+          } else if (ch == "_") {
+            text += piece();
+          } else {
+            text += std::string(ch);
+          }
+        }
+        if (rng.OneIn(2)) text.insert(rng.Uniform(text.size() + 1), piece());
+      }
+      INFO("pattern '" << absl::CHexEscape(pattern) << "' escape '" << absl::CHexEscape(escape)
+                       << "' text '" << absl::CHexEscape(text) << "'");
+      absl::StatusOr<LikePattern> p = LikePattern::Compile(pattern, escape);
+      if (!p.ok()) continue;  // pieces joined around an escape character can misuse it
+      ++compiled;
+      const bool expected = ReferenceLike(text, pattern, escape);
+      matched += expected ? 1 : 0;
+      REQUIRE(p->Matches(text) == expected);
+      if (p->is_prefix()) REQUIRE(absl::StartsWith(text, p->literal_prefix()) == expected);
+
+      // Through a selector, with three-valued logic: a NULL attribute is UNKNOWN for LIKE and
+      // NOT LIKE, a number FALSE for both.
+      if (iter % 4 != 0) continue;
+      const std::string tail =
+          absl::StrCat(" LIKE ", Quoted(pattern), escape.empty() ? "" : " ESCAPE ",
+                       escape.empty() ? "" : Quoted(escape));
+      const Selector like = MustParse("s" + tail);
+      const Selector not_like = MustParse("s NOT" + tail);
+      Event with_text;
+      with_text.SetString("s", text);
+      Event with_number;
+      with_number.SetInt64("s", 1);
+      const Event without;
+      REQUIRE(like.Evaluate(with_text) == (expected ? Truth::kTrue : Truth::kFalse));
+      REQUIRE(not_like.Evaluate(with_text) == (expected ? Truth::kFalse : Truth::kTrue));
+      REQUIRE(like.Evaluate(without) == Truth::kUnknown);
+      REQUIRE(not_like.Evaluate(without) == Truth::kUnknown);
+      REQUIRE(like.Evaluate(with_number) == Truth::kFalse);
+      REQUIRE(not_like.Evaluate(with_number) == Truth::kFalse);
+    }
+  }
+  // The generator is useful: most patterns compile, and a fair share match.
+  REQUIRE(compiled > 25000);
+  REQUIRE(matched > compiled / 5);
+}
+
+TEST_CASE("a LIKE literal matches whole characters of the text, not their first bytes",
+          "[selector]") {
+  // "€" is E2 82 AC, one character; a pattern's lone E2 (one character too) is not it.
+  const std::string euro = "\xE2\x82\xAC";
+  auto like = [](absl::string_view pattern, absl::string_view text) {
+    absl::StatusOr<LikePattern> p = LikePattern::Compile(pattern, "");
+    REQUIRE_OK(p);
+    return p->Matches(text);
+  };
+  REQUIRE_FALSE(like("\xE2__", euro));
+  REQUIRE_FALSE(like("\xE2%", euro));
+  REQUIRE_FALSE(like("%\x82\xAC", euro));
+  REQUIRE_FALSE(like("%\x82%", euro));
+  REQUIRE_FALSE(like("_\x82\xAC", euro));
+  REQUIRE(like("_", euro));
+  REQUIRE(like("%\xE2\x82\xAC%", "a" + euro + "b"));
+  REQUIRE(like("\xE2%",
+               "\xE2"
+               "a"));
+  REQUIRE(like("%\xE2", "a\xE2"));
+  REQUIRE(like("%\x82%",
+               "\xE2\x82"
+               "a"));                                 // E2 82 61 is no sequence: three characters
+  REQUIRE_FALSE(like("%\x82%", "\xE2\xE2\x82\x82"));  // E2, then E2 82 82 (U+2082)
+}
+
+TEST_CASE("UTF-8 character starts are found from either side", "[selector][random]") {
+  for (uint64_t seed : Seeds(800, 10)) {
+    INFO("seed " << seed);
+    Rng rng(seed);
+    for (int iter = 0; iter < 2000; ++iter) {
+      std::string s;
+      for (uint64_t n = rng.Uniform(12); n > 0; --n)
+        s += kLikePieces[rng.Uniform(std::size(kLikePieces))];
+      INFO("bytes '" << absl::CHexEscape(s) << "'");
+      std::vector<bool> start(s.size() + 1, false);
+      std::vector<size_t> starts = {0};
+      for (size_t i = 0; i < s.size(); i += Utf8CharLength(s, i)) {
+        start[i] = true;
+        if (i > 0) starts.push_back(i);
+      }
+      start[s.size()] = true;
+      if (!s.empty()) starts.push_back(s.size());
+      for (size_t i = 0; i <= s.size(); ++i) REQUIRE(IsUtf8CharStart(s, i) == start[i]);
+      for (size_t k = 1; k < starts.size(); ++k) {
+        REQUIRE(PreviousUtf8CharStart(s, starts[k]) == starts[k - 1]);
+      }
     }
   }
 }

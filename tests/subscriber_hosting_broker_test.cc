@@ -1059,6 +1059,28 @@ TEST_CASE("connecting to a subscription with another selector is InvalidArgument
   REQUIRE(t.shb().subscription_count() == 1);
 }
 
+TEST_CASE("a selector over the length limit is refused, and a stored one survives a smaller limit",
+          "[shb]") {
+  ShbTest t;
+  t.options.selector.max_length = 20;
+  t.Open();
+  RawClient& x = t.AddRaw("x");
+  const std::string twenty = "color = 'red' OR a=1";
+  REQUIRE(twenty.size() == 20);
+  x.Send(ConnectMessage{"long", twenty + " ", "", {}, 1, true});
+  t.Pump();
+  REQUIRE(OnlyError(x.Take(), "long") == absl::StatusCode::kInvalidArgument);
+  REQUIRE(t.shb().subscription_count() == 0);
+  x.Send(ConnectMessage{"s", twenty, "", {}, 1, true});
+  t.Pump();
+  OnlyConnected(x.Take());
+  // Opened again with a smaller limit, the broker keeps the subscription it accepted.
+  t.Restart();
+  t.options.selector.max_length = 5;
+  t.Open();
+  REQUIRE(t.shb().subscription_count() == 1);
+}
+
 TEST_CASE("an ack beyond what was delivered is OutOfRange and changes nothing", "[shb]") {
   ShbTest t;
   t.Open();

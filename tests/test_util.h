@@ -57,6 +57,9 @@ inline std::vector<uint64_t> Seeds(uint64_t base, int count) {
 // Heap allocations (global operator new calls) so far, by all threads; tests/allocation_counter.cc.
 // Compare two readings around code that must not allocate.
 int64_t AllocationCount();
+// Bytes asked of the global operator new so far (never less after a free), by all threads:
+// compare two readings around code whose allocations must stay bounded.
+int64_t AllocatedBytes();
 
 // A deterministic generator (same seed, same numbers on every platform).
 class Rng {

@@ -31,6 +31,11 @@
 //     any other type is UNKNOWN.
 //   - An empty or whitespace-only selector matches every event.
 //
+// Parsing is bounded: a selector longer than SelectorOptions::max_length (64 KiB unless told
+// otherwise) is refused unread, and a parse allocates in proportion to the text it accepted, so
+// that input which fails early (a megabyte of `(`) fails fast and cheaply. LIKE matching takes
+// time linear in the attribute's length (docs/selectors.md, "LIKE").
+//
 // Thread-safety: a Selector is immutable after Parse and thread-safe; copies share the parsed
 // tree (copying is a reference-count increment), and any number of threads may evaluate the
 // same Selector concurrently.
@@ -38,6 +43,7 @@
 #ifndef GRYPH_SELECTOR_H_
 #define GRYPH_SELECTOR_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -55,6 +61,17 @@ class Ast;
 // SQL's three truth values.
 enum class Truth : uint8_t { kFalse, kTrue, kUnknown };
 
+// How Selector::Parse treats its input.
+struct SelectorOptions {
+  // The default max_length: 64 KiB.
+  static constexpr size_t kDefaultMaxLength = 64 * 1024;
+
+  // The longest selector text Parse accepts, in bytes. A longer one fails with InvalidArgument
+  // before any of it is parsed. SIZE_MAX for no limit (for texts accepted before, such as stored
+  // subscriptions). What a parse allocates is proportional to its input, so this bounds it too.
+  size_t max_length = kDefaultMaxLength;
+};
+
 class Selector {
  public:
   // Parentheses, NOT and unary signs may nest at most this deep, and the parsed expression tree
@@ -65,10 +82,13 @@ class Selector {
   // The empty selector, which matches every event (same as Parse("")).
   Selector();
 
-  // Parses `text`. Fails with InvalidArgument on a syntax or type error; the message has the
-  // form "selector:LINE:COLUMN: what was expected and what was found" (1-based, columns count
-  // bytes). Never crashes or reads outside `text`, whatever its bytes.
-  static absl::StatusOr<Selector> Parse(absl::string_view text);
+  // Parses `text`. Fails with InvalidArgument on a syntax or type error, or when `text` is longer
+  // than options.max_length; the message has the form "selector:LINE:COLUMN: what was expected
+  // and what was found" (1-based, columns count bytes; for a text too long, the position of its
+  // first byte beyond the limit, and the message names the limit). Never crashes or reads
+  // outside `text`, whatever its bytes.
+  static absl::StatusOr<Selector> Parse(absl::string_view text,
+                                        const SelectorOptions& options = SelectorOptions());
 
   // Evaluates the selector against `event` with three-valued logic. Does not allocate.
   Truth Evaluate(const Event& event) const;

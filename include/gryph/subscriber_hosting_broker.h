@@ -82,6 +82,7 @@
 #include "gryph/group_commit.h"
 #include "gryph/latency_histogram.h"
 #include "gryph/log.h"
+#include "gryph/selector.h"
 #include "gryph/storage.h"
 
 namespace gryph {
@@ -156,6 +157,10 @@ struct SubscriberHostingBrokerOptions {
   // PFS record ending a catchup, fenced and timed-out sessions, each Gap and to whom, expired and
   // deleted subscriptions. Empty: nothing.
   LogSink log = nullptr;
+  // How a new subscription's selector is parsed: a Connect whose selector is longer than
+  // selector.max_length is answered with an InvalidArgument error. Subscriptions already stored
+  // are parsed on Open without the length limit (they were accepted when made).
+  SelectorOptions selector;
   // The time source; absl::Now when empty.
   std::function<absl::Time()> clock;
 };

@@ -38,10 +38,12 @@ class Subscription {
   // The first byte of every encoded subscription. DO NOT CHANGE: stored on disk.
   static constexpr uint8_t kEncodingVersion = 1;
 
-  // Parses `selector` (empty: every event) and `topic_filter` (empty: no topic filter, every
-  // topic). Fails with InvalidArgument, as Selector::Parse or TopicFilter::Parse do.
+  // Parses `selector` (empty: every event) with `options`, and `topic_filter` (empty: no topic
+  // filter, every topic). Fails with InvalidArgument, as Selector::Parse or TopicFilter::Parse
+  // do (a selector longer than options.max_length among them).
   static absl::StatusOr<Subscription> Create(absl::string_view selector,
-                                             absl::string_view topic_filter = "");
+                                             absl::string_view topic_filter = "",
+                                             const SelectorOptions& options = SelectorOptions());
 
   // Whether `event` interests this subscription: topic filter (if any) and selector TRUE.
   bool Matches(const Event& event) const;
@@ -58,9 +60,10 @@ class Subscription {
 
   // Parses an encoded subscription. Accepts exactly what Encode() produces: fails with
   // InvalidArgument on a truncated or malformed input, an unknown version, a length not in its
-  // shortest varint form, trailing bytes, or texts that no longer parse. Never crashes or reads
-  // past `bytes`.
-  static absl::StatusOr<Subscription> Decode(absl::string_view bytes);
+  // shortest varint form, trailing bytes, or texts that no longer parse (the selector with
+  // `options`). Never crashes or reads past `bytes`.
+  static absl::StatusOr<Subscription> Decode(absl::string_view bytes,
+                                             const SelectorOptions& options = SelectorOptions());
 
   // Same selector text and same topic filter text.
   friend bool operator==(const Subscription& a, const Subscription& b);

@@ -313,28 +313,6 @@ void SetLiteral(const AttributeValue& v, Check* k) {
   }
 }
 
-// Whether a LIKE pattern is literal text followed only by '%'s (then matching it is exactly
-// "starts with the literal prefix"). The pattern was validated when the selector was parsed.
-bool IsPurePrefix(const sa::LikeNode& like) {
-  const std::string& p = like.pattern;
-  const std::string& esc = like.escape;
-  size_t i = 0;
-  while (i < p.size()) {
-    if (!esc.empty() && p.compare(i, esc.size(), esc) == 0) {
-      i += esc.size();
-      // The escaped character: '_', '%' or the escape character itself.
-      i += p.compare(i, esc.size(), esc) == 0 ? esc.size() : 1;
-    } else if (p[i] == '_') {
-      return false;
-    } else if (p[i] == '%') {
-      return p.find_first_not_of('%', i) == std::string::npos;
-    } else {
-      ++i;
-    }
-  }
-  return false;  // no wildcard at all: an exact pattern
-}
-
 // Compiles `attr [NOT] IN (...)` with at most two values — strings of at most 8 bytes, or
 // numbers — into a check that reads no tree memory. The caller set k->attr.
 bool ShortIn(const sa::InNode& in, Check* k) {
@@ -646,7 +624,7 @@ class Compiler {
           ch.proves = static_cast<int>(i);
         } else if (!a.str.empty()) {
           a.kind = Access::Kind::kPrefix;
-          if (IsPurePrefix(*like)) ch.proves = static_cast<int>(i);  // 'abc%': exactly a prefix
+          if (p.is_prefix()) ch.proves = static_cast<int>(i);  // 'abc%': exactly a prefix
         } else {
           continue;
         }

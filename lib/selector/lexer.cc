@@ -45,26 +45,23 @@ std::string Printable(absl::string_view bytes) {
   return out;
 }
 
-class Lexer {
+// Reads one token from a position of the text.
+class Scanner {
  public:
-  explicit Lexer(absl::string_view text) : text_(text) {}
+  Scanner(absl::string_view text, size_t pos) : text_(text), pos_(pos) {}
 
-  absl::StatusOr<std::vector<Token>> Run() {
-    std::vector<Token> tokens;
-    while (true) {
-      while (pos_ < text_.size() && IsSpace(text_[pos_])) ++pos_;
-      Token token;
-      token.offset = pos_;
-      if (pos_ == text_.size()) {
-        tokens.push_back(std::move(token));
-        return tokens;
-      }
-      absl::Status s = Next(&token);
-      if (!s.ok()) return s;
-      token.length = pos_ - token.offset;
-      tokens.push_back(std::move(token));
-    }
+  // The token at the position, after whitespace (kEnd at the end of the text).
+  absl::Status Scan(Token* token) {
+    while (pos_ < text_.size() && IsSpace(text_[pos_])) ++pos_;
+    *token = Token();
+    token->offset = pos_;
+    if (pos_ == text_.size()) return absl::OkStatus();
+    absl::Status s = Next(token);
+    token->length = pos_ - token->offset;
+    return s;
   }
+
+  size_t pos() const { return pos_; }
 
  private:
   char Peek(size_t ahead = 0) const {
@@ -267,7 +264,12 @@ class Lexer {
 
 }  // namespace
 
-absl::StatusOr<std::vector<Token>> Tokenize(absl::string_view text) { return Lexer(text).Run(); }
+absl::Status Lexer::Next(Token* token) {
+  Scanner scanner(text_, pos_);
+  absl::Status s = scanner.Scan(token);
+  pos_ = scanner.pos();
+  return s;
+}
 
 std::string PositionOf(absl::string_view text, size_t offset) {
   offset = std::min(offset, text.size());

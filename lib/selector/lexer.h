@@ -5,13 +5,15 @@
 // FALSE NOT AND OR BETWEEN LIKE IN IS ESCAPE), string literals in single quotes with '' for a
 // quote, numeric literals in Java syntax, operators and parentheses. Whitespace is space, tab,
 // form feed, CR and LF.
+//
+// The parser asks for tokens one at a time, so that a parse that fails early has read (and
+// allocated for) no more of the text than it accepted.
 
 #ifndef GRYPH_LIB_SELECTOR_LEXER_H_
 #define GRYPH_LIB_SELECTOR_LEXER_H_
 
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -21,6 +23,7 @@ namespace gryph::selector_ast {
 
 enum class TokenKind : uint8_t {
   kEnd,
+  kError,  // not a token: where the parser's Lexer failed
   kIdentifier,
   kInteger,  // exact numeric literal
   kDouble,   // approximate numeric literal
@@ -66,10 +69,23 @@ struct Token {
   std::string text;   // kString: the value, with '' undone; kIdentifier: the name
 };
 
-// Tokenizes all of `text`; the last token is kEnd at text.size(). Fails with InvalidArgument
-// ("selector:LINE:COLUMN: ...") on an unterminated string, a malformed or out-of-range number,
-// a character that starts no token, or invalid UTF-8 outside a string literal.
-absl::StatusOr<std::vector<Token>> Tokenize(absl::string_view text);
+// Splits a text into tokens, from its start, one per call.
+//
+// Thread-compatible. The text must outlive the Lexer.
+class Lexer {
+ public:
+  explicit Lexer(absl::string_view text) : text_(text) {}
+
+  // Reads the next token into *token: kEnd at text.size() once the text is used up, and again on
+  // every later call. Fails with InvalidArgument ("selector:LINE:COLUMN: ...") on an unterminated
+  // string, a malformed or out-of-range number, a character that starts no token, or invalid
+  // UTF-8 outside a string literal; the Lexer is then not to be used again.
+  absl::Status Next(Token* token);
+
+ private:
+  absl::string_view text_;
+  size_t pos_ = 0;  // where the next token's leading whitespace starts
+};
 
 // "LINE:COLUMN" (1-based; columns count bytes) of byte `offset` of `text`.
 std::string PositionOf(absl::string_view text, size_t offset);

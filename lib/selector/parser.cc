@@ -110,10 +110,12 @@ AttributeValue Negate(const AttributeValue& v) {
   return -std::get<double>(v);
 }
 
+// Reads tokens as it goes (one or two ahead of what it has accepted), so that what a parse
+// allocates stays proportional to the text it accepted: a long input that fails early costs
+// little.
 class Parser {
  public:
-  Parser(absl::string_view text, std::vector<Token> tokens)
-      : text_(text), tokens_(std::move(tokens)) {}
+  explicit Parser(absl::string_view text) : text_(text), lexer_(text) {}
 
   absl::StatusOr<NodePtr> Run() {
     if (Peek().kind == TokenKind::kEnd) return NodePtr();  // empty: matches everything
@@ -125,6 +127,7 @@ class Parser {
           Peek());
     }
     GRYPH_RETURN_IF_ERROR(CheckCondition(*root, nullptr));
+    if (!lex_error_.ok()) return lex_error_;
     return root;
   }
 
@@ -141,18 +144,44 @@ class Parser {
     int* depth_;
   };
 
+  // The next token (ahead = 0) or the one after it (ahead = 1), read when first asked for: the
+  // lookahead is logically part of the text, hence filled by a const function. Valid until the
+  // next Take(). After the end, kEnd; after a lexing error, kError (and lex_error_ is set).
   const Token& Peek(size_t ahead = 0) const {
-    return tokens_[std::min(pos_ + ahead, tokens_.size() - 1)];  // the last token is kEnd
+    while (buffered_ <= ahead) {
+      Token& slot = ahead_[buffered_];
+      const Token* before = buffered_ > 0 ? &ahead_[buffered_ - 1] : nullptr;
+      if (before != nullptr &&
+          (before->kind == TokenKind::kEnd || before->kind == TokenKind::kError)) {
+        slot = *before;
+      } else if (!lex_error_.ok()) {
+        slot = Token();
+        slot.kind = TokenKind::kError;
+        slot.offset = text_.size();
+      } else if (absl::Status s = lexer_.Next(&slot); !s.ok()) {
+        lex_error_ = std::move(s);
+        slot.kind = TokenKind::kError;
+      }
+      ++buffered_;
+    }
+    return ahead_[ahead];
   }
-  const Token& Take() {
-    const Token& t = Peek();
-    if (pos_ < tokens_.size() - 1) ++pos_;
+  // Consumes the next token and returns it; kEnd and kError stay (and are returned again).
+  Token Take() {
+    Peek();
+    if (ahead_[0].kind == TokenKind::kEnd || ahead_[0].kind == TokenKind::kError) return ahead_[0];
+    Token t = std::move(ahead_[0]);
+    if (buffered_ == 2) ahead_[0] = std::move(ahead_[1]);
+    --buffered_;
     return t;
   }
 
-  // Error builders stay out of line, so that the recursive functions keep small frames.
+  // Error builders stay out of line, so that the recursive functions keep small frames. A
+  // lexing error met in the lookahead is the error, whatever the parser was about to say: the
+  // text is not a sequence of tokens there.
   ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status Error(size_t offset,
                                                                  absl::string_view message) const {
+    if (!lex_error_.ok()) return lex_error_;
     return SyntaxError(text_, offset, message);
   }
   ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status Unexpected(absl::string_view expected,
@@ -354,11 +383,11 @@ class Parser {
     Take();
     std::vector<AttributeValue> values;
     while (true) {
-      const Token& first = Peek();
+      const size_t first_offset = Peek().offset;
       GRYPH_ASSIGN_OR_RETURN(AttributeValue v, InListLiteral());
       if (!values.empty() && std::holds_alternative<std::string>(v) !=
                                  std::holds_alternative<std::string>(values.front())) {
-        return Error(first.offset, "an IN list holds either strings or numbers, not both");
+        return Error(first_offset, "an IN list holds either strings or numbers, not both");
       }
       values.push_back(std::move(v));
       if (Peek().kind == TokenKind::kRightParen) break;
@@ -374,10 +403,10 @@ class Parser {
 
   // A string literal, or a numeric literal with an optional sign.
   absl::StatusOr<AttributeValue> InListLiteral() {
-    const Token& t = Peek();
-    if (t.kind == TokenKind::kString) return AttributeValue(Take().text);
+    const TokenKind kind = Peek().kind;
+    if (kind == TokenKind::kString) return AttributeValue(Take().text);
     bool minus = false;
-    if ((t.kind == TokenKind::kMinus || t.kind == TokenKind::kPlus) &&
+    if ((kind == TokenKind::kMinus || kind == TokenKind::kPlus) &&
         (Peek(1).kind == TokenKind::kInteger || Peek(1).kind == TokenKind::kDouble)) {
       minus = Take().kind == TokenKind::kMinus;
     }
@@ -462,23 +491,23 @@ class Parser {
 
   // A literal or an identifier.
   ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<NodePtr> Leaf() {
-    const Token& t = Peek();
-    switch (t.kind) {
+    const size_t offset = Peek().offset;
+    switch (Peek().kind) {
       case TokenKind::kIdentifier:
-        return NodePtr(std::make_unique<IdentifierNode>(Take().text, t.offset));
+        return NodePtr(std::make_unique<IdentifierNode>(Take().text, offset));
       case TokenKind::kInteger:
       case TokenKind::kDouble: {
         GRYPH_ASSIGN_OR_RETURN(AttributeValue v, NumericLiteral(Take(), /*minus=*/false));
-        return NodePtr(std::make_unique<LiteralNode>(std::move(v), t.offset));
+        return NodePtr(std::make_unique<LiteralNode>(std::move(v), offset));
       }
       case TokenKind::kString:
-        return NodePtr(std::make_unique<LiteralNode>(AttributeValue(Take().text), t.offset));
+        return NodePtr(std::make_unique<LiteralNode>(AttributeValue(Take().text), offset));
       case TokenKind::kTrue:
       case TokenKind::kFalse:
-        return NodePtr(std::make_unique<LiteralNode>(
-            AttributeValue(Take().kind == TokenKind::kTrue), t.offset));
-      case TokenKind::kNull: return NullMisplaced(t);
-      default: return Unexpected("a value", t);
+        return NodePtr(
+            std::make_unique<LiteralNode>(AttributeValue(Take().kind == TokenKind::kTrue), offset));
+      case TokenKind::kNull: return NullMisplaced(Peek());
+      default: return Unexpected("a value", Peek());
     }
   }
 
@@ -543,16 +572,25 @@ class Parser {
   }
 
   const absl::string_view text_;
-  const std::vector<Token> tokens_;  // ends with kEnd
-  size_t pos_ = 0;
+  mutable Lexer lexer_;
+  mutable Token ahead_[2];  // the lookahead: ahead_[0, buffered_) are read
+  mutable size_t buffered_ = 0;
+  mutable absl::Status lex_error_;  // the lexer's error, once it failed
   int depth_ = 0;
 };
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<const Ast>> ParseSelector(absl::string_view text) {
-  GRYPH_ASSIGN_OR_RETURN(std::vector<Token> tokens, Tokenize(text));
-  Parser parser(text, std::move(tokens));
+absl::StatusOr<std::shared_ptr<const Ast>> ParseSelector(absl::string_view text,
+                                                         const SelectorOptions& options) {
+  if (text.size() > options.max_length) {
+    // Positioned at the first byte beyond the limit, as any other parse error.
+    return SyntaxError(
+        text, options.max_length,
+        absl::StrCat("the selector has ", text.size(), " bytes, more than the limit of ",
+                     options.max_length, " (SelectorOptions::max_length)"));
+  }
+  Parser parser(text);
   GRYPH_ASSIGN_OR_RETURN(NodePtr root, parser.Run());
   return std::make_shared<const Ast>(std::string(text), std::move(root));
 }

@@ -26,13 +26,17 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "gryph/selector.h"
 #include "lib/selector/ast.h"
 
 namespace gryph::selector_ast {
 
 // Parses `text`. Fails with InvalidArgument "selector:LINE:COLUMN: ..." on any syntax or type
-// error, or when nesting exceeds Selector::kMaxDepth.
-absl::StatusOr<std::shared_ptr<const Ast>> ParseSelector(absl::string_view text);
+// error, when nesting exceeds Selector::kMaxDepth, or when `text` is longer than
+// options.max_length (then without reading it). Reads tokens only as far as it accepts the
+// text, so what it allocates is proportional to what it accepted.
+absl::StatusOr<std::shared_ptr<const Ast>> ParseSelector(absl::string_view text,
+                                                         const SelectorOptions& options);
 
 }  // namespace gryph::selector_ast
 

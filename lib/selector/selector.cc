@@ -9,16 +9,17 @@ namespace gryph {
 
 Selector::Selector() = default;
 
-absl::StatusOr<Selector> Selector::Parse(absl::string_view text) {
+absl::StatusOr<Selector> Selector::Parse(absl::string_view text, const SelectorOptions& options) {
   if (text.empty()) {
     // The commonest selector (topic-only subscriptions) shares one tree: no allocation per
     // subscription, and whoever asks whether it matches everything reads memory that is hot.
     static const std::shared_ptr<const selector_ast::Ast>* const kEmpty =
-        new std::shared_ptr<const selector_ast::Ast>(*selector_ast::ParseSelector(""));
+        new std::shared_ptr<const selector_ast::Ast>(
+            *selector_ast::ParseSelector("", SelectorOptions()));
     return Selector(*kEmpty);
   }
   GRYPH_ASSIGN_OR_RETURN(std::shared_ptr<const selector_ast::Ast> ast,
-                         selector_ast::ParseSelector(text));
+                         selector_ast::ParseSelector(text, options));
   return Selector(std::move(ast));
 }
 

@@ -7,8 +7,9 @@
 namespace gryph {
 
 absl::StatusOr<Subscription> Subscription::Create(absl::string_view selector,
-                                                  absl::string_view topic_filter) {
-  GRYPH_ASSIGN_OR_RETURN(Selector parsed, Selector::Parse(selector));
+                                                  absl::string_view topic_filter,
+                                                  const SelectorOptions& options) {
+  GRYPH_ASSIGN_OR_RETURN(Selector parsed, Selector::Parse(selector, options));
   std::optional<TopicFilter> filter;
   if (!topic_filter.empty()) {
     GRYPH_ASSIGN_OR_RETURN(filter, TopicFilter::Parse(topic_filter));
@@ -35,7 +36,8 @@ std::string Subscription::Encode() const {
   return out;
 }
 
-absl::StatusOr<Subscription> Subscription::Decode(absl::string_view bytes) {
+absl::StatusOr<Subscription> Subscription::Decode(absl::string_view bytes,
+                                                  const SelectorOptions& options) {
   internal::ByteReader in(bytes, "subscription");
   uint8_t version = 0;
   if (!in.ReadByte(&version, "version")) return in.status();
@@ -49,7 +51,7 @@ absl::StatusOr<Subscription> Subscription::Decode(absl::string_view bytes) {
       !in.ReadLengthPrefixed(&topic_filter, "topic filter") || !in.ExpectEnd()) {
     return in.status();
   }
-  absl::StatusOr<Subscription> sub = Create(selector, topic_filter);
+  absl::StatusOr<Subscription> sub = Create(selector, topic_filter, options);
   if (!sub.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("malformed subscription: ", sub.status().message()));

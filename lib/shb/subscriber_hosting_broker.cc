@@ -84,7 +84,10 @@ absl::Status SubscriberHostingBrokerImpl::Recover() {
           return false;
         }
         const auto [id, epoch, selector, topic] = *row;
-        absl::StatusOr<Subscription> sub = Subscription::Create(selector, topic);
+        // Accepted when it was made: a smaller limit since must not lose it.
+        SelectorOptions stored;
+        stored.max_length = SIZE_MAX;
+        absl::StatusOr<Subscription> sub = Subscription::Create(selector, topic, stored);
         if (!sub.ok()) {
           parse = absl::DataLossError(absl::StrCat("stored subscription '", key,
                                                    "' no longer parses: ", sub.status().message()));
@@ -701,7 +704,8 @@ void SubscriberHostingBrokerImpl::OnConnect(absl::string_view from, const Connec
         return;
       }
     }
-    absl::StatusOr<Subscription> sub = Subscription::Create(m.selector, m.topic_filter);
+    absl::StatusOr<Subscription> sub =
+        Subscription::Create(m.selector, m.topic_filter, options_.selector);
     if (!sub.ok()) {
       SendError(from, m.subscription, sub.status());
       return;
