@@ -16,7 +16,11 @@
 #include <compare>
 #include <cstdint>
 #include <limits>
+#include <ostream>
 #include <string>
+
+#include "absl/base/config.h"
+#include "absl/strings/str_cat.h"
 
 namespace gryph {
 
@@ -46,7 +50,27 @@ struct TickRange {
   friend bool operator==(const TickRange&, const TickRange&) = default;
 };
 
+// Makes an id type print as its number through `<<` and absl::StrCat. Abseil releases from
+// 20230125 on read AbslStringify; the 20220623 release (Debian 12's) has no such hook, so there the
+// id converts to absl::AlphaNum, StrCat's argument type (defined only there: with AbslStringify
+// present, the conversion would make StrCat's argument ambiguous).
+#if defined(ABSL_LTS_RELEASE_VERSION) && ABSL_LTS_RELEASE_VERSION < 20230125
+#define GRYPH_ID_ALPHANUM_ \
+  operator absl::AlphaNum() const { return absl::AlphaNum(value); }  // NOLINT(runtime/explicit)
+#else
+#define GRYPH_ID_ALPHANUM_
+#endif
+#define GRYPH_ID_PRINTING(Id)                                                         \
+  friend std::ostream& operator<<(std::ostream& os, Id id) { return os << id.value; } \
+  template <typename Sink>                                                            \
+  friend void AbslStringify(Sink& sink, Id id) {                                      \
+    sink.Append(absl::StrCat(id.value));                                              \
+  }                                                                                   \
+  GRYPH_ID_ALPHANUM_
+
 // Identifies a pubend within a deployment. Stored on disk and sent on the wire.
+//
+// Printing: `os << id` and `absl::StrCat("pubend ", id)` write the number ("pubend 7").
 struct PubendId {
   uint32_t value = 0;
 
@@ -55,10 +79,13 @@ struct PubendId {
   friend H AbslHashValue(H h, PubendId id) {
     return H::combine(std::move(h), id.value);
   }
+  GRYPH_ID_PRINTING(PubendId)
 };
 
 // Identifies a durable subscription at a subscriber hosting broker. Stored on disk (the PFS
 // records hold it as 8 bytes) and sent on the wire.
+//
+// Printing: `os << id` and `absl::StrCat("subscriber ", id)` write the number.
 struct SubscriberId {
   uint64_t value = 0;
 
@@ -67,7 +94,11 @@ struct SubscriberId {
   friend H AbslHashValue(H h, SubscriberId id) {
     return H::combine(std::move(h), id.value);
   }
+  GRYPH_ID_PRINTING(SubscriberId)
 };
+
+#undef GRYPH_ID_PRINTING
+#undef GRYPH_ID_ALPHANUM_
 
 // "[first,last]", for messages and logs.
 std::string ToString(TickRange r);
