@@ -10,10 +10,19 @@
 //
 // Everything is embedded: LMDB under a temporary directory (kept with --data_dir), the
 // in-process channel, no configuration. `trading_demo --help` lists the flags.
+//
+// The progress line on stderr is rewritten every second; the crash, the long absence, the Gap
+// it earns and the return are printed as lines of their own when they happen. SIGTERM or SIGINT
+// ends publishing early: the demo lets the subscribers catch up, prints its summary and verdict
+// and removes its temporary directory (a second signal skips the catching up and the check).
+// --json=FILE writes the run as JSON lines, one per second, for plotting
+// (scripts/plot-demo-timeline turns them into an SVG).
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -26,6 +35,8 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "gryph/durable_subscriber.h"
 #include "gryph/in_process_channel.h"
@@ -40,6 +51,10 @@ ABSL_FLAG(int, subscribers, 200, "durable subscribers");
 ABSL_FLAG(std::string, data_dir, "", "where LMDB keeps its files; default: a temp dir, removed");
 ABSL_FLAG(double, max_retain, 3, "seconds a pubend keeps events for absent subscribers");
 ABSL_FLAG(uint64_t, seed, 1, "seed for selectors, orders and faults");
+ABSL_FLAG(
+    std::string, json, "",
+    "write the timeline here as JSON lines, one per second (t, publishing, published, delivered, "
+    "deliveries_per_s, catching_up, connected, p50_ms, p99_ms, and marks: what happened when)");
 
 namespace {
 
@@ -49,6 +64,10 @@ using Clock = std::chrono::steady_clock;
 constexpr int kPubends = 4;
 const char* const kSymbols[] = {"IBM", "MSFT", "AAPL", "GOOG", "AMZN", "ORCL", "INTC", "CSCO"};
 const char* const kAccounts[] = {"HF-ALPHA", "HF-BETA", "PB-001", "PB-002", "RETAIL-7", "MM-3"};
+
+// SIGTERM and SIGINT received so far: the first ends publishing, the second the catching up.
+volatile std::sig_atomic_t g_signals = 0;
+extern "C" void OnSignal(int) { g_signals = g_signals + 1; }
 
 // A subscriber application: the messages it consumed (its "database") and its latencies.
 struct App : DurableSubscriber::Handler {
@@ -64,7 +83,9 @@ struct App : DurableSubscriber::Handler {
   bool well_behaved = true;
   std::map<PubendId, std::vector<ExactlyOnceChecker::Consumed>> consumed;
   std::map<PubendId, std::vector<double>> latency_us;
+  std::vector<double>* second_latency_us = nullptr;  // the current second's, for the timeline
   uint64_t gaps = 0;
+  uint64_t connects = 0;  // Connected answers received
 
   void Record(PubendId p, DeliveryKind k, Tick t, EventRef e) {
     high_water.Set(p, std::max(high_water.Get(p), t));
@@ -72,8 +93,11 @@ struct App : DurableSubscriber::Handler {
   }
   void OnEvent(PubendId p, Tick t, const EventRef& e) override {
     const auto* ts = std::get_if<int64_t>(e->Find("published_us"));
-    if (ts != nullptr)
-      latency_us[p].push_back(static_cast<double>(absl::ToUnixMicros(absl::Now()) - *ts));
+    if (ts != nullptr) {
+      const double us = static_cast<double>(absl::ToUnixMicros(absl::Now()) - *ts);
+      latency_us[p].push_back(us);
+      second_latency_us->push_back(us);
+    }
     Record(p, DeliveryKind::kEvent, t, e);
   }
   void OnSilence(PubendId p, Tick t) override { Record(p, DeliveryKind::kSilence, t, nullptr); }
@@ -84,6 +108,7 @@ struct App : DurableSubscriber::Handler {
   void OnConnected(const CheckpointToken& s) override {
     if (!started) start = s;
     started = true;
+    ++connects;
   }
   void OnError(const absl::Status&) override {}  // the main loop reconnects
 };
@@ -129,6 +154,16 @@ int main(int argc, char** argv) {
     if (mkdtemp(tmpl.data()) == nullptr) return 1;
     dir = tmpl;
   }
+  std::FILE* json = nullptr;
+  if (!absl::GetFlag(FLAGS_json).empty()) {
+    json = std::fopen(absl::GetFlag(FLAGS_json).c_str(), "w");
+    if (json == nullptr) {
+      std::fprintf(stderr, "--json: cannot write %s\n", absl::GetFlag(FLAGS_json).c_str());
+      return 2;
+    }
+  }
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
   auto open = [&](const std::string& name) {
     StorageOptions so;
     so.path = dir + "/" + name;
@@ -172,8 +207,10 @@ int main(int argc, char** argv) {
   open_shb();
 
   std::vector<std::unique_ptr<App>> apps;
+  std::vector<double> second_latency_us;
   for (int i = 0; i < subscriber_count; ++i) {
     auto app = std::make_unique<App>();
+    app->second_latency_us = &second_latency_us;
     app->name = absl::StrCat("sub-", i);
     app->selector = i == 0 ? "account LIKE 'HF-%'" : MakeSelector(rng);
     app->channel = *net.Connect(absl::StrCat("client-", i));
@@ -253,11 +290,35 @@ int main(int argc, char** argv) {
     }
     return shb->catching_up() == 0 && net.pending() == 0;
   };
-  bool more = false;  // the SHB's catchups have more to send at once
+  // Marks: what happened, on a line of its own (the progress line is rewritten in place), and in
+  // the timeline's next line.
+  std::vector<std::pair<double, std::string>> marks;
+  auto mark = [&](double t, const std::string& key, const std::string& text) {
+    std::fprintf(stderr, "\r[%5.1fs] %-78s\n", t, text.c_str());
+    marks.emplace_back(t, key);
+  };
+  double stopped_at = duration;  // when publishing ended
+  double crashed_at = -1;        // when the SHB crashed, until everyone has caught up again
+  std::map<PubendId, Tick> committed_at_crash;
+  std::vector<uint64_t> connects_at_crash;
+  double absent_since = 0;        // when apps[0] went away
+  double absent_for = 0;          // and for how long
+  uint64_t long_absent_gaps = 0;  // Gaps of apps[0] already marked
+  bool interrupted = false;       // a second signal: no catching up, no check
+  bool more = false;              // the SHB's catchups have more to send at once
   for (;;) {
     const double t = elapsed();
-    if (t >= duration && publishing) publishing = false;
-    if (!publishing && (settled() || t > duration + 30)) break;
+    if (g_signals > 0 && publishing) {
+      stopped_at = t;
+      mark(t, "stop", "signal: publishing stops; catching up, then the summary");
+      long_absent_back = long_absent_gone;  // the long-absent subscriber returns now
+    }
+    if (g_signals > 1) {
+      interrupted = true;
+      break;
+    }
+    if (t >= stopped_at && publishing) publishing = false;
+    if (!publishing && (settled() || t > stopped_at + 30)) break;
     if (net.Deliver(10'000) == 0 && !more)
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     more = shb->Flush();  // one commit for whatever knowledge the batch brought
@@ -270,6 +331,12 @@ int main(int argc, char** argv) {
       for (auto& a : apps) {
         if (a->away && now >= a->back_at && !(a.get() == apps[0].get() && !long_absent_back)) {
           a->away = false;
+          if (a.get() == apps[0].get()) {
+            absent_for = t - absent_since;
+            mark(
+                t, "return",
+                absl::StrCat(a->name, " returns after ", std::lround(t - absent_since), " s away"));
+          }
         }
         if (!a->away && !a->ds->connected()) (void)a->ds->Connect();
         a->ds->OnTimer(wall);
@@ -288,15 +355,33 @@ int main(int argc, char** argv) {
         }
       }
     }
-    if (!long_absent_gone && t > duration * 0.1) {
+    if (!long_absent_gone && t > duration * 0.1 && publishing) {
       long_absent_gone = true;
       apps[0]->away = true;
       apps[0]->well_behaved = false;
       (void)apps[0]->ds->Disconnect();
+      absent_since = t;
+      mark(t, "absence",
+           absl::StrCat(apps[0]->name, " goes away for ", std::lround(duration * 0.65),
+                        " s, past maxRetain (", absl::GetFlag(FLAGS_max_retain), " s)"));
+    }
+    if (apps[0]->gaps > long_absent_gaps) {
+      long_absent_gaps = apps[0]->gaps;
+      mark(t, "gap",
+           absl::StrCat(apps[0]->name, " gets a Gap (", long_absent_gaps,
+                        " so far): retention discarded what it missed"));
     }
     if (long_absent_gone && !long_absent_back && t > duration * 0.75) long_absent_back = true;
-    if (!crashed && t > duration * 0.5) {
+    if (!crashed && t > duration * 0.5 && publishing) {
       crashed = true;
+      crashed_at = t;
+      for (int i = 1; i <= kPubends; ++i) {
+        const PubendId p{static_cast<uint32_t>(i)};
+        committed_at_crash[p] = phb->pubend(p)->committed_tick();
+      }
+      connects_at_crash.clear();
+      for (auto& a : apps) connects_at_crash.push_back(a->connects);
+      mark(t, "crash", "the subscriber hosting broker crashes and reopens its store");
       ++crashes;
       catchups_before_crash = shb->stats().catchups_started;
       for (auto& a : apps) a->well_behaved = false;  // every session breaks
@@ -305,15 +390,53 @@ int main(int argc, char** argv) {
       shb_storage.reset();
       open_shb();
     }
+    // Recovered: the SHB has heard everything committed before the crash, and every subscriber
+    // not away has connected again and caught up.
+    auto recovered = [&] {
+      for (auto& [p, tick] : committed_at_crash) {
+        if (shb->latest_delivered(p) < tick) return false;
+      }
+      for (size_t i = 0; i < apps.size(); ++i) {
+        if (!apps[i]->away && apps[i]->connects == connects_at_crash[i]) return false;
+      }
+      return shb->catching_up() == 0;
+    };
+    if (crashed_at >= 0 && recovered()) {
+      mark(t, "recovered",
+           absl::StrCat("every connected subscriber has caught up, ",
+                        absl::StrFormat("%.1f", t - crashed_at), " s after the crash"));
+      crashed_at = -1;
+    }
     if (now - last_progress >= std::chrono::seconds(1)) {
       const uint64_t d = delivered();
+      const double rate = static_cast<double>(d - last_delivered) /
+                          std::chrono::duration<double>(now - last_progress).count();
+      size_t connected = 0;
+      for (auto& a : apps) connected += a->ds->connected() ? 1 : 0;
       std::fprintf(
           stderr,
           "\r[%5.1fs] published %8llu  delivered %9llu  catching up %3zu  %8.0f deliveries/s ", t,
           static_cast<unsigned long long>(published.load()), static_cast<unsigned long long>(d),
-          shb->catching_up(),
-          static_cast<double>(d - last_delivered) /
-              std::chrono::duration<double>(now - last_progress).count());
+          shb->catching_up(), rate);
+      if (json != nullptr) {
+        std::fprintf(
+            json,
+            "{\"t\": %.1f, \"publishing\": %s, \"published\": %llu, \"delivered\": %llu, "
+            "\"deliveries_per_s\": %.0f, \"catching_up\": %zu, \"connected\": %zu, "
+            "\"p50_ms\": %.3f, \"p99_ms\": %.3f, \"marks\": [%s]}\n",
+            t, publishing ? "true" : "false", static_cast<unsigned long long>(published.load()),
+            static_cast<unsigned long long>(d), rate, shb->catching_up(), connected,
+            Percentile(second_latency_us, 50) / 1000, Percentile(second_latency_us, 99) / 1000,
+            absl::StrJoin(marks, ", ",
+                          [](std::string* out, const std::pair<double, std::string>& m) {
+                            absl::StrAppend(out, absl::StrFormat("{\"at\": %.1f, ", m.first),
+                                            "\"what\": \"", m.second, "\"}");
+                          })
+                .c_str());
+        std::fflush(json);
+      }
+      marks.clear();
+      second_latency_us.clear();
       last_progress = now;
       last_delivered = d;
     }
@@ -352,8 +475,9 @@ int main(int argc, char** argv) {
   const uint64_t pfs_records = shb->stats().pfs_records;
   std::printf(
       "\ngryph trading demo: %d pubends, %d durable subscribers, %.0f s at %.0f orders/s, "
-      "%d broker crash, data in %s\n\n",
-      kPubends, subscriber_count, duration, absl::GetFlag(FLAGS_rate), crashes, dir.c_str());
+      "%d broker crash, data in %s%s\n\n",
+      kPubends, subscriber_count, stopped_at, absl::GetFlag(FLAGS_rate), crashes, dir.c_str(),
+      keep ? "" : " (removed)");
   std::printf("  %-8s %10s %11s %6s %10s %10s\n", "pubend", "published", "delivered", "gaps",
               "p50 ms", "p99 ms");
   for (int i = 1; i <= kPubends; ++i) {
@@ -389,8 +513,14 @@ int main(int argc, char** argv) {
       pfs_records ? shb_bytes / static_cast<double>(pfs_records) : 0.0,
       static_cast<unsigned long long>(pfs_records));
   std::printf("  long-absent subscriber %s (away %.0f s, maxRetain %.0f s): %llu Gap(s)\n",
-              apps[0]->name.c_str(), duration * 0.65, absl::GetFlag(FLAGS_max_retain),
-              static_cast<unsigned long long>(apps[0]->gaps));
+              apps[0]->name.c_str(), long_absent_gone ? absent_for : 0.0,
+              absl::GetFlag(FLAGS_max_retain), static_cast<unsigned long long>(apps[0]->gaps));
+  if (json != nullptr) std::fclose(json);
+  if (interrupted) {
+    if (!keep) std::filesystem::remove_all(dir);
+    std::printf("\n  exactly-once check: skipped (interrupted again before catching up)\n");
+    return 128 + SIGINT;
+  }
   const std::vector<std::string> bad = checker.Check();
   if (!keep) std::filesystem::remove_all(dir);
   if (!bad.empty()) {
