@@ -1,13 +1,13 @@
 // custom_broker: a subscriber hosting broker assembled from gryph's parts — Pubend, ConStream,
-// CatchupStream, PFS — on a transport of its own. Nothing here uses SubscriberHostingBroker or
-// PublisherHostingBroker: this is the shape gryph promises to applications that need their own
-// broker, with nothing hidden.
+// CatchupStream, PFS — driven by a loop of its own. Nothing here uses SubscriberHostingBroker,
+// PublisherHostingBroker or the Runtime: this is the shape gryph promises to applications that
+// need their own broker, with nothing hidden.
 //
 // The parts, top to bottom in this file:
-//   - SocketChannel: a Channel over Unix stream sockets. Each message is encoded with
-//     EncodeMessage and framed with a 4-byte big-endian length; sockets never block, and one
-//     poll loop drives every socket of the process. It also tells its owner when a connection
-//     ends, which the Channel interface itself does not carry.
+//   - the transport: every node has a ZmqChannel (gryph/zmq_channel.h) of its own on loopback TCP;
+//     the exchange and the broker listen, the broker dials the exchange and each subscriber dials
+//     the broker. One poll loop (Run, at the end) waits on every channel's descriptors and lets
+//     each hand its arrived messages to its node.
 //   - Exchange: two Pubends on LMDB sharing one GroupCommitter; it publishes the gateway's orders
 //     and answers the nacks and release messages its downstream broker sends.
 //   - MiniBroker, the custom subscriber hosting broker: per pubend a KnowledgeStream (what came
@@ -20,18 +20,20 @@
 //     previous one from its pubend (DeliveryMessage::previous) and a subscriber sees a lost one.
 //   - four subscriber applications: DurableSubscribers with their own selectors, each on its own
 //     connection to the broker.
-// While orders flow, one subscriber's connection drops; the broker learns it from the transport
-// and ends the session. The subscriber reconnects later with its CT; the broker replays its
-// matches from the PFS (nacking the events that left its cache from the exchange) and hands it
-// over to the constream. At the end an ExactlyOnceChecker checks every subscriber against what
-// the pubends logged; a violation exits 1.
+// While orders flow, one subscriber's process goes away (its channel and its DurableSubscriber
+// are destroyed); the broker learns it from the transport (ZeroMQ refuses a send to a peer that
+// is no longer connected) and ends the session. The subscriber reconnects later with its CT; the
+// broker replays its matches from the PFS (nacking the events that left its cache from the
+// exchange) and hands it over to the constream. At the end an ExactlyOnceChecker checks every
+// subscriber against what the pubends logged; a violation exits 1.
+//
+// The channels here speak plain TCP on 127.0.0.1; across hosts, give them CURVE keys
+// (ZmqChannelOptions::curve) as gryph-broker does.
 //
 //   custom_broker [--orders=2000] [--rate=1000] [--seed=1] [--data_dir=DIR]
 
 #include <poll.h>
 #include <stdlib.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -46,6 +48,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -69,6 +72,7 @@
 #include "gryph/storage.h"
 #include "gryph/subscription.h"
 #include "gryph/testing/exactly_once_checker.h"
+#include "gryph/zmq_channel.h"
 
 ABSL_FLAG(int, orders, 2000, "orders the gateway publishes");
 ABSL_FLAG(double, rate, 1000, "orders published per second");
@@ -79,162 +83,17 @@ namespace {
 
 using namespace gryph;  // NOLINT: an example reads better without the prefix
 
-// ===== SocketChannel: a Channel over Unix stream sockets =====
-
-// One endpoint: a connection per peer, each message a frame [4-byte big-endian length]
-// [EncodeMessage bytes]. Send queues the frame and writes what the socket takes at once; Pump()
-// writes the rest, reads, and hands each complete message to the receiver — never from inside
-// Send, as the Channel contract requires. A connection that ends (end-of-file, an error, a frame
-// that does not decode) is closed by Pump and reported to the closed-handler; frames queued for
-// it are lost, which the protocol repairs (or, for a subscriber's session, the reconnection).
-// A real network transport also learns each peer's name from a hello frame and bounds the queued
-// bytes; here both ends of a connection are made together, by Link().
-//
-// Thread-safety: owned by one thread.
-class SocketChannel final : public Channel {
- public:
-  explicit SocketChannel(std::string name) : name_(std::move(name)) {}
-  ~SocketChannel() override {
-    for (auto& [peer, c] : connections_) close(c.fd);
-  }
-
-  // Takes `fd`, a connected non-blocking stream socket, as the connection to `peer`.
-  void Attach(const std::string& peer, int fd) {
-    Detach(peer);
-    connections_[peer] = Connection{fd, {}, {}, false};
-  }
-  // Closes the connection to `peer`; the peer reads end-of-file. No closed-handler call.
-  void Detach(const std::string& peer) {
-    auto it = connections_.find(peer);
-    if (it == connections_.end()) return;
-    close(it->second.fd);
-    connections_.erase(it);
-  }
-  // Called (from Pump) with the peer's name when its connection ends other than by Detach.
-  void SetClosedHandler(std::function<void(const std::string&)> handler) {
-    closed_handler_ = std::move(handler);
-  }
-
-  const std::string& name() const override { return name_; }
-
-  absl::Status Send(absl::string_view peer, Message message) override {
-    auto it = connections_.find(peer);
-    if (it == connections_.end() || it->second.broken) {
-      return absl::UnavailableError(absl::StrCat(name_, " has no connection to ", peer));
-    }
-    const std::string body = EncodeMessage(message);
-    const uint32_t n = static_cast<uint32_t>(body.size());
-    std::string& out = it->second.out;
-    out += {static_cast<char>(n >> 24), static_cast<char>(n >> 16), static_cast<char>(n >> 8),
-            static_cast<char>(n)};
-    out += body;
-    Write(it->second);
-    return absl::OkStatus();
-  }
-
-  void SetReceiver(Receiver receiver) override { receiver_ = std::move(receiver); }
-
-  // Adds this endpoint's sockets to a poll set: readable, and writable while frames wait.
-  void AddPollFds(std::vector<pollfd>* fds) const {
-    for (const auto& [peer, c] : connections_) {
-      fds->push_back(pollfd{c.fd, static_cast<short>(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
-    }
-  }
-
-  // Writes what waits, reads what arrived and delivers it; closes and reports ended connections.
-  // Never blocks.
-  void Pump() {
-    std::vector<std::string> peers;
-    for (const auto& [peer, c] : connections_) peers.push_back(peer);
-    for (const std::string& peer : peers) {
-      std::vector<Message> arrived;
-      auto it = connections_.find(peer);
-      if (it == connections_.end()) continue;  // detached by a receiver meanwhile
-      Write(it->second);
-      Read(it->second, &arrived);
-      // The receiver may Send, Attach or Detach: look the connection up again after each call.
-      for (Message& m : arrived) {
-        if (!connections_.contains(peer) || !receiver_) break;
-        receiver_(peer, std::move(m));
-      }
-      it = connections_.find(peer);
-      if (it != connections_.end() && it->second.broken) {
-        Detach(peer);
-        if (closed_handler_) closed_handler_(peer);
-      }
-    }
-  }
-
- private:
-  struct Connection {
-    int fd;
-    std::string in;   // bytes of incomplete frames
-    std::string out;  // frames not written yet
-    bool broken;      // ended; Pump closes it and reports it
-  };
-  static constexpr uint32_t kMaxFrameBytes = 64 << 20;
-
-  // Writes what the socket takes now.
-  static void Write(Connection& c) {
-    while (!c.out.empty() && !c.broken) {
-      const ssize_t w = send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (w > 0) {
-        c.out.erase(0, static_cast<size_t>(w));
-      } else if (w < 0 && errno == EINTR) {
-        continue;
-      } else {
-        if (errno != EAGAIN && errno != EWOULDBLOCK) c.broken = true;
-        return;
-      }
-    }
-  }
-
-  // Reads what arrived and appends the complete messages to *out.
-  static void Read(Connection& c, std::vector<Message>* out) {
-    char chunk[64 << 10];
-    for (;;) {
-      const ssize_t r = recv(c.fd, chunk, sizeof chunk, MSG_DONTWAIT);
-      if (r > 0) {
-        c.in.append(chunk, static_cast<size_t>(r));
-        continue;
-      }
-      if (r < 0 && errno == EINTR) continue;
-      if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) c.broken = true;
-      break;
-    }
-    size_t at = 0;
-    while (c.in.size() - at >= 4) {
-      const auto* p = reinterpret_cast<const unsigned char*>(c.in.data() + at);
-      const uint32_t n = uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | p[3];
-      if (c.in.size() - at - 4 < n && n <= kMaxFrameBytes) break;  // the rest has not arrived
-      absl::StatusOr<Message> m = n > kMaxFrameBytes
-                                      ? absl::DataLossError("oversized frame")
-                                      : DecodeMessage(absl::string_view(c.in).substr(at + 4, n));
-      if (!m.ok()) {  // a peer that sends garbage loses its connection
-        c.broken = true;
-        break;
-      }
-      out->push_back(*std::move(m));
-      at += 4 + n;
-    }
-    c.in.erase(0, at);
-  }
-
-  const std::string name_;
-  std::map<std::string, Connection, std::less<>> connections_;
-  Receiver receiver_;
-  std::function<void(const std::string&)> closed_handler_;
-};
-
-// Connects endpoints `a` and `b` with a socketpair.
-absl::Status Link(SocketChannel& a, SocketChannel& b) {
-  int fds[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) != 0) {
-    return absl::InternalError(absl::StrCat("socketpair: ", std::strerror(errno)));
-  }
-  a.Attach(b.name(), fds[0]);
-  b.Attach(a.name(), fds[1]);
-  return absl::OkStatus();
+// Opens a node's channel: listening on a port of 127.0.0.1 the system chooses (unless it only
+// dials), dialing `peers` (name, endpoint).
+absl::StatusOr<std::unique_ptr<ZmqChannel>> OpenChannel(
+    const std::string& name, bool listens,
+    const std::vector<std::pair<std::string, std::string>>& peers) {
+  ZmqChannelOptions o;
+  o.name = name;
+  if (listens) o.listen = "tcp://127.0.0.1:*";
+  for (const auto& [peer, endpoint] : peers) o.peers.push_back({peer, endpoint, ""});
+  o.linger = absl::ZeroDuration();  // what is queued at exit is lost, as in a crash
+  return ZmqChannel::Create(std::move(o));
 }
 
 // ===== Exchange: the publishing side, from Pubends and a GroupCommitter =====
@@ -246,7 +105,7 @@ class Exchange {
  public:
   // Opens the pubends stored in `storage` (recovering them) and registers `downstream` with each.
   // `storage` and `channel` must outlive the exchange.
-  static absl::StatusOr<std::unique_ptr<Exchange>> Open(Storage* storage, SocketChannel* channel,
+  static absl::StatusOr<std::unique_ptr<Exchange>> Open(Storage* storage, Channel* channel,
                                                         const std::string& downstream) {
     std::unique_ptr<Exchange> x(new Exchange);
     GroupCommitOptions gc;
@@ -338,11 +197,12 @@ class MiniBroker {
     uint64_t catchups_completed = 0;
     uint64_t catchup_events = 0;
     uint64_t ticks_nacked = 0;
+    uint64_t sessions_gone = 0;  // sessions ended because the transport said the peer was gone
   };
 
   // Opens the broker's state in `storage` (latestDelivered and the PFS of every pubend), receives
   // from `channel`, and nacks and releases to `upstream`. Both must outlive the broker.
-  static absl::StatusOr<std::unique_ptr<MiniBroker>> Open(Storage* storage, SocketChannel* channel,
+  static absl::StatusOr<std::unique_ptr<MiniBroker>> Open(Storage* storage, Channel* channel,
                                                           std::string upstream) {
     std::unique_ptr<MiniBroker> b(new MiniBroker(storage, channel, std::move(upstream)));
     for (PubendId id : kPubends) {
@@ -364,13 +224,11 @@ class MiniBroker {
     }
     MiniBroker* self = b.get();
     channel->SetReceiver([self](absl::string_view from, Message m) { self->OnMessage(from, m); });
-    channel->SetClosedHandler([self](const std::string& peer) { self->OnConnectionClosed(peer); });
     return b;
   }
 
   ~MiniBroker() {
     channel_->SetReceiver(nullptr);
-    channel_->SetClosedHandler(nullptr);
     for (auto& [name, s] : subscriptions_) s.positions.clear();  // readers go before their PFS
   }
 
@@ -387,6 +245,7 @@ class MiniBroker {
       StepCatchups(p, now);
       Forget(p);
     }
+    EndUnreachableSessions();
   }
 
   // Periodic work: nacks for holes, Silences, release and PFS chopping. Call every few ms.
@@ -409,11 +268,17 @@ class MiniBroker {
     Flush(now);
   }
 
-  // The transport says a subscriber's connection ended: its session ends with it.
-  void OnConnectionClosed(const std::string& peer) {
+  // The transport said a subscriber is gone (a send to it was refused): its session ends. Run
+  // after the steps that send, not inside them, which still hold the session's streams.
+  void EndUnreachableSessions() {
+    if (unreachable_.empty()) return;
     for (auto& [name, s] : subscriptions_) {
-      if (s.session == peer) EndSession(s);
+      if (!s.session.empty() && unreachable_.contains(s.session)) {
+        EndSession(s);
+        ++stats_.sessions_gone;
+      }
     }
+    unreachable_.clear();
   }
 
   Tick latest_delivered(PubendId p) const { return pubends_.at(p).constream->latest_delivered(); }
@@ -465,7 +330,7 @@ class MiniBroker {
     Tick forgotten = 0;
   };
 
-  MiniBroker(Storage* storage, SocketChannel* channel, std::string upstream)
+  MiniBroker(Storage* storage, Channel* channel, std::string upstream)
       : storage_(storage), channel_(channel), upstream_(std::move(upstream)) {}
 
   // The broker's own rows: keyed by the pubend's number, latestDelivered as decimal text (only
@@ -740,8 +605,13 @@ class MiniBroker {
   }
 
   void Send(const std::string& to, Message m) {
-    // A frame that cannot go out is a lost message; nacks and reconnections repair it.
-    if (!to.empty()) (void)channel_->Send(to, std::move(m));
+    // A message that cannot go out is lost; nacks and reconnections repair it. Unavailable: the
+    // peer is not connected (ZeroMQ's ROUTER knows when a connection ends), so a subscriber's
+    // session ends with it (EndUnreachableSessions).
+    if (to.empty()) return;
+    if (absl::IsUnavailable(channel_->Send(to, std::move(m))) && to != upstream_) {
+      unreachable_.insert(to);
+    }
   }
   void SendError(const std::string& to, const std::string& subscription, const absl::Status& st) {
     Send(to, SessionErrorMessage{subscription, st.code(), std::string(st.message())});
@@ -753,8 +623,9 @@ class MiniBroker {
   }
 
   Storage* const storage_;
-  SocketChannel* const channel_;
+  Channel* const channel_;
   const std::string upstream_;
+  absl::flat_hash_set<std::string> unreachable_;  // subscribers' peers a send found gone
   absl::Status status_;
   Stats stats_;
   bool dirty_ = false;  // knowledge arrived since the last Flush
@@ -794,10 +665,10 @@ struct SubscriberApp : DurableSubscriber::Handler {
   const std::string name;
   const std::string selector;
   const Subscription subscription = *Subscription::Create(selector);  // a valid literal
-  SocketChannel channel{name};
+  std::unique_ptr<ZmqChannel> channel;
   std::unique_ptr<DurableSubscriber> ds;
   bool started = false;
-  bool well_behaved = true;  // never lost its connection
+  bool well_behaved = true;  // never went away
   CheckpointToken start;
   CheckpointToken high_water;
   std::map<PubendId, std::vector<ExactlyOnceChecker::Consumed>> consumed;
@@ -815,49 +686,79 @@ int Run(const std::string& dir) {
   absl::StatusOr<std::unique_ptr<Storage>> broker_storage = open("broker");
   if (!exchange_storage.ok() || !broker_storage.ok()) return 1;
 
-  SocketChannel exchange_channel("exchange");
-  SocketChannel broker_channel("broker");
-  if (!Link(exchange_channel, broker_channel).ok()) return 1;
+  // The transport: the exchange listens, the broker listens and dials the exchange.
+  absl::StatusOr<std::unique_ptr<ZmqChannel>> exchange_channel = OpenChannel("exchange", true, {});
+  if (!exchange_channel.ok()) {
+    std::printf("exchange channel: %s\n", exchange_channel.status().ToString().c_str());
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<ZmqChannel>> broker_channel =
+      OpenChannel("broker", true, {{"exchange", (*exchange_channel)->bound_endpoint()}});
+  if (!broker_channel.ok()) {
+    std::printf("broker channel: %s\n", broker_channel.status().ToString().c_str());
+    return 1;
+  }
+  const std::string broker_endpoint = (*broker_channel)->bound_endpoint();
   absl::StatusOr<std::unique_ptr<Exchange>> exchange =
-      Exchange::Open(exchange_storage->get(), &exchange_channel, "broker");
+      Exchange::Open(exchange_storage->get(), exchange_channel->get(), "broker");
   absl::StatusOr<std::unique_ptr<MiniBroker>> broker =
-      MiniBroker::Open(broker_storage->get(), &broker_channel, "exchange");
+      MiniBroker::Open(broker_storage->get(), broker_channel->get(), "exchange");
   if (!exchange.ok() || !broker.ok()) {
     std::printf("opening failed: %s %s\n", exchange.status().ToString().c_str(),
                 broker.status().ToString().c_str());
     return 1;
   }
 
+  // A subscriber application's process: its channel, dialing the broker, and its
+  // DurableSubscriber, from `checkpoint` (empty: a new subscription) under `epoch`.
+  auto start_app = [&](SubscriberApp& app, const CheckpointToken& checkpoint,
+                       uint64_t epoch) -> absl::Status {
+    absl::StatusOr<std::unique_ptr<ZmqChannel>> channel =
+        OpenChannel(app.name, false, {{"broker", broker_endpoint}});
+    if (!channel.ok()) return channel.status();
+    DurableSubscriberOptions o;
+    o.subscription = app.name;
+    o.selector = app.selector;
+    o.broker = "broker";
+    o.checkpoint = checkpoint;
+    o.epoch = epoch;
+    o.ack_interval = absl::Milliseconds(50);
+    absl::StatusOr<std::unique_ptr<DurableSubscriber>> ds =
+        DurableSubscriber::Create(o, channel->get(), &app);
+    if (!ds.ok()) return ds.status();
+    app.channel = *std::move(channel);
+    app.ds = *std::move(ds);
+    DurableSubscriber* d = app.ds.get();
+    app.channel->SetReceiver([d](absl::string_view from, Message m) { d->HandleMessage(from, m); });
+    return app.ds->Connect();
+  };
   std::vector<std::unique_ptr<SubscriberApp>> apps;
   for (const char* selector : {"symbol = 'IBM'", "account LIKE 'HF-%' AND quantity >= 1000",
                                "side = 'SELL' AND price_cents < 10000", ""}) {
     auto app = std::make_unique<SubscriberApp>(absl::StrCat("sub-", apps.size()), selector);
-    DurableSubscriberOptions o;
-    o.subscription = app->name;
-    o.selector = selector;
-    o.broker = "broker";
-    o.ack_interval = absl::Milliseconds(50);
-    absl::StatusOr<std::unique_ptr<DurableSubscriber>> ds =
-        DurableSubscriber::Create(o, &app->channel, app.get());
-    if (!ds.ok()) return 1;
-    app->ds = *std::move(ds);
-    DurableSubscriber* d = app->ds.get();
-    app->channel.SetReceiver([d](absl::string_view from, Message m) { d->HandleMessage(from, m); });
-    if (!Link(app->channel, broker_channel).ok()) return 1;
-    (void)app->ds->Connect();
+    if (absl::Status st = start_app(*app, CheckpointToken(), 1); !st.ok()) {
+      std::printf("%s: %s\n", app->name.c_str(), st.ToString().c_str());
+      return 1;
+    }
     apps.push_back(std::move(app));
   }
-  SubscriberApp& roamer = *apps[2];  // the one whose connection drops
+  SubscriberApp& roamer = *apps[2];  // the one that goes away and comes back
 
   std::printf(
-      "gryph custom broker: 2 pubends -> MiniBroker -> %zu subscribers, over Unix "
-      "sockets; %d orders at %.0f/s\n",
+      "gryph custom broker: 2 pubends -> MiniBroker -> %zu subscribers, over ZeroMQ on "
+      "loopback TCP; %d orders at %.0f/s\n",
       apps.size(), total_orders, absl::GetFlag(FLAGS_rate));
   ExactlyOnceChecker checker;
   for (PubendId p : kPubends) checker.AddPubend(p);
   std::map<std::string, CheckpointToken> last_match;  // per app, per pubend: its last match
-  std::vector<SocketChannel*> channels = {&exchange_channel, &broker_channel};
-  for (auto& app : apps) channels.push_back(&app->channel);
+  // Every channel of the process; the roamer's is absent while it is away.
+  auto channels = [&] {
+    std::vector<ZmqChannel*> all = {exchange_channel->get(), broker_channel->get()};
+    for (auto& app : apps) {
+      if (app->channel != nullptr) all.push_back(app->channel.get());
+    }
+    return all;
+  };
 
   std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
   static const char* const kAccounts[] = {"HF-ALPHA", "HF-BETA", "PB-001", "RETAIL-7"};
@@ -870,17 +771,23 @@ int Run(const std::string& dir) {
   absl::Time last_timer;
   bool dropped = false;
   bool back = false;
+  CheckpointToken roamer_ct;
   auto everyone_has_everything = [&] {
     if (logged < total_orders || !back) return false;
     for (auto& app : apps) {
-      if (!(last_match[app->name] <= app->ds->checkpoint())) return false;
+      if (app->ds == nullptr || !(last_match[app->name] <= app->ds->checkpoint())) return false;
     }
     return true;
   };
 
   while (!everyone_has_everything()) {
+    // Wait (at most 1 ms: the gateway publishes on schedule) for any channel's descriptor.
+    // ZeroMQ's descriptors signal edges, not levels, so every channel is dispatched below
+    // whether or not its descriptor woke the poll.
     std::vector<pollfd> fds;
-    for (SocketChannel* c : channels) c->AddPollFds(&fds);
+    for (ZmqChannel* c : channels()) {
+      for (int fd : c->WaitFds()) fds.push_back(pollfd{fd, POLLIN, 0});
+    }
     (void)poll(fds.data(), fds.size(), 1);
     const absl::Time now = absl::Now();
     if (now > deadline || !(*broker)->status().ok()) {
@@ -914,27 +821,35 @@ int Run(const std::string& dir) {
                              }
                            });
     }
-    // Every socket, then the nodes' work.
-    for (SocketChannel* c : channels) c->Pump();
+    // Every channel hands its messages to its node, then the nodes' work.
+    for (ZmqChannel* c : channels()) (void)c->Dispatch(4096);
     (*broker)->Flush(now);
     (*exchange)->OnTimer(now);
     if (now - last_timer >= absl::Milliseconds(5)) {
       last_timer = now;
       (*broker)->OnTimer(now);
-      for (auto& app : apps) app->ds->OnTimer(now);
+      for (auto& app : apps) {
+        if (app->ds != nullptr) app->ds->OnTimer(now);
+      }
     }
-    // The roaming subscriber: its connection drops at 30% of the orders, and it is back at 70%.
+    // The roaming subscriber: its process goes away at 30% of the orders (its connection closes
+    // with its channel) and starts again at 70%, with the CT it had consumed.
     if (!dropped && sent >= total_orders * 3 / 10) {
       dropped = true;
       roamer.well_behaved = false;
-      roamer.channel.Detach("broker");
-      std::printf("  %s: its connection drops at order %d; its CT is %s\n", roamer.name.c_str(),
-                  sent, roamer.ds->checkpoint().ToString().c_str());
+      roamer_ct = roamer.ds->checkpoint();
+      roamer.ds.reset();
+      roamer.channel.reset();
+      std::printf("  %s: goes away at order %d; its CT is %s\n", roamer.name.c_str(), sent,
+                  roamer_ct.ToString().c_str());
     }
     if (dropped && !back && sent >= total_orders * 7 / 10) {
       back = true;
-      if (!Link(roamer.channel, broker_channel).ok()) return 1;
-      (void)roamer.ds->Connect();  // with its CT: the broker catches it up from the PFS
+      // With its CT, under a newer epoch: the broker catches it up from the PFS.
+      if (absl::Status st = start_app(roamer, roamer_ct, 2); !st.ok()) {
+        std::printf("%s: %s\n", roamer.name.c_str(), st.ToString().c_str());
+        return 1;
+      }
       CheckpointToken broker_at;
       for (PubendId p : kPubends) broker_at.Set(p, (*broker)->latest_delivered(p));
       std::printf("  %s: reconnects at order %d with that CT; the broker is at %s\n",
@@ -966,19 +881,22 @@ int Run(const std::string& dir) {
   std::printf(
       "\n  broker: %llu commits of PFS records with latestDelivered (%llu records); the\n"
       "  constream delivered %llu events; %llu catchup streams (one per pubend) delivered\n"
-      "  %llu events, nacked %llu ticks from the exchange, and handed over %llu times\n",
+      "  %llu events, nacked %llu ticks from the exchange, and handed over %llu times; %llu\n"
+      "  session(s) ended when the transport refused a send to a subscriber that was gone\n",
       static_cast<unsigned long long>(s.commits), static_cast<unsigned long long>(s.pfs_records),
       static_cast<unsigned long long>(s.events_delivered),
       static_cast<unsigned long long>(s.catchups_started),
       static_cast<unsigned long long>(s.catchup_events),
       static_cast<unsigned long long>(s.ticks_nacked),
-      static_cast<unsigned long long>(s.catchups_completed));
+      static_cast<unsigned long long>(s.catchups_completed),
+      static_cast<unsigned long long>(s.sessions_gone));
   std::vector<std::string> bad = checker.Check();
   if (all_gaps > 0) bad.push_back("a Gap, though nothing was released early");
   if (s.catchups_completed == 0) bad.push_back("no catchup stream handed over to the constream");
+  if (s.sessions_gone == 0) bad.push_back("the broker never learned that the roamer was gone");
   for (const auto& app : apps) {
-    // The sockets lose nothing, so a delivery naming a previous one that never came means the
-    // broker's chain of `previous` is wrong.
+    // Loopback loses nothing while both ends live, so a delivery naming a previous one that never
+    // came means the broker's chain of `previous` is wrong.
     if (app->ds->resyncs() > 0) bad.push_back(app->name + " saw a break in its delivery chain");
   }
   if (!bad.empty()) {
@@ -996,7 +914,8 @@ int Run(const std::string& dir) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "A subscriber hosting broker built from gryph's parts on a socket transport of its own.");
+      "A subscriber hosting broker built from gryph's parts, on ZeroMQ channels and a loop of its "
+      "own.");
   absl::ParseCommandLine(argc, argv);
   std::string dir = absl::GetFlag(FLAGS_data_dir);
   const bool keep = !dir.empty();
