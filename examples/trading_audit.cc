@@ -12,35 +12,37 @@
 //
 // What the program does:
 //   1. The parent process is the trading system: a publisher hosting broker with two pubends
-//      (orders keyed by account) and a subscriber hosting broker, both on LMDB, connected by an
-//      InProcessNetwork. An order gateway publishes --orders orders at --rate.
-//   2. It forks the audit application, which reaches the broker over a socketpair (each message
-//      encoded with EncodeMessage and length-prefixed).
+//      (orders keyed by account) and a subscriber hosting broker, both on LMDB, each with a
+//      ZmqChannel listening on loopback TCP, driven by a Runtime. An order gateway publishes
+//      --orders orders at --rate.
+//   2. It starts the audit application: this program again (fork and exec), as a process of its
+//      own, which reaches the subscriber hosting broker through a ZmqChannel of its own.
 //   3. Once --kill_after of the orders are published, the parent kills the application with
 //      SIGKILL while it is inside a transaction (the application spends --work_ms per batch in
 //      its transaction, as if it called another system there).
-//   4. Orders keep flowing while it is dead; after --down_ms the parent forks it again. The new
+//   4. Orders keep flowing while it is dead; after --down_ms the parent starts it again. The new
 //      process reopens the ledger, connects with the stored CT and a higher epoch, catches up
 //      from the broker's persistent filtering log and carries on.
-//   5. When the application has acknowledged the last matching order, the parent closes the
-//      connection, the application exits, and the parent reads the ledger and compares it with
-//      the orders that were published and match the audit's selector. Any difference (or a Gap,
-//      which the ledger would also record) makes the program exit 1.
+//   5. When the broker reports that the application acknowledged the last matching order, the
+//      parent stops it with SIGTERM (it ends its batch and exits), then reads the ledger and
+//      compares it with the orders that were published and match the audit's selector. Any
+//      difference (or a Gap, which the ledger would also record) makes the program exit 1.
 //
 //   trading_audit [--orders=3000] [--rate=1500] [--kill_after=0.4] [--down_ms=300]
 //                 [--work_ms=3] [--seed=1] [--data_dir=DIR]
 
+#include <fcntl.h>
 #include <lmdb.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -59,13 +61,15 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "gryph/durable_subscriber.h"
-#include "gryph/in_process_channel.h"
 #include "gryph/publisher_hosting_broker.h"
+#include "gryph/runtime.h"
 #include "gryph/storage.h"
 #include "gryph/subscriber_hosting_broker.h"
 #include "gryph/subscription.h"
+#include "gryph/zmq_channel.h"
 
 ABSL_FLAG(int, orders, 3000, "orders the gateway publishes");
 ABSL_FLAG(double, rate, 1500, "orders published per second");
@@ -75,6 +79,9 @@ ABSL_FLAG(int, down_ms, 300, "milliseconds the application stays dead while orde
 ABSL_FLAG(int, work_ms, 3, "milliseconds the application works inside each transaction");
 ABSL_FLAG(uint64_t, seed, 1, "seed for the orders");
 ABSL_FLAG(std::string, data_dir, "", "where the stores go (kept); default: a temp dir, removed");
+// Set by the trading system when it starts the audit application (this program again).
+ABSL_FLAG(int, audit_app, 0, "internal: run as the audit application, incarnation N");
+ABSL_FLAG(std::string, broker, "", "internal: the audit application's broker endpoint");
 
 namespace {
 
@@ -92,66 +99,18 @@ void Say(const absl::FormatSpec<Args...>& format, const Args&... args) {
   std::fflush(stdout);
 }
 
-// ===== The wire between the processes: [4-byte big-endian length][EncodeMessage bytes] =====
-
-constexpr uint32_t kMaxFrameBytes = 64 << 20;
-
-// Writes one frame, blocking until it is all written. Unavailable when the peer is gone.
-absl::Status WriteFrame(int fd, const Message& message) {
-  const std::string body = EncodeMessage(message);
-  const uint32_t n = static_cast<uint32_t>(body.size());
-  std::string frame = {static_cast<char>(n >> 24), static_cast<char>(n >> 16),
-                       static_cast<char>(n >> 8), static_cast<char>(n)};
-  frame += body;
-  for (size_t done = 0; done < frame.size();) {
-    // MSG_NOSIGNAL: a peer that died makes this fail with EPIPE rather than kill us.
-    const ssize_t w = send(fd, frame.data() + done, frame.size() - done, MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return absl::UnavailableError(absl::StrCat("send: ", std::strerror(errno)));
-    done += static_cast<size_t>(w);
-  }
-  return absl::OkStatus();
+// A node's channel: listening on a port of 127.0.0.1 the system chooses (unless it only dials),
+// dialing `peers` (name, endpoint). Plain TCP on loopback; across hosts, CURVE keys
+// (ZmqChannelOptions::curve).
+absl::StatusOr<std::unique_ptr<ZmqChannel>> OpenChannel(
+    const std::string& name, bool listens,
+    const std::vector<std::pair<std::string, std::string>>& peers) {
+  ZmqChannelOptions o;
+  o.name = name;
+  if (listens) o.listen = "tcp://127.0.0.1:*";
+  for (const auto& [peer, endpoint] : peers) o.peers.push_back({peer, endpoint, ""});
+  return ZmqChannel::Create(std::move(o));
 }
-
-// Reassembles frames from a stream socket.
-class FrameReader {
- public:
-  // Reads what `fd` has without blocking and appends the complete messages to *out. Fails with
-  // Unavailable once the peer closed the connection (after appending what came before), and
-  // DataLoss for a frame that does not decode.
-  absl::Status ReadAvailable(int fd, std::vector<Message>* out) {
-    absl::Status status;
-    char chunk[64 << 10];
-    for (;;) {
-      const ssize_t r = recv(fd, chunk, sizeof chunk, MSG_DONTWAIT);
-      if (r > 0) {
-        buffer_.append(chunk, static_cast<size_t>(r));
-        continue;
-      }
-      if (r < 0 && errno == EINTR) continue;
-      if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
-        status = absl::UnavailableError("the peer closed the connection");
-      }
-      break;
-    }
-    size_t at = 0;
-    while (buffer_.size() - at >= 4) {
-      const auto* p = reinterpret_cast<const unsigned char*>(buffer_.data() + at);
-      const uint32_t n = uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | p[3];
-      if (n > kMaxFrameBytes) return absl::DataLossError("oversized frame");
-      if (buffer_.size() - at - 4 < n) break;
-      absl::StatusOr<Message> m = DecodeMessage(absl::string_view(buffer_).substr(at + 4, n));
-      if (!m.ok()) return absl::DataLossError(m.status().message());
-      out->push_back(*std::move(m));
-      at += 4 + n;
-    }
-    buffer_.erase(0, at);
-    return status;
-  }
-
- private:
-  std::string buffer_;  // bytes of incomplete frames
-};
 
 // ===== The audit application's database: its own LMDB environment =====
 
@@ -295,42 +254,29 @@ class Ledger {
 // What the parent can see of the application through shared memory, only to aim the kill at an
 // open transaction and to report what it destroyed. Not part of the pattern: the application's
 // truth is its ledger.
+// It lives in a file both processes map (MAP_SHARED), in the data directory.
 struct Progress {
   std::atomic<uint64_t> handled{0};  // orders applied to transactions, committed or not
   std::atomic<uint64_t> commits{0};  // transactions committed
   std::atomic<bool> working{false};  // inside a transaction, doing the application's own work
 };
+static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<bool>::is_always_lock_free,
+              "Progress is shared between processes: its atomics must not use locks");
 
-// The application's Channel: its one peer, the broker, is at the other end of the socket.
-class SocketChannel final : public Channel {
- public:
-  SocketChannel(int fd, std::string broker) : fd_(fd), broker_(std::move(broker)) {}
-
-  const std::string& name() const override { return name_; }
-  absl::Status Send(absl::string_view peer, Message message) override {
-    if (peer != broker_) return absl::UnavailableError(absl::StrCat("no route to ", peer));
-    return WriteFrame(fd_, message);
+// Maps the Progress file under `dir`, creating it zeroed when `create`. Null on failure.
+Progress* MapProgress(const std::string& dir, bool create) {
+  const std::string path = dir + "/progress";
+  const int fd = open(path.c_str(), create ? O_RDWR | O_CREAT | O_TRUNC : O_RDWR, 0600);
+  if (fd < 0) return nullptr;
+  if (create && ftruncate(fd, sizeof(Progress)) != 0) {
+    close(fd);
+    return nullptr;
   }
-  void SetReceiver(Receiver receiver) override { receiver_ = std::move(receiver); }
-
-  // Hands every message that has arrived to the receiver. Unavailable once the broker's side
-  // closed the connection.
-  absl::Status Pump() {
-    std::vector<Message> arrived;
-    const absl::Status status = reader_.ReadAvailable(fd_, &arrived);
-    for (Message& m : arrived) {
-      if (receiver_) receiver_(broker_, std::move(m));
-    }
-    return status;
-  }
-
- private:
-  const int fd_;
-  const std::string broker_;
-  const std::string name_ = "audit-app";
-  FrameReader reader_;
-  Receiver receiver_;
-};
+  void* shared = mmap(nullptr, sizeof(Progress), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (shared == MAP_FAILED) return nullptr;
+  return create ? new (shared) Progress : static_cast<Progress*>(shared);
+}
 
 // The application proper. The main loop opens a transaction, then the DurableSubscriber calls
 // these methods for the messages that arrived; each writes its effect into that transaction.
@@ -380,10 +326,20 @@ class Auditor : public DurableSubscriber::Handler {
   bool wants_reconnect_ = false;
 };
 
-// The audit application's process: runs until the trading system closes the connection `fd`.
-// Returns the exit code.
-int RunAuditApplication(int incarnation, const std::string& ledger_dir, int fd, Progress* progress,
+// SIGTERM received: the audit application ends after its current batch.
+volatile std::sig_atomic_t g_terminate = 0;
+extern "C" void OnTerminate(int) { g_terminate = 1; }
+
+// The audit application's process: runs until SIGTERM. Returns the exit code.
+int RunAuditApplication(int incarnation, const std::string& dir, const std::string& broker,
                         absl::Duration work) {
+  std::signal(SIGTERM, OnTerminate);
+  Progress* const progress = MapProgress(dir, false);
+  if (progress == nullptr) {
+    Say("  audit app %d: cannot map %s/progress\n", incarnation, dir);
+    return 1;
+  }
+  const std::string ledger_dir = dir + "/audit-ledger";
   absl::StatusOr<std::unique_ptr<Ledger>> ledger = Ledger::Open(ledger_dir);
   if (!ledger.ok()) {
     Say("  audit app %d: %s\n", incarnation, ledger.status().ToString());
@@ -408,7 +364,14 @@ int RunAuditApplication(int incarnation, const std::string& ledger_dir, int fd, 
     if (!txn->PutU64("epoch", epoch).ok() || !txn->Commit().ok()) return 1;
   }
 
-  SocketChannel channel(fd, "shb");
+  // The application dials the subscriber hosting broker; a restarted process takes its name over.
+  absl::StatusOr<std::unique_ptr<ZmqChannel>> opened =
+      OpenChannel("audit-app", false, {{"shb", broker}});
+  if (!opened.ok()) {
+    Say("  audit app %d: %s\n", incarnation, opened.status().ToString());
+    return 1;
+  }
+  ZmqChannel& channel = **opened;
   Auditor auditor(incarnation, progress);
   DurableSubscriberOptions options;
   options.subscription = "audit";
@@ -430,15 +393,21 @@ int RunAuditApplication(int incarnation, const std::string& ledger_dir, int fd, 
   absl::Time last_connect = absl::Now();
 
   for (;;) {
-    pollfd wait_for_input{fd, POLLIN, 0};
-    (void)poll(&wait_for_input, 1, 10);
+    if (g_terminate) {
+      Say("  audit app %d: SIGTERM after its last batch committed; exiting\n", incarnation);
+      return 0;
+    }
+    // ZeroMQ's descriptor signals edges: the channel is dispatched below however the poll ends.
+    std::vector<pollfd> fds;
+    for (int fd : channel.WaitFds()) fds.push_back(pollfd{fd, POLLIN, 0});
+    (void)poll(fds.data(), fds.size(), 10);
     // One batch: every message that has arrived, applied in ONE transaction that also stores the
     // CT after them. A crash anywhere before Commit returns loses the batch and its CT together.
     absl::StatusOr<Ledger::Txn> txn = (*ledger)->Begin();
     if (!txn.ok()) return 1;
     auditor.Begin(&*txn);
     const uint64_t handled_before = progress->handled.load();
-    const absl::Status arrived = channel.Pump();
+    (void)channel.Dispatch(4096);
     // A failed write: abandon the transaction and the process. The DurableSubscriber's CT has
     // moved past the batch, but the stored one has not; the next process starts from it.
     if (!auditor.status().ok()) return 1;
@@ -456,11 +425,6 @@ int RunAuditApplication(int incarnation, const std::string& ledger_dir, int fd, 
       progress->commits.fetch_add(1);
     }
     ds.OnTimer(absl::Now());
-    if (absl::IsUnavailable(arrived)) {
-      Say("  audit app %d: the trading system closed the connection; exiting\n", incarnation);
-      return 0;
-    }
-    if (!arrived.ok()) return 1;
     if (auditor.wants_reconnect() && absl::Now() - last_connect > absl::Milliseconds(200)) {
       auditor.reconnecting();
       last_connect = absl::Now();
@@ -471,77 +435,26 @@ int RunAuditApplication(int incarnation, const std::string& ledger_dir, int fd, 
 
 // ===== The trading system (the parent process) =====
 
-// The trading system's end of one application connection: an endpoint of the in-process network,
-// named after the connection, whose messages go down the socket; what comes up the socket is
-// sent to the broker from that endpoint, so the broker sees the connection as one peer.
-class AppConnection {
- public:
-  AppConnection(std::unique_ptr<Channel> endpoint, pid_t pid, int fd)
-      : endpoint_(std::move(endpoint)), pid_(pid), fd_(fd) {
-    // A message to an application that died is lost; the protocol needs nothing more.
-    endpoint_->SetReceiver([this](absl::string_view, Message m) {
-      if (std::holds_alternative<ConnectedMessage>(m)) connected_ = true;
-      (void)WriteFrame(fd_, m);
-    });
-  }
-  ~AppConnection() {
-    endpoint_.reset();
-    close(fd_);
-  }
-
-  // Forwards what the application sent to the broker. Unavailable once it closed the connection.
-  absl::Status Pump() {
-    std::vector<Message> arrived;
-    const absl::Status status = reader_.ReadAvailable(fd_, &arrived);
-    for (Message& m : arrived) {
-      if (const auto* ack = std::get_if<AckMessage>(&m)) acked_ = ack->checkpoint;
-      (void)endpoint_->Send("shb", std::move(m));
-    }
-    return status;
-  }
-  // The broker accepted the application's subscription.
-  bool connected() const { return connected_; }
-  // The last CT the application acknowledged: its ledger holds everything up to it.
-  const CheckpointToken& acked() const { return acked_; }
-  pid_t pid() const { return pid_; }
-  int fd() const { return fd_; }
-
- private:
-  std::unique_ptr<Channel> endpoint_;
-  const pid_t pid_;
-  const int fd_;
-  FrameReader reader_;
-  bool connected_ = false;
-  CheckpointToken acked_;
-};
-
-// Forks the audit application, connected to us by a socketpair; returns our end of it.
-absl::StatusOr<std::unique_ptr<AppConnection>> SpawnAuditApplication(InProcessNetwork& net,
-                                                                     int incarnation,
-                                                                     const std::string& ledger_dir,
-                                                                     Progress* progress,
-                                                                     absl::Duration work) {
-  int fds[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) {
-    return absl::InternalError(absl::StrCat("socketpair: ", std::strerror(errno)));
-  }
-  progress->handled = 0;
-  progress->commits = 0;
-  progress->working = false;
+// Starts the audit application: this program again, as a process of its own (fork and exec, so
+// that it inherits none of the trading system's threads, sockets or LMDB environments). Returns
+// its pid.
+absl::StatusOr<pid_t> StartAuditApplication(int incarnation, const std::string& dir,
+                                            const std::string& broker) {
+  // Everything the child needs is built before fork: after it, the child only calls execv.
+  std::vector<std::string> args = {
+      "/proc/self/exe", absl::StrCat("--audit_app=", incarnation), absl::StrCat("--data_dir=", dir),
+      absl::StrCat("--broker=", broker), absl::StrCat("--work_ms=", absl::GetFlag(FLAGS_work_ms))};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
   std::fflush(stdout);
   const pid_t pid = fork();
   if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
   if (pid == 0) {
-    // The child uses nothing of the parent's (its LMDB environments belong to the parent) and
-    // leaves with _exit, running no destructor of the parent's objects.
-    close(fds[0]);
-    _exit(RunAuditApplication(incarnation, ledger_dir, fds[1], progress, work));
+    execv(argv[0], argv.data());
+    _exit(127);
   }
-  close(fds[1]);
-  absl::StatusOr<std::unique_ptr<Channel>> endpoint =
-      net.Connect(absl::StrCat("audit-app/", incarnation));
-  if (!endpoint.ok()) return endpoint.status();
-  return std::make_unique<AppConnection>(*std::move(endpoint), pid, fds[0]);
+  return pid;
 }
 
 // The orders in the ledger at `dir`. REQUIRES: no process has it open for writing.
@@ -585,67 +498,101 @@ int RunTradingSystem(const std::string& dir) {
     Say("opening the brokers' stores failed\n");
     return 1;
   }
-  InProcessNetwork net;
-  std::unique_ptr<Channel> phb_endpoint = *net.Connect("phb");
-  std::unique_ptr<Channel> shb_endpoint = *net.Connect("shb");
+  // The brokers listen on loopback; the SHB dials the PHB. One runtime drives both, committing on
+  // their commit threads.
+  absl::StatusOr<std::unique_ptr<ZmqChannel>> phb_channel = OpenChannel("phb", true, {});
+  if (!phb_channel.ok()) return 1;
+  absl::StatusOr<std::unique_ptr<ZmqChannel>> shb_channel =
+      OpenChannel("shb", true, {{"phb", (*phb_channel)->bound_endpoint()}});
+  if (!shb_channel.ok()) return 1;
+  const std::string broker = (*shb_channel)->bound_endpoint();
+  absl::StatusOr<std::unique_ptr<Runtime>> runtime = Runtime::Create();
+  if (!runtime.ok()) return 1;
+  (*runtime)->AddSource(phb_channel->get());
+  (*runtime)->AddSource(shb_channel->get());
   PublisherHostingBrokerOptions po;
   po.pubends = {PubendOptions{PubendId{1}}, PubendOptions{PubendId{2}}};
   po.downstream = {"shb"};
-  po.commit_thread = false;  // this loop drives everything: fork() wants a single thread
   po.group_commit.max_delay = absl::Milliseconds(1);
-  absl::StatusOr<std::unique_ptr<PublisherHostingBroker>> phb =
-      PublisherHostingBroker::Open(po, phb_storage->get(), phb_endpoint.get());
+  absl::StatusOr<PublisherHostingBroker*> phb =
+      (*runtime)->OpenPublisherHostingBroker(po, phb_storage->get(), phb_channel->get());
   SubscriberHostingBrokerOptions so;
   so.pubends = {{PubendId{1}, "phb"}, {PubendId{2}, "phb"}};
-  absl::StatusOr<std::unique_ptr<SubscriberHostingBroker>> shb =
-      SubscriberHostingBroker::Open(so, shb_storage->get(), shb_endpoint.get());
-  if (!phb.ok() || !shb.ok()) {
+  absl::StatusOr<SubscriberHostingBroker*> shb =
+      (*runtime)->OpenSubscriberHostingBroker(so, shb_storage->get(), shb_channel->get());
+  if (!phb.ok() || !shb.ok() || !(*runtime)->Start().ok()) {
     Say("opening the brokers failed\n");
     return 1;
   }
+  // What the subscriber hosting broker says of the audit's subscription: whether a session is
+  // connected, and the CT its subscriber acknowledged (released(s,p) at each pubend).
+  struct AuditSeen {
+    bool connected = false;
+    CheckpointToken acked;
+  };
+  auto audit_seen = [&] {
+    AuditSeen seen;
+    (*runtime)->Call([&] {
+      absl::StatusOr<SubscriptionStatus> st = (*shb)->FindSubscription("audit");
+      if (!st.ok()) return;
+      seen.connected = st->state != SubscriptionStatus::State::kDisconnected;
+      for (const SubscriptionStatus::AtPubend& p : st->pubends)
+        seen.acked.Set(p.pubend, p.released);
+    });
+    return seen;
+  };
 
-  void* shared =
-      mmap(nullptr, sizeof(Progress), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (shared == MAP_FAILED) return 1;
-  Progress* progress = new (shared) Progress;
+  Progress* progress = MapProgress(dir, true);
+  if (progress == nullptr) return 1;
   const std::string ledger_dir = dir + "/audit-ledger";
 
   Say("gryph trading audit: %d orders at %.0f/s over 2 pubends; the audit subscribes to\n"
       "  %s\n",
       total_orders, absl::GetFlag(FLAGS_rate), kAuditSelector);
-  const absl::Duration work = absl::Milliseconds(absl::GetFlag(FLAGS_work_ms));
   int incarnation = 1;
-  absl::StatusOr<std::unique_ptr<AppConnection>> spawned =
-      SpawnAuditApplication(net, incarnation, ledger_dir, progress, work);
-  if (!spawned.ok()) return 1;
-  std::unique_ptr<AppConnection> app = *std::move(spawned);
+  absl::StatusOr<pid_t> app = StartAuditApplication(incarnation, dir, broker);
+  if (!app.ok()) return 1;
 
   const Subscription audit = *Subscription::Create(kAuditSelector);
   std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
+  // Filled by `done`, which runs on the PHB's commit thread.
+  absl::Mutex mu;
   std::vector<Published> published;
   CheckpointToken last_audited;  // per pubend, the tick of the last published order that matches
+  auto published_count = [&] {
+    absl::MutexLock l(&mu);
+    return static_cast<int>(published.size());
+  };
   int sent = 0;
   bool killed = false;
+  bool running = true;  // the application's process is alive
   absl::Time restart_at = absl::InfiniteFuture();
   // The gateway starts once the audit's subscription exists (a durable subscription gets what
   // is published from its creation on), and the ledger must hold every matching order.
   absl::Time start = absl::InfiniteFuture();
   const absl::Time deadline = absl::Now() + interval * total_orders + absl::Seconds(60);
-  absl::Time last_timer;
+  absl::Time last_look;
   // Done when the application, after its crash, acknowledged the last order it audits: its
   // ledger holds everything up to the CT it acknowledged.
   auto app_has_everything = [&] {
-    return killed && app != nullptr && static_cast<int>(published.size()) == total_orders &&
-           last_audited <= app->acked();
+    if (!killed || !running || published_count() != total_orders) return false;
+    const CheckpointToken acked = audit_seen().acked;
+    absl::MutexLock l(&mu);
+    return last_audited <= acked;
   };
 
-  while (!app_has_everything()) {
+  for (;;) {
     const absl::Time now = absl::Now();
     if (now > deadline) {
       Say("timed out\n");
       return 1;
     }
-    if (start == absl::InfiniteFuture() && app != nullptr && app->connected()) start = now;
+    // Every 5 ms, a look at the broker: has the application connected, has it everything?
+    if (now - last_look >= absl::Milliseconds(5)) {
+      last_look = now;
+      if (start == absl::InfiniteFuture() && audit_seen().connected) start = now;
+      if (app_has_everything()) break;
+    }
     // The order gateway: publishes on schedule; `done` runs once the order is durable.
     while (sent < total_orders && now >= start + interval * sent) {
       ++sent;
@@ -655,24 +602,13 @@ int RunTradingSystem(const std::string& dir) {
       (*phb)->Publish(p, "order-gateway", static_cast<uint64_t>(sent), order,
                       [&, p, order](absl::StatusOr<Tick> t) {
                         if (!t.ok()) return;  // not logged: the gateway would retry it
+                        absl::MutexLock l(&mu);
                         published.push_back({p, *t, order});
                         if (audit.Matches(*order)) last_audited.Set(p, *t);
                       });
     }
-    // The brokers: commits, messages (the application's among them), deliveries, timers; and
-    // what they sent goes out (down the socket, for the application).
-    (*phb)->OnTimer(now);
-    if (app != nullptr) (void)app->Pump();
-    net.DeliverAll();
-    (*shb)->Flush();
-    if (now - last_timer >= absl::Milliseconds(5)) {
-      last_timer = now;
-      (*shb)->OnTimer(now);
-    }
-    net.DeliverAll();
-    // The crash, once enough has been published: watch the application for a moment (it has
-    // just been sent messages) and kill it the instant it works inside a transaction that holds
-    // applied orders.
+    // The crash, once enough has been published: watch the application for a moment and kill it
+    // the instant it works inside a transaction that holds applied orders.
     bool kill_now = false;
     if (!killed && sent >= total_orders * absl::GetFlag(FLAGS_kill_after)) {
       for (absl::Time until = absl::Now() + absl::Milliseconds(20); absl::Now() < until;) {
@@ -681,10 +617,10 @@ int RunTradingSystem(const std::string& dir) {
       }
     }
     if (kill_now) {
-      kill(app->pid(), SIGKILL);
+      kill(*app, SIGKILL);
       int status = 0;
-      waitpid(app->pid(), &status, 0);
-      app.reset();
+      waitpid(*app, &status, 0);
+      running = false;
       killed = true;
       restart_at = now + absl::Milliseconds(absl::GetFlag(FLAGS_down_ms));
       // What survived is what the ledger says (the kill may also land just after a commit).
@@ -694,27 +630,30 @@ int RunTradingSystem(const std::string& dir) {
       Say("  trading system: SIGKILL to audit app %d after %d orders were published; it had\n"
           "    applied %d orders, its ledger holds %d: %d died with an open transaction\n",
           incarnation, sent, applied, *kept, applied - *kept);
+      progress->handled = 0;
+      progress->commits = 0;
+      progress->working = false;
     }
-    if (app == nullptr && now >= restart_at) {
-      spawned = SpawnAuditApplication(net, ++incarnation, ledger_dir, progress, work);
-      if (!spawned.ok()) return 1;
-      app = *std::move(spawned);
+    if (!running && now >= restart_at) {
+      app = StartAuditApplication(++incarnation, dir, broker);
+      if (!app.ok()) return 1;
+      running = true;
     }
-    pollfd wait_for_app{app != nullptr ? app->fd() : -1, POLLIN, 0};
-    (void)poll(&wait_for_app, 1, 1);
+    absl::SleepFor(absl::Microseconds(200));
   }
   Say("  trading system: all %d orders published; the audit acknowledged the last one it audits\n",
       total_orders);
 
-  // Closing the connection ends the application; its ledger is then final.
-  const pid_t pid = app->pid();
-  app.reset();
+  // SIGTERM ends the application after its batch; its ledger is then final. The brokers stop
+  // too: every publish has been answered, so `published` changes no more.
+  kill(*app, SIGTERM);
   int status = 0;
-  waitpid(pid, &status, 0);
+  waitpid(*app, &status, 0);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     Say("audit app %d failed\n", incarnation);
     return 1;
   }
+  (*runtime)->Shutdown();
 
   // The verdict: the ledger against the published orders that match the selector.
   std::map<std::string, Totals> expected;
@@ -762,6 +701,10 @@ int main(int argc, char** argv) {
       "with an exact ledger.");
   absl::ParseCommandLine(argc, argv);
   std::string dir = absl::GetFlag(FLAGS_data_dir);
+  if (const int incarnation = absl::GetFlag(FLAGS_audit_app); incarnation > 0) {
+    return RunAuditApplication(incarnation, dir, absl::GetFlag(FLAGS_broker),
+                               absl::Milliseconds(absl::GetFlag(FLAGS_work_ms)));
+  }
   const bool keep = !dir.empty();
   if (!keep) {
     dir = (std::filesystem::temp_directory_path() / "gryph-audit-XXXXXX").string();
