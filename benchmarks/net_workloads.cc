@@ -533,6 +533,19 @@ class Subscriber final : public DurableSubscriber::Handler {
     }
     return lost;
   }
+  // "index lost L ..., first missing p:s ..., last tick T" for a report of what went wrong.
+  std::string ExplainLost(const std::vector<uint64_t>& last_sequences) const {
+    std::string missing;
+    uint64_t lost = 0;
+    for (size_t p = 0; p < last_sequences.size(); ++p) {
+      for (uint64_t s = 1; s <= last_sequences[p]; ++s) {
+        if (TopicOf(static_cast<int>(p), s) != topic() || Seen(p, s)) continue;
+        if (++lost <= 5) absl::StrAppend(&missing, " ", p, ":", s);
+      }
+    }
+    return absl::StrCat("subscriber ", index_, " lost ", lost, ", first missing (publisher:seq)",
+                        missing, ", last tick ", last_tick_);
+  }
   uint64_t duplicated() const { return duplicated_; }
   uint64_t misdelivered() const { return misdelivered_; }
   uint64_t gaps() const { return gaps_; }
@@ -574,6 +587,8 @@ class Subscriber final : public DurableSubscriber::Handler {
 //   "churn PERIOD_MS AWAY_MS": from now on, every PERIOD_MS the next subscriber (round-robin)
 //     disconnects and connects again AWAY_MS later from its CT; "churn 0 0" stops that and
 //     connects every one still away; answers "churning";
+//   "explain S0 S1 ...": writes a line to standard error for each subscriber missing something
+//     (what, and its connection and CT), answers "explained";
 //   "quit": final acks, the state file, exit.
 class ClientProcess {
  public:
@@ -726,6 +741,21 @@ class ClientProcess {
       }
       return absl::StrCat("check ", lost, " ", duplicated, " ", misdelivered, " ", gaps, " ",
                           all ? caught_up : 0);
+    }
+    if (!words.empty() && words[0] == "explain") {
+      std::vector<uint64_t> last(words.size() - 1);
+      for (size_t i = 1; i < words.size(); ++i) (void)absl::SimpleAtoi(words[i], &last[i - 1]);
+      for (size_t k = 0; k < subscribers_.size(); ++k) {
+        if (subscribers_[k]->Lost(last) == 0) continue;
+        // Commands run on the loop thread (ServeCommands), which owns the subscribers.
+        const std::string state = absl::StrCat(
+            durable_[k]->connected() ? "connected" : "not connected",
+            durable_[k]->connecting() ? " (connecting)" : "", ", CT ",
+            durable_[k]->checkpoint().ToString(), ", reconnects ", durable_[k]->reconnects());
+        std::fprintf(stderr, "net client: %s; %s\n", subscribers_[k]->ExplainLost(last).c_str(),
+                     state.c_str());
+      }
+      return "explained";
     }
     return "error";
   }
@@ -1152,7 +1182,14 @@ class Topology {
     const auto end = Clock::now() + timeout;
     for (;;) {
       Check k = CheckClients(which, sequences);
-      if (k.lost == 0 || Clock::now() > end) return k;
+      if (k.lost == 0) return k;
+      if (Clock::now() > end) {
+        // Still missing: each client says which of its subscribers miss what, on stderr.
+        for (size_t c : which) {
+          Expect(*clients_[c], "explained", clients_[c]->Ask(absl::StrCat("explain", sequences)));
+        }
+        return k;
+      }
       usleep(50'000);
     }
   }
