@@ -14,7 +14,16 @@
 //   at-least lo / at-most hi        one-sided ranges                     ordered set of bounds
 //   LIKE prefix                     a LIKE 'abc%...'                     hash of each prefix length
 //   one of the above per branch     an OR whose every branch has one     several lookups, deduped
+//   the range index (every range)   >= 2 unselective numeric ranges on   counting per attribute
+//                                   distinct attributes (lib/matcher/range_index.h)
 //   unindexed                       anything else, or an empty selector  scanned per event
+//
+// The range index is chosen over the single access when a selector constrains at least two
+// attributes by numeric ranges, none of which is selective (each holds for at least
+// kSelectiveRange of its attribute's observed span of bounds, AccessStats::Selectivity), and no
+// equality, prefix or OR access is cheap (cost below kRangeIndexCost): filed under one of those
+// ranges it would be a candidate for a large share of the events, while the range index costs
+// it about one byte decrement per range an event satisfies.
 //
 // Equality keys and pure LIKE prefixes ('abc%') are exact: a hit proves the conjunct, which is
 // then not checked again. Ranges are kept as doubles rounded to nearest (the same rounding for
@@ -44,6 +53,7 @@
 #define GRYPH_LIB_MATCHER_PLAN_H_
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -58,6 +68,7 @@
 #include "gryph/subscription.h"
 #include "gryph/tick.h"
 #include "lib/matcher/pool.h"
+#include "lib/matcher/range_index.h"
 #include "lib/selector/ast.h"
 
 namespace gryph::matcher_internal {
@@ -175,6 +186,7 @@ struct Access {
     kInterval,   // [lo, hi] in bucket key.i of width class `width_class`
     kWide,       // [lo, hi] that no bucket holds: scanned when the attribute is numeric
     kPrefix,     // string attribute starting with str
+    kRanges,     // the group's range index, by every term of details->ranges (pos: the slot)
   };
   Kind kind = Kind::kUnindexed;
   uint16_t branch = 0;  // which of the record's check lists verifies what this access finds
@@ -215,6 +227,9 @@ struct Details {
   // What kOr checks point to: an OR compiled so that verifying it reads one array of the
   // record's own rather than walking the selector tree.
   std::vector<std::vector<Check>> disjunctions;
+  // A kRanges access: the range terms the range index files (one per attribute, the ranges on
+  // it merged); the checks still hold every conjunct.
+  std::vector<RangeTerm> ranges;
 };
 
 // Fields are ordered so that what changes of the index read comes first.
@@ -225,6 +240,10 @@ struct Record {
   Placement placement = Placement::kAnyTopic;
   Verify verify = Verify::kProven;  // of the first check list
   bool dedupe = false;
+  // A kRanges record whose selector is exactly its range terms, each one inclusive range with
+  // bounds exactly floats: a survivor of the range index is a match when the event's values were
+  // exact floats too (RangeIndex::Match), with no check to run.
+  bool ranges_proven = false;
   size_t topic_hash = 0;  // of topic() (kExactTopic), for the exact-topic table
   // The group holding the record's entries in each index copy (set by that copy's Add).
   Group* group[2] = {nullptr, nullptr};
@@ -281,6 +300,10 @@ class AccessStats {
   double Cost(const Access& a) const;
   // Counts (delta +1) or uncounts (-1) the accesses of `rec`.
   void Count(const Record& rec, int delta);
+  // The share of an attribute's values a range [lo, hi] (infinite for a missing bound) is
+  // expected to hold: its part of the span between the lowest and highest finite range bound
+  // filed on that attribute so far (1 while that span is unknown or empty). The span only grows.
+  double Selectivity(uint32_t attr, double lo, double hi) const;
 
  private:
   struct IntervalClass {
@@ -302,6 +325,12 @@ class AccessStats {
     }
   };
   absl::flat_hash_map<uint32_t, PerAttribute> attributes_;
+  struct Span {
+    double lo = std::numeric_limits<double>::infinity();
+    double hi = -std::numeric_limits<double>::infinity();
+  };
+  absl::flat_hash_map<uint32_t, Span> spans_;  // by attribute: range bounds seen
+  void Extend(uint32_t attr, double v);
 };
 
 // Builds the record for `subscription` in memory from `pool`; DestroyRecord frees it.
