@@ -37,7 +37,8 @@
 //
 // match_ranges keys (one run per parameter set, to keep 10^6 within a couple of minutes):
 // subscriptions, width, event_attributes, parses_per_s (Subscription::Create of the selector
-// texts), inserts_per_s (Add of the parsed subscriptions, moved in, and the Publish),
+// texts), inserts_per_s (Add of the parsed subscriptions, moved in, and the Publish; and
+// inserts_per_cpu_s, per second of the thread's CPU time),
 // removes_per_s, events_per_s, events_per_cpu_s, ns_per_event, matches_per_event,
 // bytes_per_subscription (heap in use after the fill minus before parsing, the benchmark's own
 // array of Subscription handles excluded, per subscription: the matcher's records, both index
@@ -61,10 +62,18 @@
 #include <thread>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "benchmarks/workload.h"
 #include "gryph/broker/matcher.h"
+
+ABSL_FLAG(std::string, ranges_subscriptions, "100000,1000000",
+          "match_ranges and match_ranges_scan: the subscription counts to run, comma-separated");
+ABSL_FLAG(std::string, ranges_widths, "0.1,0.25,0.5",
+          "match_ranges and match_ranges_scan: the range widths to run, comma-separated");
 
 namespace gryph::bench {
 namespace {
@@ -445,10 +454,17 @@ struct RangesParams {
   }
 };
 
+// The parameter sets the flags select (all 12 by default).
 std::vector<RangesParams> AllRangesParams() {
   std::vector<RangesParams> out;
-  for (size_t n : {size_t{100'000}, size_t{1'000'000}}) {
-    for (double width : {0.1, 0.25, 0.5}) {
+  for (absl::string_view ns :
+       absl::StrSplit(absl::GetFlag(FLAGS_ranges_subscriptions), ',', absl::SkipWhitespace())) {
+    size_t n = 0;
+    if (!absl::SimpleAtoi(ns, &n)) continue;
+    for (absl::string_view ws :
+         absl::StrSplit(absl::GetFlag(FLAGS_ranges_widths), ',', absl::SkipWhitespace())) {
+      double width = 0;
+      if (!absl::SimpleAtod(ws, &width) || !(width > 0 && width <= 1)) continue;
       for (int attrs : {20, 10}) out.push_back(RangesParams{n, width, attrs});
     }
   }
@@ -554,6 +570,7 @@ GRYPH_WORKLOAD(match_ranges) {
         .Add("ns_per_event", 1e9 / rate)
         .Add("matches_per_event", static_cast<double>(matched) / static_cast<double>(calls))
         .Add("inserts_per_s", count / insert_s)
+        .Add("inserts_per_cpu_s", count / insert_cpu)
         .Add("removes_per_s", count / remove_s)
         .Add("parses_per_s", count / parse_s)
         .Add("bytes_per_subscription", (heap_filled - heap_start - handles) / count)

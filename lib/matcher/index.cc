@@ -227,9 +227,11 @@ void Index::RemoveFromGroup(Group& g, Record* rec, uint32_t slot) {
 }
 
 void Index::Add(Record* rec) {
+  // Counted by id, so that only a name's first user and last user hash it (the owner hands an
+  // id to another name only after its last user's removal, which this copy applies first).
   for (const auto& [name, id] : rec->attributes()) {
-    auto [it, inserted] = names_.try_emplace(name, Name{id, 0});
-    it->second.refs++;
+    if (id >= name_refs_.size()) name_refs_.resize(id + 1, 0);
+    if (name_refs_[id]++ == 0) names_.emplace(name, id);
     id_limit_ = std::max(id_limit_, id + 1);
   }
   Group& g = GroupFor(rec);
@@ -254,8 +256,7 @@ void Index::Remove(Record* rec) {
     case Placement::kWildcardTopic: RemoveWildcard(rec); break;
   }
   for (const auto& [name, id] : rec->attributes()) {
-    auto it = names_.find(name);
-    if (--it->second.refs == 0) names_.erase(it);
+    if (--name_refs_[id] == 0) names_.erase(name);
   }
 }
 
@@ -392,8 +393,8 @@ class Index::Matching {
     for (const Attribute& a : event_.attributes()) {
       auto it = index_.names_.find(a.name);
       if (it != index_.names_.end()) {
-        s_.values[it->second.id] = &a.value;
-        s_.set_ids.push_back(it->second.id);
+        s_.values[it->second] = &a.value;
+        s_.set_ids.push_back(it->second);
       }
     }
   }

@@ -455,10 +455,6 @@ class Index {
              absl::FunctionRef<void(SubscriberId)> sink) const;
 
  private:
-  struct Name {
-    uint32_t id;
-    uint32_t refs;
-  };
   class Matching;
 
   Group& GroupFor(const Record* rec);  // creates it
@@ -469,8 +465,9 @@ class Index {
 
   const int copy_;
   Pool* const pool_;
-  absl::flat_hash_map<std::string, Name> names_;  // interned attribute names
-  uint32_t id_limit_ = 0;                         // all ids < id_limit_
+  absl::flat_hash_map<std::string, uint32_t> names_;  // interned attribute names -> ids
+  std::vector<uint32_t> name_refs_;                   // by id: records of this copy using it
+  uint32_t id_limit_ = 0;                             // all ids < id_limit_
   Group any_topic_;
   NameTable<Group> exact_;
   TrieNode wildcards_;

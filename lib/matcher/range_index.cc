@@ -1,7 +1,6 @@
 #include "lib/matcher/range_index.h"
 
 #include <algorithm>
-#include <functional>
 #include <variant>
 
 namespace gryph::matcher_internal {
@@ -30,15 +29,19 @@ uint32_t RangeIndex::Grid::Bucket(float v) const {
   return static_cast<uint32_t>(std::upper_bound(cuts.begin(), cuts.end(), v) - cuts.begin());
 }
 
-void RangeIndex::Grid::File(uint32_t slot, Bounds b) {
+size_t RangeIndex::Grid::CellOf(Bounds b) const {
   const uint32_t i = Bucket(b.lo);
   // An empty range (lo > hi, which no value satisfies) goes to (i, i), where the comparison of
   // both bounds refuses every value.
-  const uint32_t j = std::max(i, Bucket(b.hi));
-  Cell& c = cells[CellIndex(i, j)];
+  return CellIndex(i, std::max(i, Bucket(b.hi)));
+}
+
+void RangeIndex::Grid::File(uint32_t slot, Bounds b, size_t cell) {
+  Cell& c = cells[cell];
   c.slots.push_back(slot);
   c.bounds.push_back(b);
-  rows[i] |= uint64_t{1} << j;
+  const uint32_t i = Bucket(b.lo);
+  rows[i] |= uint64_t{1} << (cell - CellIndex(i, i) + i);
 }
 
 uint32_t RangeIndex::buckets(uint32_t attr) const {
@@ -47,35 +50,58 @@ uint32_t RangeIndex::buckets(uint32_t attr) const {
 }
 
 uint32_t RangeIndex::Add(absl::Span<const RangeTerm> terms, const Record* owner) {
-  uint32_t slot;
-  if (!free_.empty()) {
-    slot = free_.back();
+  // The free list may hold slots since given back past limit_, or taken again (see Purge).
+  uint32_t slot = limit_;
+  while (!free_.empty()) {
+    const uint32_t s = free_.back();
     free_.pop_back();
-  } else {
-    slot = limit_++;
+    if (s < limit_ && owners_[s] == nullptr) {
+      slot = s;
+      break;
+    }
+  }
+  if (slot == limit_) {
+    limit_++;
     need_.push_back(0);
     owners_.push_back(nullptr);
   }
   need_[slot] = static_cast<uint8_t>(terms.size());
   owners_[slot] = owner;
   live_++;
-  for (const RangeTerm& t : terms) {
-    std::unique_ptr<Grid>& g = grids_[t.attr];
+  // The terms' cells are scattered over megabytes: first each cell's header is asked for, then
+  // the ends of its arrays, then the terms are appended, so that the misses of all the terms
+  // overlap instead of following each other.
+  Grid* grids[kMaxTerms];
+  size_t cells[kMaxTerms];
+  const size_t n = terms.size();
+  for (size_t k = 0; k < n; ++k) {
+    std::unique_ptr<Grid>& g = grids_[terms[k].attr];
     if (g == nullptr) {
       g = std::make_unique<Grid>();
       g->cells.resize(1);
       g->rows.resize(1);
       g->rebuild_at = kSingleCell;
     }
-    g->File(slot, Bounds{t.lo, t.hi});
-    if (++g->terms >= g->rebuild_at) Rebuild(*g);
+    grids[k] = g.get();
+    cells[k] = g->CellOf(Bounds{terms[k].lo, terms[k].hi});
+    __builtin_prefetch(&g->cells[cells[k]]);
+  }
+  for (size_t k = 0; k < n; ++k) {
+    const Cell& c = grids[k]->cells[cells[k]];
+    __builtin_prefetch(c.slots.data() + c.slots.size(), 1);
+    __builtin_prefetch(c.bounds.data() + c.bounds.size(), 1);
+  }
+  for (size_t k = 0; k < n; ++k) {
+    Grid& g = *grids[k];
+    g.File(slot, Bounds{terms[k].lo, terms[k].hi}, cells[k]);
+    if (++g.terms >= g.rebuild_at) Rebuild(g);
   }
   return slot;
 }
 
 void RangeIndex::Remove(uint32_t slot) {
   need_[slot] = 0;
-  owners_[slot] = nullptr;
+  owners_[slot] = kDead;
   live_--;
   dead_.push_back(slot);
   if (live_ == 0) {
@@ -128,7 +154,7 @@ void RangeIndex::Rebuild(Grid& g) const {
   next.rows.assign(next.buckets, 0);
   for (const Cell& c : g.cells) {
     for (size_t e = 0; e < c.slots.size(); ++e) {
-      if (need_[c.slots[e]] != 0) next.File(c.slots[e], c.bounds[e]);
+      if (need_[c.slots[e]] != 0) next.File(c.slots[e], c.bounds[e], next.CellOf(c.bounds[e]));
     }
   }
   next.terms = live;
@@ -170,17 +196,23 @@ void RangeIndex::Purge() {
     g.rebuild_at = std::max(kSingleCell, 4 * live);
     ++it;
   }
-  // Dead slots become free; slots past the highest one in use are given back, so that Match
-  // copies and counts only up to it.
-  for (uint32_t s : dead_) free_.push_back(s);
+  // Dead slots become free; free slots at the top are given back, so that Match copies and
+  // counts only up to the highest slot in use. Entries of free_ past limit_ (or taken again
+  // since, once limit_ grew back over them) are dropped when popped: Add checks each.
+  for (uint32_t s : dead_) {
+    owners_[s] = nullptr;
+    free_.push_back(s);
+  }
   dead_.clear();
   while (limit_ > 0 && owners_[limit_ - 1] == nullptr) limit_--;
   need_.resize(limit_);
   owners_.resize(limit_);
-  free_.erase(
-      std::remove_if(free_.begin(), free_.end(), [this](uint32_t s) { return s >= limit_; }),
-      free_.end());
-  std::sort(free_.begin(), free_.end(), std::greater<uint32_t>());
+  if (free_.size() > 2 * static_cast<size_t>(limit_) + kSingleCell) {
+    free_.clear();  // mostly stale: list the free slots afresh
+    for (uint32_t s = limit_; s-- > 0;) {
+      if (owners_[s] == nullptr) free_.push_back(s);
+    }
+  }
 }
 
 void RangeIndex::Grid::Match(float x, uint8_t* counts, std::vector<uint32_t>& survivors) const {

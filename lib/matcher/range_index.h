@@ -43,13 +43,14 @@
 //
 // Invariants:
 //   - need_[s] is the number of terms of the live subscription in slot s, 1..kMaxTerms, and 0
-//     for a free or dead slot; owners_[s] is null exactly when need_[s] is 0.
+//     for a free or dead slot; owners_[s] is its record when live, kDead when dead (in dead_),
+//     null when free.
 //   - Every live slot s has exactly need_[s] terms filed, in the grids of distinct attributes;
-//     dead slots (in dead_) may have terms filed; free slots (in free_) have none.
+//     dead slots may have terms filed; free slots have none.
 //   - A term with bounds lo, hi is in cell (Bucket(lo), max(Bucket(lo), Bucket(hi))) of its
-//     attribute's grid; rows_[i] has bit j set if cell (i, j) holds a term (live or dead).
-//   - limit_ is one past the highest slot in use (live or dead); free_ holds slots below it,
-//     sorted so that the lowest is taken first.
+//     attribute's grid; rows[i] has bit j set if cell (i, j) holds a term (live or dead).
+//   - need_ and owners_ have limit_ entries; every free slot below limit_ is in free_ (which may
+//     also hold stale entries: slots at or past limit_, or in use again).
 //
 // Thread-safety: thread-compatible. Match is const and keeps its state in the caller's
 // RangeScratch (one per thread or call), so any number of threads may match concurrently while
@@ -139,6 +140,9 @@ class RangeIndex {
   size_t dead() const { return dead_.size(); }
 
  private:
+  // The owner of a dead slot: never reported (its count never reaches zero).
+  static inline const Record* const kDead =
+      reinterpret_cast<const Record*>(alignof(std::max_align_t));
   struct Bounds {
     float lo;
     float hi;
@@ -159,7 +163,10 @@ class RangeIndex {
     size_t CellIndex(uint32_t i, uint32_t j) const {
       return static_cast<size_t>(i) * (2 * buckets - i + 1) / 2 + (j - i);
     }
-    void File(uint32_t slot, Bounds b);
+    // The cell of a term with bounds b.
+    size_t CellOf(Bounds b) const;
+    // Appends a term with bounds b to its cell, CellOf(b).
+    void File(uint32_t slot, Bounds b, size_t cell);
     // Decrements the counts of the slots whose terms hold x (in bucket b).
     void Match(float x, uint8_t* counts, std::vector<uint32_t>& survivors) const;
   };
@@ -173,7 +180,7 @@ class RangeIndex {
   absl::flat_hash_map<uint32_t, std::unique_ptr<Grid>> grids_;  // by attribute id
   std::vector<uint8_t> need_;                                   // by slot
   std::vector<const Record*> owners_;                           // by slot
-  std::vector<uint32_t> free_;  // below limit_, highest first (the lowest is taken first)
+  std::vector<uint32_t> free_;                                  // taken from the back
   std::vector<uint32_t> dead_;
   uint32_t limit_ = 0;
   size_t live_ = 0;
