@@ -420,8 +420,8 @@ class Index::Matching {
   }
 
   // Survivors of the range index are reported as they are when proven (ranges_proven and exact
-  // event values), else when all their checks hold. Their records are scattered: each is
-  // fetched a few survivors ahead.
+  // event values), else when their terms hold exactly (ranges_proven) or all their checks do. Their
+  // records are scattered: each is fetched a few survivors ahead.
   void MatchRanges(const RangeIndex& ri) {
     const bool exact = ri.Match(values(), s_.ranges);
     const std::vector<uint32_t>& survivors = s_.ranges.survivors;
@@ -431,7 +431,8 @@ class Index::Matching {
     for (size_t i = 0; i < n; ++i) {
       if (i + kAhead < n) __builtin_prefetch(ri.owner(survivors[i + kAhead]));
       const Record* rec = ri.owner(survivors[i]);
-      if ((exact && rec->ranges_proven) || rec->ChecksHold(0, 0, values(), event_)) {
+      if (rec->ranges_proven ? exact || rec->RangesHold(values())
+                             : rec->ChecksHold(0, 0, values(), event_)) {
         sink_(rec->id);
       }
     }

@@ -185,6 +185,24 @@ Truth Check::Evaluate(AttrValues values, const Event& event) const {
   return Truth::kUnknown;
 }
 
+bool Record::RangesHold(AttrValues values) const {
+  for (const RangeTerm& t : details->ranges) {
+    const AttributeValue* v = values[t.attr];
+    if (v == nullptr) return false;
+    if (const int64_t* i = std::get_if<int64_t>(v)) {
+      // Bounds are floats (infinite for a missing one): compared by exact value.
+      if (sa::CompareInt64Double(*i, t.lo) < 0 || sa::CompareInt64Double(*i, t.hi) > 0) {
+        return false;
+      }
+    } else if (const double* d = std::get_if<double>(v)) {
+      if (!(*d >= t.lo && *d <= t.hi)) return false;  // NaN fails both
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
 Truth Check::Truth3(AttrValues values, const Event& event) const {
   const Truth t = Evaluate(values, event);
   return negated ? Not(t) : t;
@@ -405,12 +423,17 @@ class Compiler {
 
   void Run(const sa::Node* root) {
     const std::vector<const sa::Node*> conjuncts = sa::Conjuncts(root);
-    Choice best = BestAccess(conjuncts, /*allow_or=*/true);
-    if (Choice ranges = RangeIndexAccess(conjuncts, best); ranges.valid()) best = std::move(ranges);
+    // Sized once: a record's names are mostly one per conjunct.
+    details().attributes.reserve(conjuncts.size());
+    const Ranges ranges = CollectRanges(conjuncts);
+    Choice best = BestAccess(conjuncts, ranges, /*allow_or=*/true);
+    if (Choice all = RangeIndexAccess(conjuncts, ranges, best); all.valid()) best = std::move(all);
     if (!best.valid()) best.accesses.push_back(Access{});  // unindexed: every check stays
     rec_->accesses = std::move(best.accesses);
     rec_->dedupe = best.dedupe;
-    if (best.branches.empty()) {
+    if (rec_->ranges_proven) {
+      // No check list: the range terms are the selector, and RangesHold verifies them.
+    } else if (best.branches.empty()) {
       details().checks.push_back(CompileAllBut(conjuncts, best.proves));
     } else {
       // Each branch is verified by its own conjuncts and the selector's other conjuncts: the
@@ -638,8 +661,8 @@ class Compiler {
   // The range index, when `conjuncts` hold at least two ranges (on distinct attributes), none of
   // them selective, and `best` is no cheap equality, prefix or OR access. Sets the record's
   // range terms and ranges_proven when chosen.
-  Choice RangeIndexAccess(const std::vector<const sa::Node*>& conjuncts, const Choice& best) {
-    const Ranges ranges = CollectRanges(conjuncts);
+  Choice RangeIndexAccess(const std::vector<const sa::Node*>& conjuncts, const Ranges& ranges,
+                          const Choice& best) {
     if (ranges.size() < 2) return Choice();
     const bool single_range = best.valid() && best.branches.empty() && best.accesses.size() == 1 &&
                               IsRangeAccess(best.accesses[0].kind);
@@ -648,6 +671,7 @@ class Compiler {
       if (stats_.Selectivity(Id(r.attribute), r.lo, r.hi) < kSelectiveRange) return Choice();
     }
     std::vector<RangeTerm>& terms = details().ranges;
+    terms.reserve(std::min(ranges.size(), RangeIndex::kMaxTerms));
     bool proven = ranges.size() <= RangeIndex::kMaxTerms;
     size_t merged = 0;
     for (const Range& r : ranges) {
@@ -668,13 +692,14 @@ class Compiler {
     return ch;
   }
 
-  // The best single access among `conjuncts` (an OR among them counts only when allow_or).
-  Choice BestAccess(const std::vector<const sa::Node*>& conjuncts, bool allow_or) {
+  // The best single access among `conjuncts` (an OR among them counts only when allow_or), whose
+  // ranges are `ranges` (CollectRanges).
+  Choice BestAccess(const std::vector<const sa::Node*>& conjuncts, const Ranges& ranges,
+                    bool allow_or) {
     Choice best;
     auto consider = [&best](Choice c) {
       if (c.valid() && c.cost < best.cost) best = std::move(c);
     };
-    const Ranges ranges = CollectRanges(conjuncts);
     for (size_t i = 0; i < conjuncts.size(); ++i) {
       const sa::Node& c = *conjuncts[i];
       if (const std::optional<sa::IndexableConjunct> ix = sa::AsIndexable(c)) {
@@ -741,7 +766,7 @@ class Compiler {
     out.or_conjunct = index;
     for (const sa::Node* b : branches) {
       Choice::Branch branch{sa::Conjuncts(b), -1};
-      Choice c = BestAccess(branch.conjuncts, /*allow_or=*/false);
+      Choice c = BestAccess(branch.conjuncts, CollectRanges(branch.conjuncts), /*allow_or=*/false);
       if (!c.valid()) return Choice();
       branch.proves = c.proves;
       out.cost += c.cost;

@@ -43,7 +43,8 @@
 //   - For each access and each index copy c, `pos[c]` is where that copy keeps the entry of that
 //     access (meaningful only in position-tracked lists; written by the copy's writer only).
 //   - details->checks[a.branch] exists for every access a, except that a record with an empty
-//     selector has no details (BranchChecks gives an empty list).
+//     selector has no details, and a ranges_proven record (whose range terms are exactly its
+//     selector: RangesHold verifies it) has no check list (BranchChecks gives an empty list).
 //   - `dedupe` is set when one event may reach the record through more than one access.
 //   - The record owns its Subscription, so every pointer into the selector tree (literals,
 //     IN and LIKE nodes, generic conditions) lives as long as the record; kOr checks point into
@@ -268,6 +269,11 @@ struct Record {
     static const std::vector<std::pair<absl::string_view, uint32_t>> kNone;
     return details != nullptr ? details->attributes : kNone;
   }
+
+  // Whether every range term holds, compared exactly with the event's values (a missing,
+  // non-numeric or NaN value holds none). Verifies a ranges_proven record, whose terms' bounds
+  // are its inclusive bounds exactly. REQUIRES: ranges_proven.
+  bool RangesHold(AttrValues values) const;
 
   // Whether BranchChecks(branch)[from..] all hold.
   bool ChecksHold(size_t branch, size_t from, AttrValues values, const Event& event) const {
