@@ -1083,7 +1083,8 @@ TEST_CASE("readers matching while the owner churns always see one whole publicat
                                     "k LIKE 'v%'",
                                     "x IN (1, 2)",
                                     "k = 'v' OR x < 0",
-                                    "NOT (x < 0)"};
+                                    "NOT (x < 0)",
+                                    "x BETWEEN 0 AND 10 AND y >= 0"};  // the range index
   const char* const kFilters[] = {"", "t/u", "t/#", "+/u"};
   std::vector<Subscription> subs;
   for (uint64_t i = 0; i < kBlock; ++i) {
@@ -1091,7 +1092,7 @@ TEST_CASE("readers matching while the owner churns always see one whole publicat
         Sub(kSelectors[i % std::size(kSelectors)], kFilters[(i / 8) % std::size(kFilters)]));
   }
   Event event = Topic("t/u");
-  event.SetInt64("x", 1).SetString("k", "v");
+  event.SetInt64("x", 1).SetInt64("y", 2).SetString("k", "v");
 
   Matcher m(MatcherOptions{.max_unpublished = 1 << 20});
   std::atomic<uint64_t> published_phase{0};
