@@ -46,7 +46,7 @@
 // matcher_bytes_per_subscription (the same without the parsed selectors), exact (the ids of
 // each checked event equal the scan's; the workload exits with status 1 when false),
 // checked_events, loadavg. match_ranges_scan: subscriptions, width, event_attributes,
-// events_per_s, matches_per_event.
+// events_per_s, events_per_cpu_s, matches_per_event.
 
 #include <algorithm>
 #include <atomic>
@@ -594,6 +594,7 @@ GRYPH_WORKLOAD(match_ranges_scan) {
     uint64_t calls = 0, matched = 0;
     std::vector<uint64_t> ids;
     const auto start = Clock::now();
+    const double cpu_start = ThreadCpuSeconds();
     double elapsed = 0;
     while (elapsed < ctx.seconds / 3 || calls < 8) {
       ids.clear();
@@ -607,6 +608,7 @@ GRYPH_WORKLOAD(match_ranges_scan) {
         .Add("width", params.width)
         .Add("event_attributes", int64_t{params.event_attributes})
         .Add("events_per_s", static_cast<double>(calls) / elapsed)
+        .Add("events_per_cpu_s", static_cast<double>(calls) / (ThreadCpuSeconds() - cpu_start))
         .Add("matches_per_event", static_cast<double>(matched) / static_cast<double>(calls))
         .Print();
   }
