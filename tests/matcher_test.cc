@@ -1041,7 +1041,7 @@ TEST_CASE("the planner files conjunctions of unselective ranges under the range 
   {
     Compiled c("a BETWEEN 0 AND 100 AND b >= 5 AND b <= 8");
     REQUIRE(c.kind() == Kind::kRanges);
-    REQUIRE(c.rec->details->ranges.size() == 2);
+    REQUIRE(c.rec->details->range_terms().size() == 2);
     REQUIRE_FALSE(c.rec->ranges_proven);  // b's two conjuncts merged: checked
   }
   {

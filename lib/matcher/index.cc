@@ -146,7 +146,7 @@ void Index::AddToGroup(Group& g, Record* rec, uint32_t slot) {
   }
   if (a.kind == Access::Kind::kRanges) {
     if (g.content->ranges == nullptr) g.content->ranges = std::make_unique<RangeIndex>();
-    rec->accesses[slot].pos[copy_] = g.content->ranges->Add(rec->details->ranges, rec);
+    rec->accesses[slot].pos[copy_] = g.content->ranges->Add(rec->details->range_terms(), rec);
     g.content->entries++;
     return;
   }

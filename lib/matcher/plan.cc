@@ -186,7 +186,7 @@ Truth Check::Evaluate(AttrValues values, const Event& event) const {
 }
 
 bool Record::RangesHold(AttrValues values) const {
-  for (const RangeTerm& t : details->ranges) {
+  for (const RangeTerm& t : details->range_terms()) {
     const AttributeValue* v = values[t.attr];
     if (v == nullptr) return false;
     if (const int64_t* i = std::get_if<int64_t>(v)) {
@@ -670,8 +670,7 @@ class Compiler {
     for (const Range& r : ranges) {
       if (stats_.Selectivity(Id(r.attribute), r.lo, r.hi) < kSelectiveRange) return Choice();
     }
-    std::vector<RangeTerm>& terms = details().ranges;
-    terms.reserve(std::min(ranges.size(), RangeIndex::kMaxTerms));
+    absl::InlinedVector<RangeTerm, RangeIndex::kMaxTerms> terms;
     bool proven = ranges.size() <= RangeIndex::kMaxTerms;
     size_t merged = 0;
     for (const Range& r : ranges) {
@@ -683,6 +682,9 @@ class Compiler {
                                 r.has_hi ? FloatRounding::Up(r.hi) : FloatRounding::kInf});
     }
     rec_->ranges_proven = proven && merged == conjuncts.size();
+    details().ranges = std::make_unique<RangeTerm[]>(terms.size());
+    std::copy(terms.begin(), terms.end(), details().ranges.get());
+    details().range_count = static_cast<uint32_t>(terms.size());
     Choice ch;
     Access a;
     a.kind = Access::Kind::kRanges;
@@ -870,7 +872,7 @@ void AccessStats::Count(const Record& rec, int delta) {
         case Access::Kind::kAtLeast:
         case Access::Kind::kAtMost: Extend(a.attr, a.key.d); break;
         case Access::Kind::kRanges:
-          for (const RangeTerm& t : rec.details->ranges) {
+          for (const RangeTerm& t : rec.details->range_terms()) {
             Extend(t.attr, t.lo);
             Extend(t.attr, t.hi);
           }

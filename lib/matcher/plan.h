@@ -64,6 +64,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "gryph/event.h"
 #include "gryph/selector.h"
 #include "gryph/subscription.h"
@@ -187,7 +188,7 @@ struct Access {
     kInterval,   // [lo, hi] in bucket key.i of width class `width_class`
     kWide,       // [lo, hi] that no bucket holds: scanned when the attribute is numeric
     kPrefix,     // string attribute starting with str
-    kRanges,     // the group's range index, by every term of details->ranges (pos: the slot)
+    kRanges,     // the group's range index, by every term of details->range_terms() (pos: slot)
   };
   Kind kind = Kind::kUnindexed;
   uint16_t branch = 0;  // which of the record's check lists verifies what this access finds
@@ -229,8 +230,11 @@ struct Details {
   // record's own rather than walking the selector tree.
   std::vector<std::vector<Check>> disjunctions;
   // A kRanges access: the range terms the range index files (one per attribute, the ranges on
-  // it merged); the checks still hold every conjunct.
-  std::vector<RangeTerm> ranges;
+  // it merged); the checks, if any, still hold every conjunct. An array and its length rather
+  // than a vector: most records have none, and this keeps Details in a smaller size class.
+  std::unique_ptr<RangeTerm[]> ranges;
+  uint32_t range_count = 0;
+  absl::Span<const RangeTerm> range_terms() const { return {ranges.get(), range_count}; }
 };
 
 // Fields are ordered so that what changes of the index read comes first.
