@@ -32,14 +32,16 @@
 // whether every value it read was exactly a float; when so, a term whose bounds are inclusive
 // and exactly floats holds exactly when its float comparison does, and the caller may report a
 // survivor made only of such terms without verifying it (Record::ranges_proven). Any other
-// survivor is verified by the caller against the record's checks.
+// survivor is verified by the caller: a proven record's terms compared exactly with the values
+// (Record::RangesHold), any other record's checks.
 //
 // Removal is lazy: a removed slot's count becomes 0 (a count of 0 is never decremented to 0:
 // it wraps), its terms stay in their cells, and the slot is not reused until a purge drops the
 // dead terms of every grid — once dead slots outnumber half the live ones — so a removal costs
 // O(1) amortized and needs no per-term positions. A grid is rebuilt (new cuts, terms refiled)
 // whenever its terms reach 4 times what they were at its last build, so filling costs O(1)
-// amortized per term too.
+// amortized per term too. Add asks for all of a subscription's cells, then for the ends of their
+// arrays, before appending to any, so that the cache misses of its terms overlap.
 //
 // Invariants:
 //   - need_[s] is the number of terms of the live subscription in slot s, 1..kMaxTerms, and 0
