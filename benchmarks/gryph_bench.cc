@@ -64,6 +64,12 @@
 //   match_deep         Matcher: 500,000 subscriptions on 4-level topics, 10% with '+' or '#'
 //   match_content      Matcher: 1,000,000 selectors over 10 attributes, events matching ~0.1%
 //   match_concurrent   Matcher: 1 and 2 reader threads while a writer makes 100,000 changes/s
+//   match_ranges       Matcher: 10^5 and 10^6 conjunctions of 5 BETWEEN ranges over 20 integer
+//                      attributes, range widths 0.1, 0.25, 0.5, events with 20 or 10 attributes,
+//                      checked against a scan (events_per_s, inserts_per_s, parses_per_s,
+//                      bytes_per_subscription, matches_per_event, exact)
+//   match_ranges_scan  the brute-force scan of the same predicates, match_ranges' baseline
+//                      (events_per_s)
 //                      (the matcher keys are listed in benchmarks/matcher_workloads.cc)
 //   zmq_channel        two processes over TCP loopback: Delivery messages of 250-byte events
 //                      through ZmqChannel (msgs_per_s) against raw ZeroMQ frames of the same

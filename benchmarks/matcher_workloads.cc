@@ -16,6 +16,13 @@
 //   match_concurrent  150,000 content selectors; 1 or 2 reader threads match while a writer adds
 //                     and removes 100,000 subscriptions per second (50 + 50 each millisecond,
 //                     then TryPublish: the writer never blocks on a preempted reader)
+//   match_ranges      the standard workload of the content-matching literature (RangesWorld
+//                     below): 10^5 and 10^6 selectors, each 5 BETWEEN ranges on distinct
+//                     attributes out of 20, each range `width` (0.1, 0.25, 0.5) of the integer
+//                     domain [0, 10^6); events carry all 20 attributes or 10 of them; every
+//                     parameter set is one line, checked exactly against a brute-force scan
+//   match_ranges_scan the brute-force baseline of match_ranges on the same predicates: a flat
+//                     array of (attribute, lo, hi) triples scanned per event
 //
 // Keys: subscriptions, inserts_per_s, removes_per_s, events_per_s (Match calls per second, all
 // readers together), ns_per_event, matches_per_event, refill_inserts_per_s; the same rates per
@@ -27,6 +34,19 @@
 // own copies share); loadavg (1-minute load average
 // when the workload started); readers, changes_per_s and publishes_per_s (match_concurrent,
 // whose events_per_cpu_s sums each reader's events per second of its own CPU time).
+//
+// match_ranges keys (one run per parameter set, to keep 10^6 within a couple of minutes):
+// subscriptions, width, event_attributes, parses_per_s (Subscription::Create of the selector
+// texts), inserts_per_s (Add of the parsed subscriptions, moved in, and the Publish; and
+// inserts_per_cpu_s, per second of the thread's CPU time),
+// removes_per_s, events_per_s, events_per_cpu_s, ns_per_event, matches_per_event,
+// bytes_per_subscription (heap in use after the fill minus before parsing, the benchmark's own
+// array of Subscription handles excluded, per subscription: the matcher's records, both index
+// copies and the parsed selectors it keeps, which nothing else shares here),
+// matcher_bytes_per_subscription (the same without the parsed selectors), exact (the ids of
+// each checked event equal the scan's; the workload exits with status 1 when false),
+// checked_events, loadavg. match_ranges_scan: subscriptions, width, event_attributes,
+// events_per_s, events_per_cpu_s, matches_per_event.
 
 #include <algorithm>
 #include <atomic>
@@ -37,14 +57,23 @@
 #include <malloc.h>
 #endif
 #include <ctime>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "benchmarks/workload.h"
 #include "gryph/broker/matcher.h"
+
+ABSL_FLAG(std::string, ranges_subscriptions, "100000,1000000",
+          "match_ranges and match_ranges_scan: the subscription counts to run, comma-separated");
+ABSL_FLAG(std::string, ranges_widths, "0.1,0.25,0.5",
+          "match_ranges and match_ranges_scan: the range widths to run, comma-separated");
 
 namespace gryph::bench {
 namespace {
@@ -320,7 +349,270 @@ class ContentWorld {
   Rand r_;
 };
 
+// ---------------------------------------------------------------------------------------------
+// Ranges: the standard workload of the content-matching literature (as in the evaluations of
+// REIN, OpIndex, TAMA, H-Tree): kAttributes integer attributes a0..a19 over [0, kDomain); each
+// subscription is a conjunction of kConjuncts `aK BETWEEN lo AND lo + W - 1` on distinct
+// attributes, W = width * kDomain values, lo uniform; events carry uniform values for all
+// attributes or for `event_attributes` of them, chosen at random. A conjunct holds with
+// probability `width`, so a subscription matches a fraction width^5 of the events that carry
+// its attributes (~0.1% for width 0.25).
+class RangesWorld {
+ public:
+  static constexpr int kAttributes = 20;
+  static constexpr int kConjuncts = 5;
+  static constexpr int64_t kDomain = 1'000'000;
+
+  // One subscription as the scan keeps it.
+  struct Predicate {
+    uint8_t attr[kConjuncts];
+    int32_t lo[kConjuncts];
+    int32_t hi[kConjuncts];
+  };
+  // One event as the scan reads it: a value per attribute, -1 when missing (outside every range).
+  struct Values {
+    int64_t v[kAttributes];
+  };
+
+  RangesWorld(uint64_t seed, double width, int event_attributes)
+      : r_(seed),
+        width_(static_cast<int64_t>(width * kDomain)),
+        event_attributes_(event_attributes) {}
+
+  Predicate NextPredicate() {
+    Predicate p;
+    int attrs[kAttributes];
+    for (int i = 0; i < kAttributes; ++i) attrs[i] = i;
+    for (int k = 0; k < kConjuncts; ++k) {  // a partial Fisher-Yates: distinct attributes
+      std::swap(attrs[k], attrs[k + r_.Uniform(kAttributes - k)]);
+      p.attr[k] = static_cast<uint8_t>(attrs[k]);
+      p.lo[k] = static_cast<int32_t>(r_.Uniform(kDomain - width_ + 1));
+      p.hi[k] = static_cast<int32_t>(p.lo[k] + width_ - 1);
+    }
+    return p;
+  }
+
+  static std::string SelectorOf(const Predicate& p) {
+    std::string s;
+    for (int k = 0; k < kConjuncts; ++k) {
+      absl::StrAppend(&s, k > 0 ? " AND " : "", "a", p.attr[k], " BETWEEN ", p.lo[k], " AND ",
+                      p.hi[k]);
+    }
+    return s;
+  }
+
+  std::vector<Predicate> Predicates(size_t n) {
+    std::vector<Predicate> out(n);
+    for (Predicate& p : out) p = NextPredicate();
+    return out;
+  }
+
+  void NextEvent(Event* e, Values* values) {
+    int attrs[kAttributes];
+    for (int i = 0; i < kAttributes; ++i) {
+      attrs[i] = i;
+      values->v[i] = -1;
+    }
+    *e = Event();
+    e->SetTopic("ranges");
+    for (int k = 0; k < event_attributes_; ++k) {
+      std::swap(attrs[k], attrs[k + r_.Uniform(kAttributes - k)]);
+      const int64_t v = static_cast<int64_t>(r_.Uniform(kDomain));
+      values->v[attrs[k]] = v;
+      e->SetInt64(absl::StrCat("a", attrs[k]), v);
+    }
+  }
+
+  // Appends the indexes of the predicates `values` satisfies, in order.
+  static void Scan(const std::vector<Predicate>& preds, const Values& values,
+                   std::vector<uint64_t>* out) {
+    const size_t n = preds.size();
+    for (size_t i = 0; i < n; ++i) {
+      const Predicate& p = preds[i];
+      bool ok = true;
+      for (int k = 0; k < kConjuncts && ok; ++k) {
+        const int64_t v = values.v[p.attr[k]];
+        ok = v >= p.lo[k] && v <= p.hi[k];
+      }
+      if (ok) out->push_back(i);
+    }
+  }
+
+ private:
+  Rand r_;
+  int64_t width_;
+  int event_attributes_;
+};
+
+struct RangesParams {
+  size_t subscriptions;
+  double width;
+  int event_attributes;
+  uint64_t seed() const {
+    return 1000 + subscriptions / 1000 + static_cast<uint64_t>(width * 100) * 7 +
+           static_cast<uint64_t>(event_attributes) * 13;
+  }
+};
+
+// The parameter sets the flags select (all 12 by default).
+std::vector<RangesParams> AllRangesParams() {
+  std::vector<RangesParams> out;
+  for (absl::string_view ns :
+       absl::StrSplit(absl::GetFlag(FLAGS_ranges_subscriptions), ',', absl::SkipWhitespace())) {
+    size_t n = 0;
+    if (!absl::SimpleAtoi(ns, &n)) continue;
+    for (absl::string_view ws :
+         absl::StrSplit(absl::GetFlag(FLAGS_ranges_widths), ',', absl::SkipWhitespace())) {
+      double width = 0;
+      if (!absl::SimpleAtod(ws, &width) || !(width > 0 && width <= 1)) continue;
+      for (int attrs : {20, 10}) out.push_back(RangesParams{n, width, attrs});
+    }
+  }
+  return out;
+}
+
+// Events of a ranges world: Event objects for the matcher and the scan's value arrays.
+struct RangesEvents {
+  std::vector<Event> events;
+  std::vector<RangesWorld::Values> values;
+};
+
+RangesEvents MakeRangesEvents(RangesWorld& world, size_t n) {
+  RangesEvents out;
+  out.events.resize(n);
+  out.values.resize(n);
+  for (size_t i = 0; i < n; ++i) world.NextEvent(&out.events[i], &out.values[i]);
+  return out;
+}
+
+constexpr size_t kRangesEvents = 256;
+
 }  // namespace
+
+GRYPH_WORKLOAD(match_ranges) {
+  for (const RangesParams& params : AllRangesParams()) {
+    const double load = LoadAverage();
+    RangesWorld world(params.seed(), params.width, params.event_attributes);
+    const std::vector<RangesWorld::Predicate> preds = world.Predicates(params.subscriptions);
+    const RangesEvents ev = MakeRangesEvents(world, kRangesEvents);
+    std::vector<std::string> texts;
+    texts.reserve(preds.size());
+    for (const RangesWorld::Predicate& p : preds) texts.push_back(RangesWorld::SelectorOf(p));
+    const size_t n = preds.size();
+
+    // Parse, then fill: the parsed selectors are moved into the matcher, which alone keeps them.
+    const double heap_start = HeapBytes();
+    std::vector<Subscription> subs;
+    subs.reserve(n);
+    const double handles = static_cast<double>(subs.capacity() * sizeof(Subscription));
+    Stopwatch parse;
+    for (const std::string& t : texts) subs.push_back(MustCreate(t, ""));
+    double parse_s = 0, parse_cpu = 0;
+    parse.Add(&parse_s, &parse_cpu);
+    const double heap_parsed = HeapBytes();
+    auto m = std::make_unique<Matcher>();
+    Stopwatch insert;
+    for (size_t i = 0; i < n; ++i) MustOk(m->Add(SubscriberId{i}, std::move(subs[i])));
+    m->Publish();
+    double insert_s = 0, insert_cpu = 0;
+    insert.Add(&insert_s, &insert_cpu);
+    const double heap_filled = HeapBytes();
+    subs.clear();
+
+    // Exactness: every checked event's ids against the scan's, within a bounded time.
+    bool exact = true;
+    size_t checked = 0;
+    std::vector<uint64_t> got, want;
+    const auto check_start = Clock::now();
+    for (size_t i = 0; i < kRangesEvents && exact; ++i) {
+      if (i >= 8 && SecondsSince(check_start) > ctx.seconds / 3) break;
+      got.clear();
+      want.clear();
+      m->Match(ev.events[i], [&got](SubscriberId id) { got.push_back(id.value); });
+      RangesWorld::Scan(preds, ev.values[i], &want);
+      std::sort(got.begin(), got.end());
+      exact = got == want;
+      if (!exact) {
+        std::fprintf(stderr, "match_ranges: event %zu: the matcher found %zu ids, the scan %zu\n",
+                     i, got.size(), want.size());
+      }
+      ++checked;
+    }
+
+    // Matching, timed on the pool of events (at least one pass of 8 events).
+    uint64_t calls = 0, matched = 0;
+    Stopwatch mw;
+    double elapsed = 0;
+    while (elapsed < ctx.seconds / 3 || calls < 8) {
+      for (int k = 0; k < 4; ++k) {
+        m->Match(ev.events[calls % kRangesEvents], [&matched](SubscriberId) { ++matched; });
+        ++calls;
+      }
+      elapsed = SecondsSince(mw.wall);
+    }
+    const double elapsed_cpu = ThreadCpuSeconds() - mw.cpu;
+
+    Stopwatch remove;
+    for (size_t i = 0; i < n; ++i) MustOk(m->Remove(SubscriberId{i}));
+    m->Publish();
+    double remove_s = 0, remove_cpu = 0;
+    remove.Add(&remove_s, &remove_cpu);
+    m.reset();
+
+    const double rate = static_cast<double>(calls) / elapsed;
+    const double count = static_cast<double>(n);
+    Report("match_ranges")
+        .Add("subscriptions", static_cast<int64_t>(n))
+        .Add("width", params.width)
+        .Add("event_attributes", int64_t{params.event_attributes})
+        .Add("events_per_s", rate)
+        .Add("events_per_cpu_s", static_cast<double>(calls) / elapsed_cpu)
+        .Add("ns_per_event", 1e9 / rate)
+        .Add("matches_per_event", static_cast<double>(matched) / static_cast<double>(calls))
+        .Add("inserts_per_s", count / insert_s)
+        .Add("inserts_per_cpu_s", count / insert_cpu)
+        .Add("removes_per_s", count / remove_s)
+        .Add("parses_per_s", count / parse_s)
+        .Add("bytes_per_subscription", (heap_filled - heap_start - handles) / count)
+        .Add("matcher_bytes_per_subscription", (heap_filled - heap_parsed) / count)
+        .AddBool("exact", exact)
+        .Add("checked_events", static_cast<int64_t>(checked))
+        .Add("loadavg", load)
+        .Print();
+    if (!exact) {
+      std::fprintf(stderr, "match_ranges: the matcher's answer differs from the scan's\n");
+      std::exit(1);
+    }
+  }
+}
+
+GRYPH_WORKLOAD(match_ranges_scan) {
+  for (const RangesParams& params : AllRangesParams()) {
+    RangesWorld world(params.seed(), params.width, params.event_attributes);
+    const std::vector<RangesWorld::Predicate> preds = world.Predicates(params.subscriptions);
+    const RangesEvents ev = MakeRangesEvents(world, kRangesEvents);
+    uint64_t calls = 0, matched = 0;
+    std::vector<uint64_t> ids;
+    const auto start = Clock::now();
+    const double cpu_start = ThreadCpuSeconds();
+    double elapsed = 0;
+    while (elapsed < ctx.seconds / 3 || calls < 8) {
+      ids.clear();
+      RangesWorld::Scan(preds, ev.values[calls % kRangesEvents], &ids);
+      matched += ids.size();
+      ++calls;
+      elapsed = SecondsSince(start);
+    }
+    Report("match_ranges_scan")
+        .Add("subscriptions", static_cast<int64_t>(preds.size()))
+        .Add("width", params.width)
+        .Add("event_attributes", int64_t{params.event_attributes})
+        .Add("events_per_s", static_cast<double>(calls) / elapsed)
+        .Add("events_per_cpu_s", static_cast<double>(calls) / (ThreadCpuSeconds() - cpu_start))
+        .Add("matches_per_event", static_cast<double>(matched) / static_cast<double>(calls))
+        .Print();
+  }
+}
 
 GRYPH_WORKLOAD(match_one_topic) {
   std::vector<Subscription> subs;

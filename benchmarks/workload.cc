@@ -27,6 +27,10 @@ Report& Report::Add(absl::string_view key, absl::string_view value) {
   fields_.emplace_back(std::string(key), std::string(value));
   return *this;
 }
+Report& Report::AddBool(absl::string_view key, bool value) {
+  fields_.emplace_back(std::string(key), value);
+  return *this;
+}
 
 namespace {
 std::string JsonString(absl::string_view s) {
@@ -47,6 +51,8 @@ void Report::Print() const {
       line += std::isfinite(*d) ? fmt::format("{:.6g}", *d) : "null";
     } else if (const int64_t* i = std::get_if<int64_t>(&value)) {
       line += fmt::format("{}", *i);
+    } else if (const bool* b = std::get_if<bool>(&value)) {
+      line += *b ? "true" : "false";
     } else {
       line += JsonString(std::get<std::string>(value));
     }

@@ -27,12 +27,14 @@ class Report {
   Report& Add(absl::string_view key, double value);
   Report& Add(absl::string_view key, int64_t value);
   Report& Add(absl::string_view key, absl::string_view value);
+  // A JSON true or false (not an Add overload: a string literal would convert to bool).
+  Report& AddBool(absl::string_view key, bool value);
   // Prints the line to stdout and flushes.
   void Print() const;
 
  private:
   std::string workload_;
-  std::vector<std::pair<std::string, std::variant<double, int64_t, std::string>>> fields_;
+  std::vector<std::pair<std::string, std::variant<double, int64_t, std::string, bool>>> fields_;
 };
 
 // Where a workload may write (a fresh directory, removed after the run) and how long it should

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <set>
@@ -14,6 +15,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "lib/matcher/plan.h"
+#include "lib/matcher/pool.h"
+#include "lib/matcher/range_index.h"
 #include "tests/test_util.h"
 
 namespace gryph {
@@ -526,7 +530,10 @@ TEST_CASE("Match may be called again from inside its sink, and appends to a vect
 
 class RandomWorld {
  public:
-  explicit RandomWorld(Rng* rng) : rng_(*rng) {}
+  // `range_heavy`: the share of selectors that are conjunctions of several ranges (RangeSelector),
+  // which the matcher files in its range index.
+  explicit RandomWorld(Rng* rng, double range_heavy = 0.25)
+      : rng_(*rng), range_heavy_(range_heavy) {}
 
   std::string Attr() {
     static const char* const kAttrs[] = {"a", "b", "s", "f"};
@@ -614,7 +621,46 @@ class RandomWorld {
     }
   }
 
+  // Numbers for ranges over r0..r5: the events' values are mostly near them, and some land on
+  // them exactly; some are not floats (0.1, 2^53 + 1), 1e300 is beyond float's range.
+  std::string RangeNumber() {
+    static const char* const kNumbers[] = {"0",   "1",   "2",     "3",      "5",
+                                           "8",   "10",  "-1",    "2.5",    "0.5",
+                                           "3.0", "0.1", "1e300", "-1e300", "9007199254740993",
+                                           "4",   "6",   "7",     "9",      "9007199254740992.0"};
+    return kNumbers[rng_.Uniform(std::size(kNumbers))];
+  }
+  std::string RangeConjunct(const std::string& attr) {
+    static const char* const kOps[] = {"<", "<=", ">", ">="};
+    switch (rng_.Uniform(8)) {
+      case 0:
+      case 1:
+      case 2: {
+        std::string lo = RangeNumber(), hi = RangeNumber();
+        // Mostly lo <= hi, which a number's own order gives half of the time.
+        if (!rng_.OneIn(5) && std::strtod(lo.c_str(), nullptr) > std::strtod(hi.c_str(), nullptr)) {
+          std::swap(lo, hi);
+        }
+        return absl::StrCat(attr, " BETWEEN ", lo, " AND ", hi);
+      }
+      case 3: return absl::StrCat(RangeNumber(), " ", kOps[rng_.Uniform(4)], " ", attr);
+      default: return absl::StrCat(attr, " ", kOps[rng_.Uniform(4)], " ", RangeNumber());
+    }
+  }
+  // 2 to 6 ranges over r0..r5 (an attribute now and then twice), sometimes with another kind
+  // of conjunct.
+  std::string RangeSelector() {
+    std::vector<std::string> ops;
+    for (uint64_t i = 0, n = rng_.Range(2, 6); i < n; ++i) {
+      ops.push_back(RangeConjunct(absl::StrCat("r", rng_.Uniform(6))));
+    }
+    if (rng_.OneIn(3)) ops.push_back(rng_.OneIn(3) ? Condition(1) : Atom());
+    for (size_t i = ops.size(); i > 1; --i) std::swap(ops[i - 1], ops[rng_.Uniform(i)]);
+    return absl::StrJoin(ops, " AND ");
+  }
+
   std::string Selector() {
+    if (static_cast<double>(rng_.Uniform(1000)) < range_heavy_ * 1000) return RangeSelector();
     switch (rng_.Uniform(8)) {
       case 0: return "";
       case 1:
@@ -653,6 +699,31 @@ class RandomWorld {
     std::vector<std::string> levels;
     for (uint64_t i = 0, n = rng_.Range(1, 3); i < n; ++i) levels.push_back(Level());
     e.SetTopic(absl::StrJoin(levels, "/"));
+    for (int r = 0; r < 6; ++r) {
+      const std::string name = absl::StrCat("r", r);
+      switch (rng_.Uniform(16)) {
+        case 0:
+        case 1: break;  // missing
+        case 2: e.SetString(name, "1"); break;
+        case 3: e.SetDouble(name, rng_.OneIn(2) ? kNaN : 0.1); break;
+        case 4: e.SetBool(name, true); break;
+        case 5:
+        case 6:
+        case 7: e.SetDouble(name, static_cast<double>(rng_.Uniform(26)) / 2 - 2); break;
+        case 8: {
+          static const int64_t kInts[] = {9007199254740993, 9007199254740992, INT64_MAX, INT64_MIN};
+          e.SetInt64(name, kInts[rng_.Uniform(std::size(kInts))]);
+          break;
+        }
+        case 9: {
+          static const double kDoubles[] = {1e300, -1e300, 9007199254740992.0,
+                                            std::numeric_limits<double>::infinity(), -0.0};
+          e.SetDouble(name, kDoubles[rng_.Uniform(std::size(kDoubles))]);
+          break;
+        }
+        default: e.SetInt64(name, static_cast<int64_t>(rng_.Uniform(14)) - 2); break;
+      }
+    }
     for (const char* name : {"a", "b", "s", "f"}) {
       switch (rng_.Uniform(12)) {
         case 0:
@@ -688,14 +759,17 @@ class RandomWorld {
 
  private:
   Rng& rng_;
+  double range_heavy_;
 };
 
-TEST_CASE("the matcher's answer equals evaluating every subscription, under random churn",
-          "[matcher][random]") {
-  for (uint64_t seed : Seeds(5000, 12)) {
+// Random churn of `ids` subscriptions (a share `range_heavy` of them conjunctions of ranges,
+// `topic_share` of them with a topic filter), each published state checked on random events.
+void CheckRandomChurn(uint64_t seed_base, int seeds, uint64_t kIds, int steps, double range_heavy,
+                      bool filters) {
+  for (uint64_t seed : Seeds(seed_base, seeds)) {
     INFO("seed " << seed);
     Rng rng(seed);
-    RandomWorld world(&rng);
+    RandomWorld world(&rng, range_heavy);
     const size_t max_unpublished = std::vector<size_t>{1, 5, 64, 100000}[seed % 4];
     Matcher m(MatcherOptions{.max_unpublished = max_unpublished});
     std::map<uint64_t, Subscription> current;    // every change made
@@ -707,9 +781,8 @@ TEST_CASE("the matcher's answer equals evaluating every subscription, under rand
         unpublished = 0;
       }
     };
-    constexpr uint64_t kIds = 300;
     size_t checked = 0;
-    for (int step = 0; step < 1500; ++step) {
+    for (int step = 0; step < steps; ++step) {
       const uint64_t id = rng.Uniform(kIds);
       if (current.contains(id) && rng.OneIn(3)) {
         REQUIRE_OK(m.Remove(SubscriberId{id}));
@@ -717,7 +790,7 @@ TEST_CASE("the matcher's answer equals evaluating every subscription, under rand
         changed();
       } else if (!current.contains(id)) {
         const std::string selector = world.Selector();
-        const std::string filter = world.Filter();
+        const std::string filter = filters ? world.Filter() : "";
         absl::StatusOr<Subscription> sub = Subscription::Create(selector, filter);
         if (!sub.ok()) continue;  // e.g. an ordering comparison the parser refuses
         REQUIRE_OK(m.Add(SubscriberId{id}, *sub));
@@ -729,7 +802,7 @@ TEST_CASE("the matcher's answer equals evaluating every subscription, under rand
         published = current;
         unpublished = 0;
       }
-      if (step % 10 == 0) {
+      if (step % 10 == 0 && (steps <= 2000 || step % 100 == 0 || step + 10 >= steps)) {
         for (int k = 0; k < 8; ++k) {
           const Event e = world.RandomEvent();
           std::vector<uint64_t> expected;
@@ -771,6 +844,229 @@ TEST_CASE("the matcher's answer equals evaluating every subscription, under rand
   }
 }
 
+TEST_CASE("the matcher's answer equals evaluating every subscription, under random churn",
+          "[matcher][random]") {
+  CheckRandomChurn(5000, 12, /*ids=*/300, /*steps=*/1500, /*range_heavy=*/0.25,
+                   /*filters=*/true);
+}
+
+TEST_CASE("conjunctions of ranges under random churn match exactly, through the range index",
+          "[matcher][random]") {
+  // Enough subscriptions without a topic filter that the range index's grids are cut into
+  // buckets, rebuilt as they grow, and purged of removed subscriptions.
+  CheckRandomChurn(7000, 6, /*ids=*/2000, /*steps=*/8000, /*range_heavy=*/0.85,
+                   /*filters=*/false);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The range index and the planner's choice of it (internal: lib/matcher/range_index.h, plan.h).
+
+namespace mi = matcher_internal;
+
+// A range index driven alongside a plain list of the same terms; owners are fake pointers into
+// `tokens`, never read by the index.
+class RangeIndexModel {
+ public:
+  explicit RangeIndexModel(size_t capacity) : tokens_(capacity) {}
+
+  void Add(uint64_t id, std::vector<mi::RangeTerm> terms) {
+    const uint32_t slot = index_.Add(terms, Owner(id));
+    slots_[id] = slot;
+    terms_[id] = std::move(terms);
+  }
+  void Remove(uint64_t id) {
+    index_.Remove(slots_.at(id));
+    slots_.erase(id);
+    terms_.erase(id);
+  }
+  // The ids the index finds for `values` (by attribute id), sorted; and the ids whose every
+  // term holds for the float rounding of a numeric, non-NaN value.
+  std::vector<uint64_t> Found(const std::vector<const AttributeValue*>& values, bool* exact) {
+    *exact = index_.Match(values.data(), scratch_);
+    std::vector<uint64_t> ids;
+    for (uint32_t slot : scratch_.survivors) ids.push_back(Id(index_.owner(slot)));
+    std::sort(ids.begin(), ids.end());
+    return ids;
+  }
+  std::vector<uint64_t> Expected(const std::vector<const AttributeValue*>& values) const {
+    std::vector<uint64_t> ids;
+    for (const auto& [id, terms] : terms_) {
+      bool all = true;
+      for (const mi::RangeTerm& t : terms) {
+        const AttributeValue* v = values[t.attr];
+        if (v == nullptr || v->index() > 1) {
+          all = false;
+          break;
+        }
+        const double d = mi::RangeValue(*v);
+        const float x = mi::FloatRounding::Nearest(d);
+        all = all && !std::isnan(d) && t.lo <= x && x <= t.hi;
+      }
+      if (all) ids.push_back(id);
+    }
+    return ids;  // terms_ is ordered by id
+  }
+  mi::RangeIndex& index() { return index_; }
+
+ private:
+  const mi::Record* Owner(uint64_t id) {
+    return reinterpret_cast<const mi::Record*>(&tokens_.at(id));
+  }
+  uint64_t Id(const mi::Record* owner) const {
+    return static_cast<uint64_t>(reinterpret_cast<const uint64_t*>(owner) - tokens_.data());
+  }
+
+  std::vector<uint64_t> tokens_;
+  mi::RangeIndex index_;
+  mi::RangeScratch scratch_;
+  std::map<uint64_t, uint32_t> slots_;
+  std::map<uint64_t, std::vector<mi::RangeTerm>> terms_;
+};
+
+TEST_CASE("the range index finds exactly the subscriptions all of whose ranges hold, under churn",
+          "[matcher]") {
+  constexpr uint32_t kAttrs = 6;
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  for (uint64_t seed : Seeds(9100, 4)) {
+    INFO("seed " << seed);
+    Rng rng(seed);
+    RangeIndexModel model(20000);
+    auto bound = [&] { return static_cast<float>(rng.Uniform(41)) / 4 - 1; };  // -1 .. 9
+    std::vector<uint64_t> live;
+    uint64_t next = 0;
+    const std::vector<AttributeValue> kOdd = {std::string("x"), true, kNaN};
+    for (int round = 0; round < 60; ++round) {
+      // Grow by a few hundred, then remove a random share: grids are rebuilt as they grow and
+      // purged as removals pile up.
+      for (int k = 0; k < 300; ++k) {
+        std::vector<mi::RangeTerm> terms;
+        std::vector<uint32_t> attrs = {0, 1, 2, 3, 4, 5};
+        for (uint64_t i = 0, n = rng.Range(1, 4); i < n; ++i) {
+          std::swap(attrs[i], attrs[i + rng.Uniform(kAttrs - i)]);
+          float lo = bound(), hi = bound();
+          if (!rng.OneIn(8) && lo > hi) std::swap(lo, hi);  // some empty ranges stay
+          if (rng.OneIn(6)) lo = -kInf;
+          if (rng.OneIn(6)) hi = kInf;
+          terms.push_back(mi::RangeTerm{attrs[i], lo, hi});
+        }
+        model.Add(next, std::move(terms));
+        live.push_back(next++);
+      }
+      for (size_t k = 0, n = live.size() / (round % 3 == 2 ? 2 : 5); k < n; ++k) {
+        const size_t i = rng.Uniform(live.size());
+        model.Remove(live[i]);
+        live[i] = live.back();
+        live.pop_back();
+      }
+      for (int e = 0; e < 20; ++e) {
+        std::vector<AttributeValue> storage(kAttrs);
+        std::vector<const AttributeValue*> values(kAttrs, nullptr);
+        for (uint32_t a = 0; a < kAttrs; ++a) {
+          switch (rng.Uniform(6)) {
+            case 0: continue;  // missing
+            case 1: storage[a] = kOdd[rng.Uniform(kOdd.size())]; break;
+            case 2: storage[a] = static_cast<int64_t>(rng.Uniform(12)) - 2; break;
+            default: storage[a] = static_cast<double>(bound()); break;  // often on a bound
+          }
+          values[a] = &storage[a];
+        }
+        bool exact = false;
+        REQUIRE(model.Found(values, &exact) == model.Expected(values));
+        REQUIRE(exact);  // quarters and small integers are floats
+      }
+    }
+    REQUIRE(model.index().buckets(0) > 1);  // the grids were cut
+  }
+}
+
+TEST_CASE("the range index says when an event value is not exactly a float", "[matcher]") {
+  RangeIndexModel model(4);
+  model.Add(1, {mi::RangeTerm{0, 0, 1}, mi::RangeTerm{1, -1, 1e30f}});
+  auto found = [&](AttributeValue a, AttributeValue b, bool* exact) {
+    std::vector<const AttributeValue*> values = {&a, &b};
+    return model.Found(values, exact);
+  };
+  bool exact = false;
+  REQUIRE(found(int64_t{1}, 0.5, &exact) == std::vector<uint64_t>{1});
+  REQUIRE(exact);
+  REQUIRE(found(0.1, 0.5, &exact) == std::vector<uint64_t>{1});
+  REQUIRE_FALSE(exact);  // 0.1 is no float: the survivor must be verified
+  REQUIRE(found(int64_t{0}, int64_t{9007199254740993}, &exact) == std::vector<uint64_t>{1});
+  REQUIRE_FALSE(exact);
+  REQUIRE(found(int64_t{0}, std::string("1"), &exact).empty());
+  REQUIRE(found(int64_t{2}, 0.5, &exact).empty());
+}
+
+TEST_CASE("the range index reuses a removed subscription's slot only once its terms are purged",
+          "[matcher]") {
+  RangeIndexModel model(1000);
+  for (uint64_t id = 0; id < 200; ++id) model.Add(id, {mi::RangeTerm{0, 0, 10}});
+  for (uint64_t id = 0; id < 100; ++id) model.Remove(id);
+  REQUIRE(model.index().dead() == 100);  // not yet: 100 <= 100 / 2 + 64
+  for (uint64_t id = 200; id < 300; ++id) model.Add(id, {mi::RangeTerm{1, 0, 10}});
+  const AttributeValue five = int64_t{5};
+  std::vector<const AttributeValue*> values = {&five, nullptr};
+  bool exact = false;
+  REQUIRE(model.Found(values, &exact) == model.Expected(values));  // 100..199
+  for (uint64_t id = 100; id < 160; ++id) model.Remove(id);
+  REQUIRE(model.index().dead() < 60);  // purged on the way
+  REQUIRE(model.index().size() == 140);
+  for (uint64_t id = 300; id < 500; ++id) model.Add(id, {mi::RangeTerm{0, 6, 7}});
+  REQUIRE(model.Found(values, &exact) == model.Expected(values));  // 160..199
+  values = {nullptr, &five};
+  REQUIRE(model.Found(values, &exact) == model.Expected(values));  // 200..299
+}
+
+// Compiles `selector` as the matcher would, with `stats`.
+struct Compiled {
+  explicit Compiled(absl::string_view selector, const mi::AccessStats& stats = mi::AccessStats())
+      : rec(mi::Compile(
+            SubscriberId{1}, Sub(selector),
+            [this](absl::string_view name) {
+              auto [it, inserted] = ids.try_emplace(std::string(name), ids.size());
+              return it->second;
+            },
+            stats, pool)) {}
+  ~Compiled() { mi::DestroyRecord(rec, pool); }
+  mi::Access::Kind kind() const { return rec->accesses[0].kind; }
+
+  mi::Pool pool;
+  std::map<std::string, uint32_t> ids;
+  mi::Record* rec;
+};
+
+TEST_CASE("the planner files conjunctions of unselective ranges under the range index",
+          "[matcher]") {
+  using Kind = mi::Access::Kind;
+  {
+    Compiled c("a BETWEEN 0 AND 100 AND b >= 5 AND b <= 8");
+    REQUIRE(c.kind() == Kind::kRanges);
+    REQUIRE(c.rec->details->range_terms().size() == 2);
+    REQUIRE_FALSE(c.rec->ranges_proven);  // b's two conjuncts merged: checked
+  }
+  {
+    Compiled c("a BETWEEN 0 AND 100 AND b BETWEEN -3 AND 2.5 AND c <= 7");
+    REQUIRE(c.kind() == Kind::kRanges);
+    REQUIRE(c.rec->ranges_proven);
+  }
+  REQUIRE_FALSE(Compiled("a > 0 AND b < 1").rec->ranges_proven);                 // exclusive
+  REQUIRE_FALSE(Compiled("a >= 0.1 AND b <= 1").rec->ranges_proven);             // 0.1: no float
+  REQUIRE_FALSE(Compiled("a >= 0 AND b <= 1 AND s = 'x'").rec->ranges_proven);   // a string check
+  REQUIRE(Compiled("a BETWEEN 0 AND 100 AND s = 'x'").kind() != Kind::kRanges);  // one range
+  REQUIRE(Compiled("a >= 0 AND a <= 9").kind() != Kind::kRanges);                // one attribute
+  // An equality access: the range index only when that key is crowded.
+  REQUIRE(Compiled("a BETWEEN 0 AND 100 AND b < 5 AND s = 'x'").kind() == Kind::kEqString);
+
+  // Once a's ranges are known to span [0, 10000], a range of 50 on it is selective.
+  mi::AccessStats stats;
+  Compiled wide("a BETWEEN 0 AND 10000 AND b BETWEEN 0 AND 10000");
+  stats.Count(*wide.rec, +1);
+  REQUIRE(Compiled("a BETWEEN 10 AND 60 AND b BETWEEN 0 AND 5000", stats).kind() ==
+          Kind::kInterval);
+  REQUIRE(Compiled("a BETWEEN 10 AND 2000 AND b BETWEEN 0 AND 5000", stats).kind() ==
+          Kind::kRanges);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Readers and a writer.
 
@@ -787,7 +1083,8 @@ TEST_CASE("readers matching while the owner churns always see one whole publicat
                                     "k LIKE 'v%'",
                                     "x IN (1, 2)",
                                     "k = 'v' OR x < 0",
-                                    "NOT (x < 0)"};
+                                    "NOT (x < 0)",
+                                    "x BETWEEN 0 AND 10 AND y >= 0"};  // the range index
   const char* const kFilters[] = {"", "t/u", "t/#", "+/u"};
   std::vector<Subscription> subs;
   for (uint64_t i = 0; i < kBlock; ++i) {
@@ -795,7 +1092,7 @@ TEST_CASE("readers matching while the owner churns always see one whole publicat
         Sub(kSelectors[i % std::size(kSelectors)], kFilters[(i / 8) % std::size(kFilters)]));
   }
   Event event = Topic("t/u");
-  event.SetInt64("x", 1).SetString("k", "v");
+  event.SetInt64("x", 1).SetInt64("y", 2).SetString("k", "v");
 
   Matcher m(MatcherOptions{.max_unpublished = 1 << 20});
   std::atomic<uint64_t> published_phase{0};

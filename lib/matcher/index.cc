@@ -144,6 +144,12 @@ void Index::AddToGroup(Group& g, Record* rec, uint32_t slot) {
     g.content->entries++;
     return;
   }
+  if (a.kind == Access::Kind::kRanges) {
+    if (g.content->ranges == nullptr) g.content->ranges = std::make_unique<RangeIndex>();
+    rec->accesses[slot].pos[copy_] = g.content->ranges->Add(rec->details->range_terms(), rec);
+    g.content->entries++;
+    return;
+  }
   std::unique_ptr<AttrIndex>& slot_index = g.content->attrs[a.attr];
   if (slot_index == nullptr) slot_index = std::make_unique<AttrIndex>();
   AttrIndex& ai = *slot_index;
@@ -165,6 +171,7 @@ void Index::AddToGroup(Group& g, Record* rec, uint32_t slot) {
       ai.prefixes.try_emplace(a.str).first->second.Add(e, copy_);
       ai.prefix_lengths[a.str.size()]++;
       break;
+    case Access::Kind::kRanges:
     case Access::Kind::kUnindexed: break;
   }
 }
@@ -177,6 +184,12 @@ void Index::RemoveFromGroup(Group& g, Record* rec, uint32_t slot) {
   }
   if (a.kind == Access::Kind::kUnindexed) {
     g.content->residual.Remove(rec, slot, copy_);
+    if (--g.content->entries == 0) g.content.reset();
+    return;
+  }
+  if (a.kind == Access::Kind::kRanges) {
+    g.content->ranges->Remove(a.pos[copy_]);
+    if (g.content->ranges->empty()) g.content->ranges.reset();
     if (--g.content->entries == 0) g.content.reset();
     return;
   }
@@ -206,6 +219,7 @@ void Index::RemoveFromGroup(Group& g, Record* rec, uint32_t slot) {
       if (--lit->second == 0) ai.prefix_lengths.erase(lit);
       break;
     }
+    case Access::Kind::kRanges:
     case Access::Kind::kUnindexed: break;
   }
   if (--ai.entries == 0) g.content->attrs.erase(ait);
@@ -213,9 +227,11 @@ void Index::RemoveFromGroup(Group& g, Record* rec, uint32_t slot) {
 }
 
 void Index::Add(Record* rec) {
+  // Counted by id, so that only a name's first user and last user hash it (the owner hands an
+  // id to another name only after its last user's removal, which this copy applies first).
   for (const auto& [name, id] : rec->attributes()) {
-    auto [it, inserted] = names_.try_emplace(name, Name{id, 0});
-    it->second.refs++;
+    if (id >= name_refs_.size()) name_refs_.resize(id + 1, 0);
+    if (name_refs_[id]++ == 0) names_.emplace(name, id);
     id_limit_ = std::max(id_limit_, id + 1);
   }
   Group& g = GroupFor(rec);
@@ -240,8 +256,7 @@ void Index::Remove(Record* rec) {
     case Placement::kWildcardTopic: RemoveWildcard(rec); break;
   }
   for (const auto& [name, id] : rec->attributes()) {
-    auto it = names_.find(name);
-    if (--it->second.refs == 0) names_.erase(it);
+    if (--name_refs_[id] == 0) names_.erase(name);
   }
 }
 
@@ -341,6 +356,7 @@ class Index::Matching {
       const AttributeValue* v = s_.values[id];
       if (v != nullptr) MatchAttr(*ai, *v);
     }
+    if (g.content->ranges != nullptr) MatchRanges(*g.content->ranges);
   }
 
   void MatchWildcards(const TrieNode& root) {
@@ -377,8 +393,8 @@ class Index::Matching {
     for (const Attribute& a : event_.attributes()) {
       auto it = index_.names_.find(a.name);
       if (it != index_.names_.end()) {
-        s_.values[it->second.id] = &a.value;
-        s_.set_ids.push_back(it->second.id);
+        s_.values[it->second] = &a.value;
+        s_.set_ids.push_back(it->second);
       }
     }
   }
@@ -401,6 +417,25 @@ class Index::Matching {
       s_.seen.insert(e.id);
     }
     sink_(SubscriberId{e.id});
+  }
+
+  // Survivors of the range index are reported as they are when proven (ranges_proven and exact
+  // event values), else when their terms hold exactly (ranges_proven) or all their checks do. Their
+  // records are scattered: each is fetched a few survivors ahead.
+  void MatchRanges(const RangeIndex& ri) {
+    const bool exact = ri.Match(values(), s_.ranges);
+    const std::vector<uint32_t>& survivors = s_.ranges.survivors;
+    const size_t n = survivors.size();
+    constexpr size_t kAhead = 8;
+    for (size_t i = 0; i < std::min(n, kAhead); ++i) __builtin_prefetch(ri.owner(survivors[i]));
+    for (size_t i = 0; i < n; ++i) {
+      if (i + kAhead < n) __builtin_prefetch(ri.owner(survivors[i + kAhead]));
+      const Record* rec = ri.owner(survivors[i]);
+      if (rec->ranges_proven ? exact || rec->RangesHold(values())
+                             : rec->ChecksHold(0, 0, values(), event_)) {
+        sink_(rec->id);
+      }
+    }
   }
 
   void EmitAll(const CheckedList& list) {

@@ -14,6 +14,9 @@
 //   AttrIndex               equality hashes (string, normalized int, other double, bool), the
 //                           at-least / at-most ordered sets, interval buckets by width class,
 //                           wide intervals, LIKE prefixes by length
+//   RangeIndex              per group, the records filed by all their ranges (kRanges accesses,
+//                           lib/matcher/range_index.h): counted down per event, survivors
+//                           verified unless proven
 //
 // Scale: the exact-topic table and the trie's children are NameTables — hash sets of (hash,
 // pointer) slots, the nodes carrying their names — so a level a million wide grows by moving
@@ -55,6 +58,7 @@
 #include "gryph/tick.h"
 #include "lib/matcher/plan.h"
 #include "lib/matcher/pool.h"
+#include "lib/matcher/range_index.h"
 
 namespace gryph::matcher_internal {
 
@@ -177,7 +181,7 @@ class IntervalList {
   // Calls f(hot, cold) for each interval that may hold x (x is not NaN).
   template <typename F>
   void ForEachHolding(double x, F&& f) const {
-    const float xf = Nearest(x);
+    const float xf = FloatRounding::Nearest(x);
     const size_t n = bounds_.size();
     // First the indexes of the hits (fetching their entries), then the entries: the misses on
     // scattered entries overlap instead of queuing behind each comparison.
@@ -201,22 +205,8 @@ class IntervalList {
     float lo;
     float hi;
   };
-  static constexpr float kInf = std::numeric_limits<float>::infinity();
-  static constexpr double kFloatMax = std::numeric_limits<float>::max();
-  // Round to nearest, out-of-range values to infinities (a plain cast of those is undefined).
-  static float Nearest(double d) {
-    if (d > kFloatMax) return kInf;
-    if (d < -kFloatMax) return -kInf;
-    return static_cast<float>(d);
-  }
-  static float RoundDown(double d) {
-    const float f = Nearest(d);
-    return static_cast<double>(f) > d ? std::nextafter(f, -kInf) : f;
-  }
-  static float RoundUp(double d) {
-    const float f = Nearest(d);
-    return static_cast<double>(f) < d ? std::nextafter(f, kInf) : f;
-  }
+  static float RoundDown(double d) { return FloatRounding::Down(d); }
+  static float RoundUp(double d) { return FloatRounding::Up(d); }
 
   std::vector<Bounds> bounds_;
   CheckedList entries_;
@@ -360,7 +350,8 @@ struct AttrIndex {
 struct Content {
   CheckedList residual;  // no access: verified for every event reaching the group
   absl::flat_hash_map<uint32_t, std::unique_ptr<AttrIndex>> attrs;  // by attribute id
-  size_t entries = 0;                                               // in residual and attrs
+  std::unique_ptr<RangeIndex> ranges;  // kRanges records; null while none
+  size_t entries = 0;                  // in residual, attrs and ranges
 };
 
 struct Group {
@@ -427,6 +418,7 @@ struct Scratch {
   std::vector<size_t> level_hashes;
   std::vector<std::pair<const TrieNode*, size_t>> stack;
   absl::flat_hash_set<uint64_t> seen;  // ids of records reachable several ways
+  RangeScratch ranges;
 };
 
 class Index {
@@ -463,10 +455,6 @@ class Index {
              absl::FunctionRef<void(SubscriberId)> sink) const;
 
  private:
-  struct Name {
-    uint32_t id;
-    uint32_t refs;
-  };
   class Matching;
 
   Group& GroupFor(const Record* rec);  // creates it
@@ -477,8 +465,9 @@ class Index {
 
   const int copy_;
   Pool* const pool_;
-  absl::flat_hash_map<std::string, Name> names_;  // interned attribute names
-  uint32_t id_limit_ = 0;                         // all ids < id_limit_
+  absl::flat_hash_map<std::string, uint32_t> names_;  // interned attribute names -> ids
+  std::vector<uint32_t> name_refs_;                   // by id: records of this copy using it
+  uint32_t id_limit_ = 0;                             // all ids < id_limit_
   Group any_topic_;
   NameTable<Group> exact_;
   TrieNode wildcards_;

@@ -185,6 +185,24 @@ Truth Check::Evaluate(AttrValues values, const Event& event) const {
   return Truth::kUnknown;
 }
 
+bool Record::RangesHold(AttrValues values) const {
+  for (const RangeTerm& t : details->range_terms()) {
+    const AttributeValue* v = values[t.attr];
+    if (v == nullptr) return false;
+    if (const int64_t* i = std::get_if<int64_t>(v)) {
+      // Bounds are floats (infinite for a missing one): compared by exact value.
+      if (sa::CompareInt64Double(*i, t.lo) < 0 || sa::CompareInt64Double(*i, t.hi) > 0) {
+        return false;
+      }
+    } else if (const double* d = std::get_if<double>(v)) {
+      if (!(*d >= t.lo && *d <= t.hi)) return false;  // NaN fails both
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
 Truth Check::Truth3(AttrValues values, const Event& event) const {
   const Truth t = Evaluate(values, event);
   return negated ? Not(t) : t;
@@ -261,6 +279,31 @@ struct Choice {
 constexpr double kCostOrOverhead = 1;
 constexpr size_t kMaxKeys = 64;      // more values than this: not worth the index entries
 constexpr size_t kMaxBranches = 16;  // OR branches indexed one by one at most
+// The range index is for ranges none of which is selective: each holds for at least this share
+// of its attribute's span. Below it, one of them as the access brings in few enough candidates.
+// (A candidate verified costs tens of nanoseconds, a range term in the range index one byte
+// decrement of a nanosecond or two per event that satisfies it: for 2 to 5 ranges the two meet
+// at about 2-3% per range.)
+constexpr double kSelectiveRange = 0.03;
+// An equality, prefix or OR access this cheap (expected candidates) is kept over the range index.
+constexpr double kRangeIndexCost = 1000;
+
+// Whether the literal `v` is exactly a float (so the range index compares it exactly).
+bool ExactFloat(const AttributeValue& v) {
+  double d;
+  if (const int64_t* i = std::get_if<int64_t>(&v)) {
+    d = static_cast<double>(*i);
+    if (!(d < 0x1p63 && static_cast<int64_t>(d) == *i)) return false;
+  } else {
+    d = *std::get_if<double>(&v);
+  }
+  return static_cast<double>(FloatRounding::Nearest(d)) == d;
+}
+
+bool IsRangeAccess(Access::Kind k) {
+  return k == Access::Kind::kInterval || k == Access::Kind::kWide || k == Access::Kind::kAtLeast ||
+         k == Access::Kind::kAtMost;
+}
 
 int CheckCost(Check::Kind k) {
   switch (k) {
@@ -380,11 +423,17 @@ class Compiler {
 
   void Run(const sa::Node* root) {
     const std::vector<const sa::Node*> conjuncts = sa::Conjuncts(root);
-    Choice best = BestAccess(conjuncts, /*allow_or=*/true);
+    // Sized once: a record's names are mostly one per conjunct.
+    details().attributes.reserve(conjuncts.size());
+    const Ranges ranges = CollectRanges(conjuncts);
+    Choice best = BestAccess(conjuncts, ranges, /*allow_or=*/true);
+    if (Choice all = RangeIndexAccess(conjuncts, ranges, best); all.valid()) best = std::move(all);
     if (!best.valid()) best.accesses.push_back(Access{});  // unindexed: every check stays
     rec_->accesses = std::move(best.accesses);
     rec_->dedupe = best.dedupe;
-    if (best.branches.empty()) {
+    if (rec_->ranges_proven) {
+      // No check list: the range terms are the selector, and RangesHold verifies them.
+    } else if (best.branches.empty()) {
       details().checks.push_back(CompileAllBut(conjuncts, best.proves));
     } else {
       // Each branch is verified by its own conjuncts and the selector's other conjuncts: the
@@ -571,41 +620,92 @@ class Compiler {
     return true;
   }
 
-  // The best single access among `conjuncts` (an OR among them counts only when allow_or).
-  Choice BestAccess(const std::vector<const sa::Node*>& conjuncts, bool allow_or) {
+  // Numeric ranges merged per attribute: [max of lows, min of highs], rounded, inclusive.
+  struct Range {
+    absl::string_view attribute;
+    double lo = -std::numeric_limits<double>::infinity();
+    double hi = std::numeric_limits<double>::infinity();
+    bool has_lo = false;
+    bool has_hi = false;
+    int conjuncts = 0;  // merged into this range
+    bool exact = true;  // every bound inclusive and exactly a float
+  };
+  using Ranges = absl::InlinedVector<Range, 5>;
+
+  static Ranges CollectRanges(const std::vector<const sa::Node*>& conjuncts) {
+    Ranges ranges;
+    for (const sa::Node* c : conjuncts) {
+      const std::optional<sa::IndexableConjunct> ix = sa::AsIndexable(*c);
+      if (!ix.has_value() || ix->kind != sa::IndexableConjunct::Kind::kRange) continue;
+      auto it = std::find_if(ranges.begin(), ranges.end(),
+                             [&](const Range& r) { return r.attribute == ix->attribute; });
+      if (it == ranges.end()) {
+        ranges.push_back(Range{ix->attribute});
+        it = ranges.end() - 1;
+      }
+      it->conjuncts++;
+      if (ix->lower != nullptr) {
+        it->lo = std::max(it->lo, RangeValue(*ix->lower));
+        it->has_lo = true;
+        it->exact = it->exact && ix->lower_inclusive && ExactFloat(*ix->lower);
+      }
+      if (ix->upper != nullptr) {
+        it->hi = std::min(it->hi, RangeValue(*ix->upper));
+        it->has_hi = true;
+        it->exact = it->exact && ix->upper_inclusive && ExactFloat(*ix->upper);
+      }
+    }
+    return ranges;
+  }
+
+  // The range index, when `conjuncts` hold at least two ranges (on distinct attributes), none of
+  // them selective, and `best` is no cheap equality, prefix or OR access. Sets the record's
+  // range terms and ranges_proven when chosen.
+  Choice RangeIndexAccess(const std::vector<const sa::Node*>& conjuncts, const Ranges& ranges,
+                          const Choice& best) {
+    if (ranges.size() < 2) return Choice();
+    const bool single_range = best.valid() && best.branches.empty() && best.accesses.size() == 1 &&
+                              IsRangeAccess(best.accesses[0].kind);
+    if (best.valid() && !single_range && best.cost < kRangeIndexCost) return Choice();
+    for (const Range& r : ranges) {
+      if (stats_.Selectivity(Id(r.attribute), r.lo, r.hi) < kSelectiveRange) return Choice();
+    }
+    absl::InlinedVector<RangeTerm, RangeIndex::kMaxTerms> terms;
+    bool proven = ranges.size() <= RangeIndex::kMaxTerms;
+    size_t merged = 0;
+    for (const Range& r : ranges) {
+      merged += static_cast<size_t>(r.conjuncts);
+      proven = proven && r.exact && r.conjuncts == 1;
+      if (terms.size() == RangeIndex::kMaxTerms) continue;  // the rest stay checks only
+      terms.push_back(RangeTerm{Id(r.attribute),
+                                r.has_lo ? FloatRounding::Down(r.lo) : -FloatRounding::kInf,
+                                r.has_hi ? FloatRounding::Up(r.hi) : FloatRounding::kInf});
+    }
+    rec_->ranges_proven = proven && merged == conjuncts.size();
+    details().ranges = std::make_unique<RangeTerm[]>(terms.size());
+    std::copy(terms.begin(), terms.end(), details().ranges.get());
+    details().range_count = static_cast<uint32_t>(terms.size());
+    Choice ch;
+    Access a;
+    a.kind = Access::Kind::kRanges;
+    a.attr = terms.front().attr;
+    ch.accesses.push_back(a);
+    ch.cost = 0;
+    return ch;
+  }
+
+  // The best single access among `conjuncts` (an OR among them counts only when allow_or), whose
+  // ranges are `ranges` (CollectRanges).
+  Choice BestAccess(const std::vector<const sa::Node*>& conjuncts, const Ranges& ranges,
+                    bool allow_or) {
     Choice best;
     auto consider = [&best](Choice c) {
       if (c.valid() && c.cost < best.cost) best = std::move(c);
     };
-    // Numeric ranges merged per attribute: [max of lows, min of highs], rounded, inclusive.
-    struct Range {
-      absl::string_view attribute;
-      double lo = -std::numeric_limits<double>::infinity();
-      double hi = std::numeric_limits<double>::infinity();
-      bool has_lo = false;
-      bool has_hi = false;
-    };
-    absl::InlinedVector<Range, 2> ranges;
     for (size_t i = 0; i < conjuncts.size(); ++i) {
       const sa::Node& c = *conjuncts[i];
       if (const std::optional<sa::IndexableConjunct> ix = sa::AsIndexable(c)) {
-        if (ix->kind == sa::IndexableConjunct::Kind::kRange) {
-          auto it = std::find_if(ranges.begin(), ranges.end(),
-                                 [&](const Range& r) { return r.attribute == ix->attribute; });
-          if (it == ranges.end()) {
-            ranges.push_back(Range{ix->attribute});
-            it = ranges.end() - 1;
-          }
-          if (ix->lower != nullptr) {
-            it->lo = std::max(it->lo, RangeValue(*ix->lower));
-            it->has_lo = true;
-          }
-          if (ix->upper != nullptr) {
-            it->hi = std::min(it->hi, RangeValue(*ix->upper));
-            it->has_hi = true;
-          }
-          continue;
-        }
+        if (ix->kind == sa::IndexableConjunct::Kind::kRange) continue;  // in `ranges`
         Choice eq;
         if (AddKeys(ix->attribute, ix->values, &eq)) {
           eq.proves = static_cast<int>(i);
@@ -668,7 +768,7 @@ class Compiler {
     out.or_conjunct = index;
     for (const sa::Node* b : branches) {
       Choice::Branch branch{sa::Conjuncts(b), -1};
-      Choice c = BestAccess(branch.conjuncts, /*allow_or=*/false);
+      Choice c = BestAccess(branch.conjuncts, CollectRanges(branch.conjuncts), /*allow_or=*/false);
       if (!c.valid()) return Choice();
       branch.proves = c.proves;
       out.cost += c.cost;
@@ -729,14 +829,58 @@ double AccessStats::Cost(const Access& a) const {
     case Access::Kind::kWide: return kInterval + (p ? static_cast<double>(p->wide) : 0);
     case Access::Kind::kAtLeast:
     case Access::Kind::kAtMost: return kOneSided + (p ? static_cast<double>(p->one_sided) / 2 : 0);
+    case Access::Kind::kRanges: return 0;  // chosen by its own rule (RangeIndexAccess)
     case Access::Kind::kUnindexed: break;
   }
   return std::numeric_limits<double>::infinity();
 }
 
+void AccessStats::Extend(uint32_t attr, double v) {
+  if (!std::isfinite(v)) return;
+  Span& s = spans_[attr];
+  s.lo = std::min(s.lo, v);
+  s.hi = std::max(s.hi, v);
+}
+
+double AccessStats::Selectivity(uint32_t attr, double lo, double hi) const {
+  // The span seen so far, widened by this range's own finite bounds: a range outside what was
+  // seen is judged by how far apart they lie, not as holding nothing.
+  Span s;
+  if (auto it = spans_.find(attr); it != spans_.end()) s = it->second;
+  for (double v : {lo, hi}) {
+    if (std::isfinite(v)) {
+      s.lo = std::min(s.lo, v);
+      s.hi = std::max(s.hi, v);
+    }
+  }
+  const double span = s.hi - s.lo;
+  if (!(span > 0) || !std::isfinite(span)) return 1;
+  const double held = std::min(hi, s.hi) - std::max(lo, s.lo);
+  return std::clamp(held / span, 0.0, 1.0);
+}
+
 void AccessStats::Count(const Record& rec, int delta) {
   for (const Access& a : rec.accesses) {
     if (a.kind == Access::Kind::kUnindexed) continue;
+    if (delta > 0) {  // the spans only grow
+      switch (a.kind) {
+        case Access::Kind::kInterval:
+        case Access::Kind::kWide:
+          Extend(a.attr, a.bounds.lo);
+          Extend(a.attr, a.bounds.hi);
+          break;
+        case Access::Kind::kAtLeast:
+        case Access::Kind::kAtMost: Extend(a.attr, a.key.d); break;
+        case Access::Kind::kRanges:
+          for (const RangeTerm& t : rec.details->range_terms()) {
+            Extend(t.attr, t.lo);
+            Extend(t.attr, t.hi);
+          }
+          break;
+        default: break;
+      }
+    }
+    if (a.kind == Access::Kind::kRanges) continue;  // no per-attribute count
     PerAttribute& p = attributes_[a.attr];
     auto bump = [delta](auto& map, const auto& key) {
       auto [i, inserted] = map.try_emplace(key, 0);
@@ -757,6 +901,7 @@ void AccessStats::Count(const Record& rec, int delta) {
       case Access::Kind::kWide: p.wide += delta; break;
       case Access::Kind::kAtLeast:
       case Access::Kind::kAtMost: p.one_sided += delta; break;
+      case Access::Kind::kRanges:
       case Access::Kind::kUnindexed: break;
     }
     if ((p.total += delta) == 0) attributes_.erase(a.attr);

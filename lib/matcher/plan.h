@@ -14,7 +14,16 @@
 //   at-least lo / at-most hi        one-sided ranges                     ordered set of bounds
 //   LIKE prefix                     a LIKE 'abc%...'                     hash of each prefix length
 //   one of the above per branch     an OR whose every branch has one     several lookups, deduped
+//   the range index (every range)   >= 2 unselective numeric ranges on   counting per attribute
+//                                   distinct attributes (lib/matcher/range_index.h)
 //   unindexed                       anything else, or an empty selector  scanned per event
+//
+// The range index is chosen over the single access when a selector constrains at least two
+// attributes by numeric ranges, none of which is selective (each holds for at least
+// kSelectiveRange of its attribute's observed span of bounds, AccessStats::Selectivity), and no
+// equality, prefix or OR access is cheap (cost below kRangeIndexCost): filed under one of those
+// ranges it would be a candidate for a large share of the events, while the range index costs
+// it about one byte decrement per range an event satisfies.
 //
 // Equality keys and pure LIKE prefixes ('abc%') are exact: a hit proves the conjunct, which is
 // then not checked again. Ranges are kept as doubles rounded to nearest (the same rounding for
@@ -34,7 +43,8 @@
 //   - For each access and each index copy c, `pos[c]` is where that copy keeps the entry of that
 //     access (meaningful only in position-tracked lists; written by the copy's writer only).
 //   - details->checks[a.branch] exists for every access a, except that a record with an empty
-//     selector has no details (BranchChecks gives an empty list).
+//     selector has no details, and a ranges_proven record (whose range terms are exactly its
+//     selector: RangesHold verifies it) has no check list (BranchChecks gives an empty list).
 //   - `dedupe` is set when one event may reach the record through more than one access.
 //   - The record owns its Subscription, so every pointer into the selector tree (literals,
 //     IN and LIKE nodes, generic conditions) lives as long as the record; kOr checks point into
@@ -44,6 +54,7 @@
 #define GRYPH_LIB_MATCHER_PLAN_H_
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -53,11 +64,13 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "gryph/event.h"
 #include "gryph/selector.h"
 #include "gryph/subscription.h"
 #include "gryph/tick.h"
 #include "lib/matcher/pool.h"
+#include "lib/matcher/range_index.h"
 #include "lib/selector/ast.h"
 
 namespace gryph::matcher_internal {
@@ -175,6 +188,7 @@ struct Access {
     kInterval,   // [lo, hi] in bucket key.i of width class `width_class`
     kWide,       // [lo, hi] that no bucket holds: scanned when the attribute is numeric
     kPrefix,     // string attribute starting with str
+    kRanges,     // the group's range index, by every term of details->range_terms() (pos: slot)
   };
   Kind kind = Kind::kUnindexed;
   uint16_t branch = 0;  // which of the record's check lists verifies what this access finds
@@ -215,6 +229,12 @@ struct Details {
   // What kOr checks point to: an OR compiled so that verifying it reads one array of the
   // record's own rather than walking the selector tree.
   std::vector<std::vector<Check>> disjunctions;
+  // A kRanges access: the range terms the range index files (one per attribute, the ranges on
+  // it merged); the checks, if any, still hold every conjunct. An array and its length rather
+  // than a vector: most records have none, and this keeps Details in a smaller size class.
+  std::unique_ptr<RangeTerm[]> ranges;
+  uint32_t range_count = 0;
+  absl::Span<const RangeTerm> range_terms() const { return {ranges.get(), range_count}; }
 };
 
 // Fields are ordered so that what changes of the index read comes first.
@@ -225,6 +245,10 @@ struct Record {
   Placement placement = Placement::kAnyTopic;
   Verify verify = Verify::kProven;  // of the first check list
   bool dedupe = false;
+  // A kRanges record whose selector is exactly its range terms, each one inclusive range with
+  // bounds exactly floats: a survivor of the range index is a match when the event's values were
+  // exact floats too (RangeIndex::Match), with no check to run.
+  bool ranges_proven = false;
   size_t topic_hash = 0;  // of topic() (kExactTopic), for the exact-topic table
   // The group holding the record's entries in each index copy (set by that copy's Add).
   Group* group[2] = {nullptr, nullptr};
@@ -249,6 +273,11 @@ struct Record {
     static const std::vector<std::pair<absl::string_view, uint32_t>> kNone;
     return details != nullptr ? details->attributes : kNone;
   }
+
+  // Whether every range term holds, compared exactly with the event's values (a missing,
+  // non-numeric or NaN value holds none). Verifies a ranges_proven record, whose terms' bounds
+  // are its inclusive bounds exactly. REQUIRES: ranges_proven.
+  bool RangesHold(AttrValues values) const;
 
   // Whether BranchChecks(branch)[from..] all hold.
   bool ChecksHold(size_t branch, size_t from, AttrValues values, const Event& event) const {
@@ -281,6 +310,10 @@ class AccessStats {
   double Cost(const Access& a) const;
   // Counts (delta +1) or uncounts (-1) the accesses of `rec`.
   void Count(const Record& rec, int delta);
+  // The share of an attribute's values a range [lo, hi] (infinite for a missing bound) is
+  // expected to hold: its part of the span between the lowest and highest finite range bound
+  // filed on that attribute so far (1 while that span is unknown or empty). The span only grows.
+  double Selectivity(uint32_t attr, double lo, double hi) const;
 
  private:
   struct IntervalClass {
@@ -302,6 +335,12 @@ class AccessStats {
     }
   };
   absl::flat_hash_map<uint32_t, PerAttribute> attributes_;
+  struct Span {
+    double lo = std::numeric_limits<double>::infinity();
+    double hi = -std::numeric_limits<double>::infinity();
+  };
+  absl::flat_hash_map<uint32_t, Span> spans_;  // by attribute: range bounds seen
+  void Extend(uint32_t attr, double v);
 };
 
 // Builds the record for `subscription` in memory from `pool`; DestroyRecord frees it.
