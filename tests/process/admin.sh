@@ -12,15 +12,6 @@ process_test_init admin
 admin="ipc://$dir/shb.admin"
 metrics="$dir/shb.prom"
 
-endpoint_of() {
-  for _ in $(seq 100); do
-    local e
-    e=$(sed -n 's/.* listening on \(tcp:[^ ]*\) .*/\1/p' "$1" | head -1)
-    [ -n "$e" ] && { echo "$e"; return 0; }
-    sleep 0.1
-  done
-  return 1
-}
 ask() { "$bin/gryph-admin" --broker="$admin" "$@"; }
 # Waits (at most 10 s) until `ask ARGS` prints something matching PATTERN.
 await_answer() {

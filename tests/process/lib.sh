@@ -1,4 +1,5 @@
-# Shared by the process tests that run the programs (programs.sh, multi_host.sh); sourced.
+# Shared by the process tests that run the programs (programs.sh, admin.sh, crash_campaign.sh,
+# multi_host.sh, demo_sigterm.sh); sourced.
 #   process_test_init NAME   seeds $RANDOM from GRYPH_SEED (printed), makes $dir, and on exit
 #                            kills what start_process started, runs `on_cleanup` if defined and
 #                            removes $dir (GRYPH_KEEP=1 keeps it).
@@ -8,6 +9,8 @@
 #   nap MIN MAX              sleeps MIN to MAX tenths of a second.
 #   fail WHAT                prints WHAT and the tail of every log in $dir, exits 1.
 #   await_exit ROLE TENTHS   waits for ROLE's process to end by itself, fails unless with 0.
+#   endpoint_of LOG          prints the endpoint a gryph-broker logged it listens on (it binds a
+#                            free port once and keeps it across restarts), waiting up to 10 s.
 #   check_matches FILE WANT FILTER   waits (at most 60 s) until FILE (gryph-sub's JSON lines)
 #                            holds WANT events, each "seq" once, each passing FILTER (an awk
 #                            condition on s, the sequence), their ticks strictly increasing.
@@ -97,4 +100,14 @@ check_matches() {
     3) fail "$name holds an event its selector does not match" ;;
     4) fail "$name's events are not in tick order" ;;
   esac
+}
+
+endpoint_of() {
+  for _ in $(seq 100); do
+    local e
+    e=$(sed -n 's/.* listening on \(tcp:[^ ]*\) .*/\1/p' "$1" | head -1)
+    [ -n "$e" ] && { echo "$e"; return 0; }
+    sleep 0.1
+  done
+  return 1
 }

@@ -17,17 +17,6 @@ for n in phb shb pub sub; do
   "$bin/gryph-broker" --genkey --name=$n --keys_dir="$dir/keys" >/dev/null
 done
 
-# Each broker binds a free port once and keeps it across restarts: read back from its log.
-endpoint_of() {
-  for _ in $(seq 100); do
-    local e
-    e=$(sed -n 's/.* listening on \(tcp:[^ ]*\) .*/\1/p' "$1" | head -1)
-    [ -n "$e" ] && { echo "$e"; return 0; }
-    sleep 0.1
-  done
-  return 1
-}
-
 declare -A listen_of=([phb]="tcp://127.0.0.1:*" [shb]="tcp://127.0.0.1:*")
 common=(--keys_dir="$dir/keys" --stats_interval=2s)
 start() {
