@@ -11,6 +11,9 @@
 #   await_exit ROLE TENTHS   waits for ROLE's process to end by itself, fails unless with 0.
 #   endpoint_of LOG          prints the endpoint a gryph-broker logged it listens on (it binds a
 #                            free port once and keeps it across restarts), waiting up to 10 s.
+#   start_broker phb|shb     starts $bin/gryph-broker in the background as the PHB (downstream:
+#                            shb) or the SHB (upstream: the PHB), listening on ${listen_of[ROLE]},
+#                            with "${common[@]}", logging to $dir/ROLE.log; $! is its pid.
 #   check_matches FILE WANT FILTER   waits (at most 60 s) until FILE (gryph-sub's JSON lines)
 #                            holds WANT events, each "seq" once, each passing FILTER (an awk
 #                            condition on s, the sequence), their ticks strictly increasing.
@@ -110,4 +113,14 @@ endpoint_of() {
     sleep 0.1
   done
   return 1
+}
+
+start_broker() {
+  case $1 in
+    phb) "$bin/gryph-broker" --role=phb --data_dir="$dir/phb" --listen="${listen_of[phb]}" \
+           --downstream=shb "${common[@]}" 2>>"$dir/phb.log" & ;;
+    shb) "$bin/gryph-broker" --role=shb --data_dir="$dir/shb" --listen="${listen_of[shb]}" \
+           --upstream="phb@${listen_of[phb]}" --session_timeout=5s "${common[@]}" \
+           2>>"$dir/shb.log" & ;;
+  esac
 }

@@ -22,11 +22,7 @@ common=(--keys_dir="$dir/keys" --stats_interval=2s)
 start() {
   local role=$1
   case $role in
-    phb) "$bin/gryph-broker" --role=phb --data_dir="$dir/phb" --listen="${listen_of[phb]}" \
-           --downstream=shb "${common[@]}" 2>>"$dir/phb.log" & ;;
-    shb) "$bin/gryph-broker" --role=shb --data_dir="$dir/shb" --listen="${listen_of[shb]}" \
-           --upstream="phb@${listen_of[phb]}" --session_timeout=5s "${common[@]}" \
-           2>>"$dir/shb.log" & ;;
+    phb | shb) start_broker "$role" ;;
     sub) "$bin/gryph-sub" --broker="shb@${listen_of[shb]}" --name=sub --subscription=audit \
            --selector="k < 5" --state_dir="$dir/sub" --out="$dir/audit.jsonl" \
            "${common[@]}" 2>>"$dir/sub.log" & ;;
