@@ -48,6 +48,10 @@
 //                      the pubend answering at most 1 GiB (the whole), 64 MiB, 1 MiB, 64 KiB or
 //                      4 KiB a nack (max_nack_answer_bytes, backlog_events, events_per_s,
 //                      ratio_to_whole, nacks_sent, nacks_followed_up)
+//   restart            process start to serving again as state grows: an SHB with 10^4..10^6
+//                      content subscriptions at 4 pubends and 10^6, 10^7 PFS records; a PHB
+//                      retaining 10^6, 10^7 events of 10^5 publishers (open_ms and its split;
+//                      the keys are listed in benchmarks/restart_workloads.cc)
 //   reconnect_storm    100 caught-up subscribers at 10,000 events/s, then the same while 1,000
 //                      other subscriptions reconnect at once from CTs a phase old
 //                      (steady_deliveries_per_s, storm_deliveries_per_s, steady_p99_us,

@@ -881,6 +881,24 @@ TEST_CASE("the PHB's stats count publishes and time each to durable", "[pubend][
   REQUIRE(h.phb->committer().stats().commit_time.count() == 2);
 }
 
+TEST_CASE("a PHB's restart reports the publishers it read and how long each step took",
+          "[pubend][stats][restart]") {
+  Harness h;
+  REQUIRE(h.phb->recovery().publisher_count == 0);
+  for (uint64_t seq = 1; seq <= 3; ++seq) {
+    h.Publish(Order(1), "gateway", seq);
+    h.Publish(Order(2), "desk", seq);
+  }
+  REQUIRE_OK(h.phb->Flush());
+  h.Restart();
+  const PubendRecovery& r = h.phb->recovery();
+  CHECK(r.publisher_count == 2);
+  CHECK(r.publisher_rows == 6);  // one row per logged sequence
+  CHECK(r.total >= r.log + r.downstream + r.publishers);
+  CHECK(r.publishers > absl::ZeroDuration());
+  CHECK(h.pubend().recovery().publisher_count == 2);
+}
+
 TEST_CASE("a failed commit fails the publisher and acknowledges nothing", "[pubend]") {
   Harness h;
   h.PublishAndCommit(Order(1));

@@ -153,5 +153,28 @@ TEST_CASE("session: a new session starts its books afresh", "[session]") {
   CHECK_FALSE(s.LastMessageIsThisSessions());
 }
 
+TEST_CASE("session flow control: many sends acknowledged a few at a time keep their counts",
+          "[session]") {
+  // Enough sends that the acknowledged ones are dropped while others are still outstanding.
+  SessionStream s;
+  s.Start(0);
+  uint64_t sent = 0;
+  Tick next = 1;
+  Tick acked = 0;
+  for (int round = 0; round < 20; ++round) {
+    for (int i = 0; i < 50; ++i, ++next) {
+      s.NoteEventsSent(next, 2);
+      sent += 2;
+    }
+    acked += 37;  // behind what was sent: marks stay behind the acknowledged ones
+    (void)s.OnAck(acked);
+    REQUIRE(s.unacked() == sent - 2 * acked);
+  }
+  (void)s.OnAck(next - 1);
+  REQUIRE(s.unacked() == 0);
+  s.NoteEventsSent(next, 1);
+  REQUIRE(s.unacked() == 1);
+}
+
 }  // namespace
 }  // namespace gryph

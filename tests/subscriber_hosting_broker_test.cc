@@ -1471,6 +1471,30 @@ TEST_CASE("the release upstream is min(latestDelivered, every subscriber's ack)"
 
 // ---- Restarts ---------------------------------------------------------------------------------
 
+TEST_CASE("a restart reports what its recovery read and how long each step took",
+          "[shb][restart]") {
+  ShbTest t;
+  Strings log;
+  t.options.log = [&log](const LogRecord& r) {
+    log.push_back(absl::StrCat(LogLevelLetter(r.level), " ", r.node, ": ", r.message));
+  };
+  t.Open();
+  REQUIRE(log.empty());  // a new broker recovers nothing worth a line
+  REQUIRE(t.shb().recovery().subscription_count == 0);
+  t.Subscribe("red", "color = 'red'");
+  t.Subscribe("blue", "color = 'blue'");
+  t.Pump();
+  t.Restart();
+  t.Open();
+  const SubscriberHostingBroker::Recovery& r = t.shb().recovery();
+  CHECK(r.subscription_count == 2);
+  CHECK(r.total >= r.pfs + r.subscriptions + r.selectors + r.positions + r.matcher);
+  CHECK(r.matcher > absl::ZeroDuration());
+  REQUIRE(log.size() == 1);
+  CHECK(absl::StartsWith(log[0], "I shb: recovered 2 subscriptions and the PFS of 1 pubends in "));
+  CHECK(absl::StrContains(log[0], ", selectors "));
+}
+
 TEST_CASE("a clean restart recovers subscriptions, latestDelivered, acks and the PFS",
           "[shb][restart]") {
   ShbTest t;

@@ -22,7 +22,7 @@
 namespace gryph {
 
 enum class LogLevel {
-  kInfo,     // an administrative act: a subscription deleted
+  kInfo,     // an administrative act (a subscription deleted), a broker's recovery and its time
   kWarning,  // a subscriber affected: a Gap, a fenced or timed-out session, an expiry
   kError,    // a node or its data damaged: a broker stopped, a damaged row, a failed pubend
 };

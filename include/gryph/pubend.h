@@ -91,6 +91,26 @@ struct PubendOptions {
   LogSink log = nullptr;
 };
 
+// What opening a pubend spent recovering, step by step (wall time). A PHB sums its pubends'.
+struct PubendRecovery {
+  absl::Duration total;       // all of the recovery
+  absl::Duration log;         // T(p) and the L prefix: the announced tick and the last event
+  absl::Duration downstream;  // the release table (released, latestDelivered per node)
+  absl::Duration publishers;  // the publisher sequences (the retry window of each publisher)
+  uint64_t publisher_count = 0;
+  uint64_t publisher_rows = 0;  // sequence rows read
+
+  PubendRecovery& operator+=(const PubendRecovery& other) {
+    total += other.total;
+    log += other.log;
+    downstream += other.downstream;
+    publishers += other.publishers;
+    publisher_count += other.publisher_count;
+    publisher_rows += other.publisher_rows;
+    return *this;
+  }
+};
+
 class Pubend {
  public:
   // How many of a publisher's latest sequences are remembered for retries.
@@ -174,6 +194,8 @@ class Pubend {
   virtual uint64_t nacks_answered() const = 0;
   virtual uint64_t nack_events_sent() const = 0;
   virtual absl::Status damage() const = 0;
+  // What Open spent recovering this pubend.
+  virtual const PubendRecovery& recovery() const = 0;
 
  protected:
   Pubend() = default;

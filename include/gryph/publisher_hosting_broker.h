@@ -124,6 +124,9 @@ class PublisherHostingBroker {
   };
   // A snapshot; thread-safe (publishes are answered on the commit thread).
   virtual Stats stats() const = 0;
+  // What Open spent recovering, summed over the pubends (total: all of Open's recovery). Open
+  // also logs it, at kInfo, in one line.
+  virtual const PubendRecovery& recovery() const = 0;
 
  protected:
   PublisherHostingBroker() = default;

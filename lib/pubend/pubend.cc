@@ -14,11 +14,13 @@
 #include "lib/util/coding.h"
 #include "lib/util/fnv1a.h"
 #include "lib/util/status_macros.h"
+#include "lib/util/stopwatch.h"
 
 namespace gryph {
 
 using internal::EventKey;
 using internal::MetaKey;
+using internal::Stopwatch;
 
 namespace {
 
@@ -43,6 +45,8 @@ PubendImpl::~PubendImpl() = default;
 
 absl::Status PubendImpl::Recover() {
   absl::MutexLock lock(&mu_);
+  Stopwatch total;
+  Stopwatch step;
   const PubendId p = options_.id;
   Tick announced = 0;
   GRYPH_ASSIGN_OR_RETURN(auto t_row, storage_->Get(internal::kPubendMetaTable,
@@ -67,12 +71,13 @@ absl::Status PubendImpl::Recover() {
   }
   committed_ = assigned_ = std::max({announced, last_event, l_prefix_});
   releasing_ = l_prefix_;
+  recovery_.log = step.Lap();
 
   const std::string begin = internal::PubendPrefix(p);
   const std::string end = internal::PubendEnd(p);
   // Scan callbacks fill locals (the lock analysis does not follow into lambdas).
   absl::btree_map<std::string, Downstream> downstream;
-  absl::flat_hash_map<std::string, Publisher> publishers;
+  absl::node_hash_map<std::string, Publisher> publishers;
   absl::Status parse;
   GRYPH_RETURN_IF_ERROR(storage_->Scan(
       internal::kDownstreamTable, begin, end, [&](absl::string_view key, absl::string_view value) {
@@ -86,8 +91,12 @@ absl::Status PubendImpl::Recover() {
         return true;
       }));
   GRYPH_RETURN_IF_ERROR(parse);
+  recovery_.downstream = step.Lap();
   // One row per logged sequence, in sequence order per publisher (docs/format.md); the window
-  // is the latest kSequenceWindow of them.
+  // is the latest kSequenceWindow of them. A publisher's rows are adjacent: its entry is looked
+  // up once for all of them.
+  std::string current_name;
+  Publisher* current = nullptr;
   GRYPH_RETURN_IF_ERROR(storage_->Scan(
       internal::kPublishersTable, begin, end, [&](absl::string_view key, absl::string_view value) {
         std::optional<internal::PublisherSequence> seq = internal::ParsePublisherSequenceKey(key);
@@ -98,17 +107,24 @@ absl::Status PubendImpl::Recover() {
                            "\" is malformed", tick.ok() ? "" : ": ", tick.status().message()));
           return false;
         }
+        if (current == nullptr || seq->name != current_name) {
+          current_name = std::string(seq->name);
+          current = &publishers[current_name];
+        }
         const SequenceEntry e{seq->sequence, *tick};
-        Publisher& pub = publishers[std::string(seq->name)];
-        pub.committed.push_back(e);  // keys ascend: so do the sequences
-        if (pub.committed.size() > kSequenceWindow) pub.committed.pop_front();
-        pub.last_sequence = e.sequence;
-        ++pub.stored_rows;
+        current->committed.Push(e);  // keys ascend: so do the sequences
+        current->last_sequence = e.sequence;
+        ++current->stored_rows;
         return true;
       }));
+  GRYPH_RETURN_IF_ERROR(parse);
+  recovery_.publishers = step.Lap();
+  recovery_.publisher_count = publishers.size();
+  for (const auto& [name, pub] : publishers) recovery_.publisher_rows += pub.stored_rows;
   downstream_ = std::move(downstream);
   publishers_ = std::move(publishers);
-  return parse;
+  recovery_.total = total.Lap();
+  return absl::OkStatus();
 }
 
 Tick PubendImpl::NowTick(absl::Time now) const {
@@ -151,9 +167,7 @@ void PubendImpl::Publish(absl::string_view publisher, uint64_t sequence, EventRe
           it->second.waiters.push_back(std::move(done));  // answered with the original's commit
           return;
         }
-        auto hit = std::find_if(pub->committed.begin(), pub->committed.end(),
-                                [&](const SequenceEntry& e) { return e.sequence == sequence; });
-        if (hit != pub->committed.end()) {
+        if (const SequenceEntry* hit = pub->committed.Find(sequence); hit != nullptr) {
           immediate = hit->tick;
         } else if (pub->committed.size() == kSequenceWindow &&
                    sequence < pub->committed.front().sequence) {
@@ -228,8 +242,7 @@ void PubendImpl::OnCommitted(CommitBatch& batch, absl::Status status) {
           pub.pending.erase(it);
         }
         if (status.ok()) {
-          pub.committed.push_back({e.sequence, e.tick});
-          if (pub.committed.size() > kSequenceWindow) pub.committed.pop_front();
+          pub.committed.Push({e.sequence, e.tick});
           if (++pub.stored_rows >= 2 * kSequenceWindow) TrimPublisherLocked(e.publisher, pub);
         } else {
           // Not logged: the publisher may retry the sequence (every later pending one of this

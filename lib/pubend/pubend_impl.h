@@ -3,8 +3,8 @@
 #ifndef GRYPH_LIB_PUBEND_PUBEND_IMPL_H_
 #define GRYPH_LIB_PUBEND_PUBEND_IMPL_H_
 
+#include <array>
 #include <atomic>
-#include <deque>
 #include <memory>
 #include <string>
 #include <utility>
@@ -14,6 +14,7 @@
 #include "absl/container/btree_map.h"
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gryph/pubend.h"
@@ -53,6 +54,7 @@ class PubendImpl final : public Pubend {
     return nack_events_sent_.load(std::memory_order_relaxed);
   }
   absl::Status damage() const override;
+  const PubendRecovery& recovery() const override { return recovery_; }
 
  private:
   struct Downstream {
@@ -63,10 +65,41 @@ class PubendImpl final : public Pubend {
     uint64_t sequence;
     Tick tick;
   };
+  // A publisher's latest kSequenceWindow committed sequences, oldest first: a ring held inline,
+  // so that a table of 10^5 publishers costs no allocation per publisher.
+  class SequenceWindow {
+   public:
+    // Appends `e` (its sequence above every held one), dropping the oldest when full.
+    void Push(SequenceEntry e) {
+      if (size_ == kSequenceWindow) {
+        entries_[head_] = e;
+        head_ = (head_ + 1) % kSequenceWindow;
+      } else {
+        entries_[(head_ + size_++) % kSequenceWindow] = e;
+      }
+    }
+    size_t size() const { return size_; }
+    bool empty() const { return size_ == 0; }
+    const SequenceEntry& front() const { return entries_[head_]; }
+    const SequenceEntry& back() const { return entries_[(head_ + size_ - 1) % kSequenceWindow]; }
+    // The entry of `sequence`, or null.
+    const SequenceEntry* Find(uint64_t sequence) const {
+      for (size_t i = 0; i < size_; ++i) {
+        const SequenceEntry& e = entries_[(head_ + i) % kSequenceWindow];
+        if (e.sequence == sequence) return &e;
+      }
+      return nullptr;
+    }
+
+   private:
+    std::array<SequenceEntry, kSequenceWindow> entries_;
+    size_t head_ = 0;
+    size_t size_ = 0;
+  };
   struct Publisher {
-    std::deque<SequenceEntry> committed;  // the latest kSequenceWindow, increasing
-    uint64_t last_sequence = 0;           // the latest accepted (committed or not)
-    uint64_t stored_rows = 0;             // its sequence rows in storage, at most (trimmed)
+    SequenceWindow committed;    // the latest kSequenceWindow, increasing
+    uint64_t last_sequence = 0;  // the latest accepted (committed or not)
+    uint64_t stored_rows = 0;    // its sequence rows in storage, at most (trimmed)
     // Sequences accepted but not committed yet, with the retries waiting for the commit.
     struct Pending {
       Tick tick = 0;
@@ -149,13 +182,15 @@ class PubendImpl final : public Pubend {
   std::shared_ptr<CommitBatch> open_batch_ ABSL_GUARDED_BY(mu_);
   uint64_t open_group_ ABSL_GUARDED_BY(mu_) = 0;
   absl::btree_map<std::string, Downstream> downstream_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, Publisher> publishers_ ABSL_GUARDED_BY(mu_);
+  // Nodes, not slots: a Publisher is some 300 bytes, which a growing table would move.
+  absl::node_hash_map<std::string, Publisher> publishers_ ABSL_GUARDED_BY(mu_);
   absl::btree_set<std::string> damaged_events_ ABSL_GUARDED_BY(mu_);  // their row keys
   // Downstream rows a full store refused: all are written again (and the removed nodes' rows
   // deleted again) at the next timer.
   bool downstream_dirty_ ABSL_GUARDED_BY(mu_) = false;
   absl::btree_set<std::string> removed_unpersisted_ ABSL_GUARDED_BY(mu_);
   absl::Status damage_ ABSL_GUARDED_BY(mu_);
+  PubendRecovery recovery_;  // written once, by Recover, before the pubend is shared
 };
 
 }  // namespace gryph::internal

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "lib/util/status_macros.h"
+#include "lib/util/stopwatch.h"
 
 namespace gryph {
 
@@ -40,6 +41,7 @@ class PublisherHostingBrokerImpl final : public PublisherHostingBroker {
   // A publish from a peer: published as from `from`, answered to `from` with Published.
   absl::Status OnPublish(absl::string_view from, const PublishMessage& m);
 
+  const PubendRecovery& recovery() const override { return recovery_; }
   Stats stats() const override {
     absl::MutexLock lock(&stats_mu_);
     return stats_;
@@ -51,6 +53,7 @@ class PublisherHostingBrokerImpl final : public PublisherHostingBroker {
   Stats stats_ ABSL_GUARDED_BY(stats_mu_);
   std::unique_ptr<GroupCommitter> committer_;
   std::map<PubendId, std::unique_ptr<Pubend>> pubends_;
+  PubendRecovery recovery_;
   std::vector<PubendId> ids_;
 };
 
@@ -65,6 +68,7 @@ absl::Status PublisherHostingBrokerImpl::Start(Storage* storage) {
     for (auto& [id, pubend] : pubends_) pubend->FlushKnowledge();
   };
   committer_ = std::make_unique<GroupCommitter>(storage, std::move(gc));
+  internal::Stopwatch total;
   for (const PubendOptions& po : options_.pubends) {
     if (pubends_.contains(po.id)) {
       return absl::InvalidArgumentError(absl::StrCat("pubend ", po.id.value, " appears twice"));
@@ -76,8 +80,22 @@ absl::Status PublisherHostingBrokerImpl::Start(Storage* storage) {
     for (const std::string& node : options_.downstream) {
       if (absl::Status s = p->AddDownstream(node); !s.ok() && !absl::IsAlreadyExists(s)) return s;
     }
+    recovery_ += p->recovery();
     ids_.push_back(po.id);
     pubends_[po.id] = std::move(p);
+  }
+  recovery_.total = total.Lap();
+  bool recovered = false;  // a new broker has no news
+  for (const auto& [id, p] : pubends_) recovered = recovered || p->committed_tick() > 0;
+  if (options_.log && recovered) {
+    using internal::FormatMillis;
+    options_.log(
+        LogRecord{LogLevel::kInfo, "phb",
+                  absl::StrCat("recovered ", pubends_.size(), " pubends in ",
+                               FormatMillis(recovery_.total), " (log ", FormatMillis(recovery_.log),
+                               ", release table ", FormatMillis(recovery_.downstream),
+                               ", sequences of ", recovery_.publisher_count, " publishers ",
+                               FormatMillis(recovery_.publishers), ")")});
   }
   if (options_.commit_thread && !options_.simulated_commit_thread) committer_->Start();
   channel_->SetReceiver([this](absl::string_view from, Message m) {

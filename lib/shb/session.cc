@@ -1,5 +1,7 @@
 #include "gryph/broker/session.h"
 
+#include <algorithm>
+
 namespace gryph {
 
 void SessionStream::Start(Tick start) {
@@ -10,6 +12,7 @@ void SessionStream::Start(Tick start) {
 void SessionStream::End() {
   sent_ = acked_events_ = 0;
   sent_marks_.clear();
+  sent_marks_head_ = 0;
 }
 
 void SessionStream::Stamp(DeliveryMessage& d) {
@@ -31,14 +34,22 @@ void SessionStream::NoteEventsSent(Tick last, uint64_t n, absl::Time now) {
 }
 
 bool SessionStream::OnAck(Tick t, absl::Time now, LatencyHistogram* deliver_to_ack) {
-  while (!sent_marks_.empty() && sent_marks_.front().last <= t) {
-    const SentMark& mark = sent_marks_.front();
+  while (sent_marks_head_ < sent_marks_.size() && sent_marks_[sent_marks_head_].last <= t) {
+    const SentMark& mark = sent_marks_[sent_marks_head_++];
     acked_events_ = mark.sent;
     if (deliver_to_ack != nullptr && mark.at != absl::InfinitePast() &&
         now != absl::InfinitePast()) {
       deliver_to_ack->Record(now - mark.at);
     }
-    sent_marks_.pop_front();
+  }
+  // Drops the acknowledged marks: at once when none is left, else when they are at least half
+  // (so that moving the rest costs amortized O(1) per mark).
+  if (sent_marks_head_ == sent_marks_.size()) {
+    sent_marks_.clear();
+    sent_marks_head_ = 0;
+  } else if (sent_marks_head_ >= 64 && 2 * sent_marks_head_ >= sent_marks_.size()) {
+    sent_marks_.erase(sent_marks_.begin(), sent_marks_.begin() + sent_marks_head_);
+    sent_marks_head_ = 0;
   }
   const bool resend = ShouldResend(t);
   sent_since_ack_ = false;

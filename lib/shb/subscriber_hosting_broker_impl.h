@@ -46,6 +46,7 @@ class SubscriberHostingBrokerImpl final : public SubscriberHostingBroker {
   size_t subscription_count() const override { return subscriptions_.size(); }
   size_t catching_up() const override;
   const Stats& stats() const override { return stats_; }
+  const Recovery& recovery() const override { return recovery_; }
   const absl::Status& status() const override { return status_; }
   GroupCommitter& committer() override { return *committer_; }
   std::vector<SubscriptionStatus> Subscriptions() const override;
@@ -172,6 +173,7 @@ class SubscriberHostingBrokerImpl final : public SubscriberHostingBroker {
   Channel* const channel_;
   absl::Status status_;
   Stats stats_;
+  Recovery recovery_;
   uint64_t next_id_ = 1;
   std::map<PubendId, PubendState> pubends_;
   // std::map: by_id_ and in-flight deliveries point into it, and its nodes do not move.
