@@ -988,6 +988,31 @@ TEST_CASE("FaultInjectingStorage reports injected damage as LMDB reports a bad c
   REQUIRE(GetOrDie(storage, "t", Key(1)) == "v");
 }
 
+TEST_CASE("a damaged row fails the scans of ranges that hold it, and no other", "[storage]") {
+  MemoryStorage memory;
+  FaultInjectingStorage storage(&memory);
+  WriteBatch batch;
+  for (uint64_t n = 0; n < 6; ++n) batch.Put("t", Key(n), "v");
+  REQUIRE_OK(storage.Commit(batch));
+  storage.DamageRow("t", Key(3));
+  auto count = [&](uint64_t begin, uint64_t end) -> absl::StatusOr<int> {
+    int rows = 0;
+    absl::Status st =
+        storage.Scan("t", Key(begin), Key(end), [&](absl::string_view, absl::string_view) {
+          ++rows;
+          return true;
+        });
+    if (!st.ok()) return st;
+    return rows;
+  };
+  // The walk of [0, 3) steps onto row 3 to see that the range ended: not its damage.
+  REQUIRE(*count(0, 3) == 3);
+  REQUIRE(*count(4, 6) == 2);
+  REQUIRE(*count(3, 3) == 0);
+  REQUIRE(DamagedRowKey(count(0, 4).status()) == Key(3));
+  REQUIRE(DamagedRowKey(count(3, 6).status()) == Key(3));
+}
+
 TEST_CASE("a directory is open once per process", "[storage]") {
   LmdbKind kind;
   auto first = kind.Open();
