@@ -91,22 +91,18 @@ struct PubendOptions {
   LogSink log = nullptr;
 };
 
-// What opening a pubend spent recovering, step by step (wall time). A PHB sums its pubends'.
+// What opening a pubend spent recovering, step by step (wall time). A PHB sums its pubends'. The
+// publisher sequences (the retry window of each publisher) are not read at open but at each
+// publisher's first publish since: a bounded read of its own rows.
 struct PubendRecovery {
   absl::Duration total;       // all of the recovery
   absl::Duration log;         // T(p) and the L prefix: the announced tick and the last event
   absl::Duration downstream;  // the release table (released, latestDelivered per node)
-  absl::Duration publishers;  // the publisher sequences (the retry window of each publisher)
-  uint64_t publisher_count = 0;
-  uint64_t publisher_rows = 0;  // sequence rows read
 
   PubendRecovery& operator+=(const PubendRecovery& other) {
     total += other.total;
     log += other.log;
     downstream += other.downstream;
-    publishers += other.publishers;
-    publisher_count += other.publisher_count;
-    publisher_rows += other.publisher_rows;
     return *this;
   }
 };
@@ -122,9 +118,10 @@ class Pubend {
 
   using PublishDone = absl::AnyInvocable<void(absl::StatusOr<Tick>) &&>;
 
-  // Opens the pubend options.id stored in `storage`, recovering T(p), the L prefix, the release
-  // table and the publisher sequences (a fresh pubend starts empty). `storage`, `committer` (which
-  // must commit to `storage`) and `channel` must outlive the pubend. Fails with InvalidArgument,
+  // Opens the pubend options.id stored in `storage`, recovering T(p), the L prefix and the release
+  // table (a fresh pubend starts empty); a publisher's sequences are read at its first publish.
+  // `storage`, `committer` (which must commit to `storage`) and `channel` must outlive the
+  // pubend. Fails with InvalidArgument,
   // naming the option, for a negative max_retain, a heartbeat that is not positive and finite or
   // a message or answer bound of 0; with the storage's status; or DataLoss when stored pubend
   // state does not parse.
@@ -138,8 +135,9 @@ class Pubend {
   // sequences gets the original tick instead (see the header comment). Fails (through done) with
   // InvalidArgument for a null event, a publisher name over kMaxPublisherNameBytes or a sequence
   // below the publisher's latest that is not a retry, AlreadyExists for a retry older than the
-  // window, and the pubend's failure status. None of these changes anything stored, nor the
-  // other publishes of the group.
+  // window, DataLoss when the publisher's stored sequences are damaged (read at its first
+  // publish since the open: a bounded read, under the pubend's lock), and the pubend's failure
+  // status. None of these changes anything stored, nor the other publishes of the group.
   // The retry window: a publisher that crashed with publishes unacknowledged may retry the
   // latest kSequenceWindow sequences it sent; so it must not have more than that many
   // outstanding, or an older one could be logged twice under a new sequence.

@@ -77,7 +77,6 @@ absl::Status PubendImpl::Recover() {
   const std::string end = internal::PubendEnd(p);
   // Scan callbacks fill locals (the lock analysis does not follow into lambdas).
   absl::btree_map<std::string, Downstream> downstream;
-  absl::node_hash_map<std::string, Publisher> publishers;
   absl::Status parse;
   GRYPH_RETURN_IF_ERROR(storage_->Scan(
       internal::kDownstreamTable, begin, end, [&](absl::string_view key, absl::string_view value) {
@@ -92,37 +91,9 @@ absl::Status PubendImpl::Recover() {
       }));
   GRYPH_RETURN_IF_ERROR(parse);
   recovery_.downstream = step.Lap();
-  // One row per logged sequence, in sequence order per publisher (docs/format.md); the window
-  // is the latest kSequenceWindow of them. A publisher's rows are adjacent: its entry is looked
-  // up once for all of them.
-  std::string current_name;
-  Publisher* current = nullptr;
-  GRYPH_RETURN_IF_ERROR(storage_->Scan(
-      internal::kPublishersTable, begin, end, [&](absl::string_view key, absl::string_view value) {
-        std::optional<internal::PublisherSequence> seq = internal::ParsePublisherSequenceKey(key);
-        absl::StatusOr<Tick> tick = internal::ParsePublisherRow(value);
-        if (!seq || seq->name.size() > kMaxPublisherNameBytes || !tick.ok()) {
-          parse = absl::DataLossError(
-              absl::StrCat("pubend ", options_.id.value, " publisher row \"", absl::CHexEscape(key),
-                           "\" is malformed", tick.ok() ? "" : ": ", tick.status().message()));
-          return false;
-        }
-        if (current == nullptr || seq->name != current_name) {
-          current_name = std::string(seq->name);
-          current = &publishers[current_name];
-        }
-        const SequenceEntry e{seq->sequence, *tick};
-        current->committed.Push(e);  // keys ascend: so do the sequences
-        current->last_sequence = e.sequence;
-        ++current->stored_rows;
-        return true;
-      }));
-  GRYPH_RETURN_IF_ERROR(parse);
-  recovery_.publishers = step.Lap();
-  recovery_.publisher_count = publishers.size();
-  for (const auto& [name, pub] : publishers) recovery_.publisher_rows += pub.stored_rows;
   downstream_ = std::move(downstream);
-  publishers_ = std::move(publishers);
+  // The publisher sequences are read per publisher, at its first publish since the open
+  // (LoadPublisherLocked): a restart costs nothing per publisher or per logged sequence.
   recovery_.total = total.Lap();
   return absl::OkStatus();
 }
@@ -130,6 +101,34 @@ absl::Status PubendImpl::Recover() {
 Tick PubendImpl::NowTick(absl::Time now) const {
   const int64_t micros = absl::ToUnixMicros(now);
   return std::max<Tick>(committed_, micros > 0 ? static_cast<Tick>(micros) : 0);
+}
+
+absl::StatusOr<PubendImpl::Publisher> PubendImpl::LoadPublisherLocked(absl::string_view name) {
+  // One row per logged sequence, in sequence order (docs/format.md), at most 2 * kSequenceWindow
+  // of them (trimmed); the window is the latest kSequenceWindow. Every key of the range is this
+  // publisher's: its length is fixed by the name's.
+  const std::string begin = internal::PublisherSequenceKey(options_.id, name, 0);
+  const std::string end =
+      absl::StrCat(internal::PublisherSequenceKey(options_.id, name, UINT64_MAX), "\0");
+  Publisher pub;
+  absl::Status parse;
+  GRYPH_RETURN_IF_ERROR(storage_->Scan(
+      internal::kPublishersTable, begin, end, [&](absl::string_view key, absl::string_view value) {
+        std::optional<internal::PublisherSequence> seq = internal::ParsePublisherSequenceKey(key);
+        absl::StatusOr<Tick> tick = internal::ParsePublisherRow(value);
+        if (!seq || seq->name != name || !tick.ok()) {
+          parse = absl::DataLossError(
+              absl::StrCat("pubend ", options_.id.value, " publisher row \"", absl::CHexEscape(key),
+                           "\" is malformed", tick.ok() ? "" : ": ", tick.status().message()));
+          return false;
+        }
+        pub.committed.Push({seq->sequence, *tick});  // keys ascend: so do the sequences
+        pub.last_sequence = seq->sequence;
+        ++pub.stored_rows;
+        return true;
+      }));
+  GRYPH_RETURN_IF_ERROR(parse);
+  return pub;
 }
 
 void PubendImpl::Fail(const absl::Status& status) {
@@ -161,8 +160,28 @@ void PubendImpl::Publish(absl::string_view publisher, uint64_t sequence, EventRe
       immediate = absl::InvalidArgumentError(absl::StrCat(
           "publisher name of ", publisher.size(), " bytes; at most ", kMaxPublisherNameBytes));
     } else {
-      Publisher* pub = sequence > 0 ? &publishers_[publisher] : nullptr;
-      if (pub != nullptr && sequence <= pub->last_sequence) {
+      Publisher* pub = nullptr;
+      bool unreadable = false;
+      if (sequence > 0) {
+        auto it = publishers_.find(publisher);
+        if (it == publishers_.end()) {
+          // Its first publish since the open: a bounded read of its stored sequences. A damaged
+          // one fails this publisher's publishes alone (its retries cannot be told apart).
+          absl::StatusOr<Publisher> loaded = LoadPublisherLocked(publisher);
+          if (loaded.ok()) {
+            it = publishers_.emplace(std::string(publisher), *std::move(loaded)).first;
+          } else {
+            unreadable = true;
+            immediate = absl::DataLossError(
+                absl::StrCat("publisher '", publisher, "': its stored sequences are unreadable (",
+                             loaded.status().message(), "); publish under another publisher name"));
+          }
+        }
+        if (it != publishers_.end()) pub = &it->second;
+      }
+      if (unreadable) {
+        // Refused above.
+      } else if (pub != nullptr && sequence <= pub->last_sequence) {
         if (auto it = pub->pending.find(sequence); it != pub->pending.end()) {
           it->second.waiters.push_back(std::move(done));  // answered with the original's commit
           return;

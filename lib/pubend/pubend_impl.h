@@ -123,6 +123,10 @@ class PubendImpl final : public Pubend {
   };
   void OnCommitted(CommitBatch& batch, absl::Status status);
   // Deletes the stored sequence rows of `name` below its committed window.
+  // The stored sequences of publisher `name` (its rows in pubend.publishers), or DataLoss for a
+  // damaged row.
+  absl::StatusOr<Publisher> LoadPublisherLocked(absl::string_view name)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TrimPublisherLocked(const std::string& name, Publisher& pub)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Submits a commit that is not a publish (no records). It closes the open batch first, so

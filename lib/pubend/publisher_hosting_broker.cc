@@ -93,9 +93,7 @@ absl::Status PublisherHostingBrokerImpl::Start(Storage* storage) {
         LogRecord{LogLevel::kInfo, "phb",
                   absl::StrCat("recovered ", pubends_.size(), " pubends in ",
                                FormatMillis(recovery_.total), " (log ", FormatMillis(recovery_.log),
-                               ", release table ", FormatMillis(recovery_.downstream),
-                               ", sequences of ", recovery_.publisher_count, " publishers ",
-                               FormatMillis(recovery_.publishers), ")")});
+                               ", release table ", FormatMillis(recovery_.downstream), ")")});
   }
   if (options_.commit_thread && !options_.simulated_commit_thread) committer_->Start();
   channel_->SetReceiver([this](absl::string_view from, Message m) {
