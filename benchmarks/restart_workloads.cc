@@ -9,8 +9,8 @@
 // publishers acknowledged.
 //
 // The state is written once per size through the brokers' own code (the PFS, the pubend) and
-// their row encodings, without fsync; each figure opens it anew (a process restart on a warm
-// page cache). Keys, one line per state size:
+// their row encodings, without fsync, then flushed (sync(2)); each figure opens it anew (a
+// process restart on a warm page cache). Keys, one line per state size:
 //   role, subscriptions, pfs_records, retained_events, publishers, pubends, runs;
 //   open_ms: from opening the storage to serving (the median of `runs` opens);
 //   storage_ms (opening LMDB), recover_ms (the broker's Open) and serve_ms (the first Connected or
@@ -29,6 +29,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
@@ -250,6 +252,7 @@ void ShbRestart(const Context& ctx, uint64_t subscriptions, const std::vector<ui
   uint64_t written = 0;
   for (uint64_t total : records) {
     AppendRecords(dir, subscriptions, written, total);
+    ::sync();  // what the generation left unwritten is not the restart's to flush
     written = total;
     const double generate_s = Millis(Clock::now() - gen_start) / 1000;
     // Opens of a million subscriptions take seconds each: one is enough to see it.
@@ -303,8 +306,11 @@ EventRef Payload(uint64_t i) {
   return MakeEventRef(std::move(e));
 }
 
-// Publishes events from + 1 .. total, round-robin over kPublishers publishers.
-void AppendEvents(const std::string& dir, uint64_t from, uint64_t total) {
+constexpr absl::string_view kProbePublisher = "restart-probe";
+
+// Publishes events from + 1 .. total, round-robin over kPublishers publishers, then a window of
+// the probe publisher's, whose sequences *probe_sequence counts.
+void AppendEvents(const std::string& dir, uint64_t from, uint64_t total, uint64_t* probe_sequence) {
   std::unique_ptr<Storage> storage = OpenStore(dir, Durability::kNoSync);
   InProcessNetwork net;
   std::unique_ptr<Channel> channel = Check(net.Connect("phb"), "Connect");
@@ -314,6 +320,10 @@ void AppendEvents(const std::string& dir, uint64_t from, uint64_t total) {
     phb->Publish(kPhbPubend, absl::StrCat("publisher-", i % kPublishers), 1 + i / kPublishers,
                  Payload(i), [&failed](absl::StatusOr<Tick> t) { failed += t.ok() ? 0 : 1; });
     if (i % 10'000 == 0) Check(phb->Flush(), "Flush");
+  }
+  for (size_t i = 0; i < Pubend::kSequenceWindow; ++i) {
+    phb->Publish(kPhbPubend, kProbePublisher, ++*probe_sequence, Payload(0),
+                 [&failed](absl::StatusOr<Tick> t) { failed += t.ok() ? 0 : 1; });
   }
   Check(phb->Flush(), "Flush");
   if (failed > 0) Check(absl::InternalError(absl::StrCat(failed, " publishes failed")), "publish");
@@ -338,7 +348,7 @@ PhbOpen OpenPhbTimed(const std::string& dir, uint64_t sequence) {
   const auto recovered = Clock::now();
   bool acked = false;
   // A publisher that published before, with its next sequence: its stored window is read.
-  phb->Publish(kPhbPubend, "publisher-7", sequence, Payload(0), [&acked](absl::StatusOr<Tick> t) {
+  phb->Publish(kPhbPubend, kProbePublisher, sequence, Payload(0), [&acked](absl::StatusOr<Tick> t) {
     Check(t.status(), "probe publish");
     acked = true;
   });
@@ -360,13 +370,12 @@ void PhbRestart(const Context& ctx, const std::vector<uint64_t>& retained) {
   uint64_t probe = 0;
   for (uint64_t total : retained) {
     auto gen_start = Clock::now();
-    AppendEvents(dir, written, total);
+    AppendEvents(dir, written, total, &probe);
+    ::sync();
     written = total;
     const double generate_s = Millis(Clock::now() - gen_start) / 1000;
     std::vector<PhbOpen> opens;
-    for (int i = 0; i < 3; ++i) {
-      opens.push_back(OpenPhbTimed(dir, total / kPublishers + 1 + ++probe));
-    }
+    for (int i = 0; i < 3; ++i) opens.push_back(OpenPhbTimed(dir, ++probe));
     std::sort(opens.begin(), opens.end(),
               [](const PhbOpen& a, const PhbOpen& b) { return a.open_ms < b.open_ms; });
     const PhbOpen& m = opens[opens.size() / 2];
