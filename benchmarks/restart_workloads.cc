@@ -22,6 +22,8 @@
 //   rss_mb (the process's resident set after the open), store_mb (data.mdb), generate_s (writing
 //   the state).
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -29,8 +31,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"

@@ -906,17 +906,27 @@ TEST_CASE(
   REQUIRE_OK(**h.Publish(Order(2), "desk", 2));
 }
 
-TEST_CASE("a damaged publisher row fails that publisher's publishes alone, not the pubend",
+TEST_CASE("a damaged publisher row fails the publishers whose rows it may be, not the pubend",
           "[pubend][damage]") {
+  // Rows are in key order (a name's length, then the name): "desk" < "desl" < "desm". A row's
+  // checksum covers its key, so the damaged row may be desl's or, its key damaged, one more of
+  // desk's (the publisher just before it): both are refused, as sequences it may hold could
+  // otherwise be accepted twice. desm's range ends before it: desm publishes on.
   Harness h;
-  h.PublishAndCommit(Order(1), "gateway", 1);
+  h.PublishAndCommit(Order(1), "desl", 1);
   h.PublishAndCommit(Order(2), "desk", 1);
+  h.PublishAndCommit(Order(3), "desm", 1);
   h.Restart();
-  h.faults->DamageRow("pubend.publishers", internal::PublisherSequenceKey(kP, "gateway", 1));
-  REQUIRE_CODE(**h.Publish(Order(3), "gateway", 2), absl::StatusCode::kDataLoss);
+  h.faults->DamageRow("pubend.publishers", internal::PublisherSequenceKey(kP, "desl", 1));
+  auto desl = h.Publish(Order(4), "desl", 2);
+  auto desk = h.Publish(Order(5), "desk", 2);
+  REQUIRE(desl->has_value());
+  REQUIRE(desk->has_value());
+  REQUIRE_CODE(**desl, absl::StatusCode::kDataLoss);
+  REQUIRE_CODE(**desk, absl::StatusCode::kDataLoss);
   REQUIRE_OK(h.pubend().status());
-  h.PublishAndCommit(Order(4), "desk", 2);
-  h.PublishAndCommit(Order(5), "new", 1);
+  h.PublishAndCommit(Order(6), "desm", 2);
+  h.PublishAndCommit(Order(7), "new", 1);
 }
 
 TEST_CASE("a failed commit fails the publisher and acknowledges nothing", "[pubend]") {

@@ -988,7 +988,8 @@ TEST_CASE("FaultInjectingStorage reports injected damage as LMDB reports a bad c
   REQUIRE(GetOrDie(storage, "t", Key(1)) == "v");
 }
 
-TEST_CASE("a damaged row fails the scans of ranges that hold it, and no other", "[storage]") {
+TEST_CASE("a damaged row fails the scans that reach it, the one of the range before it included",
+          "[storage]") {
   MemoryStorage memory;
   FaultInjectingStorage storage(&memory);
   WriteBatch batch;
@@ -1005,10 +1006,12 @@ TEST_CASE("a damaged row fails the scans of ranges that hold it, and no other", 
     if (!st.ok()) return st;
     return rows;
   };
-  // The walk of [0, 3) steps onto row 3 to see that the range ended: not its damage.
-  REQUIRE(*count(0, 3) == 3);
+  // The walk of [0, 3) steps onto row 3 to see that the range ended. Its key reads 3, but the
+  // checksum covers the key: the row may be one of [0, 3) whose key was damaged. Ending the scan
+  // there could drop rows silently, so it is the scan's DataLoss too.
+  REQUIRE(DamagedRowKey(count(0, 3).status()) == Key(3));
   REQUIRE(*count(4, 6) == 2);
-  REQUIRE(*count(3, 3) == 0);
+  REQUIRE(*count(0, 2) == 2);
   REQUIRE(DamagedRowKey(count(0, 4).status()) == Key(3));
   REQUIRE(DamagedRowKey(count(3, 6).status()) == Key(3));
 }

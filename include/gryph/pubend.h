@@ -135,8 +135,9 @@ class Pubend {
   // sequences gets the original tick instead (see the header comment). Fails (through done) with
   // InvalidArgument for a null event, a publisher name over kMaxPublisherNameBytes or a sequence
   // below the publisher's latest that is not a retry, AlreadyExists for a retry older than the
-  // window, DataLoss when the publisher's stored sequences are damaged (read at its first
-  // publish since the open: a bounded read, under the pubend's lock), and the pubend's failure
+  // window, DataLoss when the publisher's stored sequences are damaged or a damaged row follows
+  // them (read at its first publish since the open: a bounded read, under the pubend's lock;
+  // docs/format.md), and the pubend's failure
   // status. None of these changes anything stored, nor the other publishes of the group.
   // The retry window: a publisher that crashed with publishes unacknowledged may retry the
   // latest kSequenceWindow sequences it sent; so it must not have more than that many

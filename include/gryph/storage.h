@@ -282,9 +282,10 @@ class Storage {
 
   // Calls fn(key, value) for each entry of `table` with begin <= key < end, in key order, from one
   // snapshot, until fn returns false. Empty bounds are unbounded. begin > end (both set) is
-  // kInvalidArgument. A damaged row in the range is its kDataLoss (DamagedRowKey); one outside
-  // it is not the scan's business, not even the one after the last row of the range, which the
-  // walk reaches to see that the range ended. The default implementation walks NewCursor().
+  // kInvalidArgument. A damaged row the walk reaches is its kDataLoss (DamagedRowKey), the one
+  // just after the range's last row included: a row's checksum covers its key, so a damaged row's
+  // key may be what is damaged and the row may belong to the range whatever its key now reads.
+  // The default implementation walks NewCursor().
   virtual absl::Status Scan(absl::string_view table, absl::string_view begin, absl::string_view end,
                             ScanFn fn);
 

@@ -166,7 +166,8 @@ void PubendImpl::Publish(absl::string_view publisher, uint64_t sequence, EventRe
         auto it = publishers_.find(publisher);
         if (it == publishers_.end()) {
           // Its first publish since the open: a bounded read of its stored sequences. A damaged
-          // one fails this publisher's publishes alone (its retries cannot be told apart).
+          // one, or one just after them (its key may be what was damaged), fails this
+          // publisher's publishes (its retries cannot be told apart), not the pubend's.
           absl::StatusOr<Publisher> loaded = LoadPublisherLocked(publisher);
           if (loaded.ok()) {
             it = publishers_.emplace(std::string(publisher), *std::move(loaded)).first;

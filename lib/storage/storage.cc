@@ -124,14 +124,7 @@ absl::Status Storage::Scan(absl::string_view table, absl::string_view begin, abs
     if (!end.empty() && cursor->key() >= end) break;
     if (!fn(cursor->key(), cursor->value())) break;
   }
-  absl::Status status = cursor->status();
-  // The row the cursor moved to when the range ended is not the range's, damaged or not.
-  if (!status.ok() && !end.empty()) {
-    if (std::optional<std::string> damaged = DamagedRowKey(status); damaged && *damaged >= end) {
-      return absl::OkStatus();
-    }
-  }
-  return status;
+  return cursor->status();
 }
 
 std::unique_ptr<Storage> NewMemoryStorage() { return std::make_unique<MemoryStorage>(); }
