@@ -16,6 +16,18 @@
 #   BIN_DIR holds gryph-broker, gryph-pub and gryph-sub. The short form (ctest) takes 20 kills
 #   over 20,000 events; the long form (docs/reliability.md) e.g. 1000 kills over 2,000,000.
 #   GRYPH_SEED=<n> replays one run's choices; GRYPH_KEEP=1 keeps its directory.
+#
+# Simulated power loss (#17, campaign 3): with GRYPH_POWER_LOSS=DIR (DIR holds
+# libgryph_io_shim.so and gryph_power_cut, from tests/campaigns), the brokers run with the shim
+# preloaded, which journals their data file's writes that are not yet durable; the kills are of
+# the brokers alone (each stands for its host losing power), and after each kill gryph_power_cut
+# reverts a random subset of those writes (sector by sector, sometimes a torn sector) before the
+# broker restarts. Half the brokers started also die by themselves at their 1st to 200th sync,
+# before it (GRYPH_IO_KILL_AT_SYNC): a cut with a commit's pages written and not yet durable,
+# which a kill at a random instant seldom hits; the supervisor cuts and restarts them likewise. The oracle is the same: a write the broker relied on was synced, or a
+# publisher's acknowledged event or a subscriber's match goes missing. GRYPH_BROKER_FLAGS adds
+# flags to both brokers (--durability=nosync shows the campaign catching acknowledged events
+# lost).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -31,10 +43,22 @@ done
 declare -A listen_of=([phb]="tcp://127.0.0.1:*" [shb]="tcp://127.0.0.1:*")
 declare -A selector_of=([sub-a]="k < 5" [sub-b]="k = 3 OR k >= 8")
 common=(--keys_dir="$dir/keys" --stats_interval=5s)
+power=${GRYPH_POWER_LOSS:-}
+read -r -a broker_flags <<<"${GRYPH_BROKER_FLAGS:-}"
+cuts=()
+final=0  # the brokers' last start: they no longer die at a sync
 start() {
   local role=$1
   case $role in
-    phb | shb) start_broker "$role" ;;
+    phb | shb)
+      if [ -n "$power" ]; then
+        local at_sync=0
+        (( final == 0 && RANDOM % 2 == 0 )) && at_sync=$(( 1 + RANDOM % 200 ))
+        LD_PRELOAD="$power/libgryph_io_shim.so" GRYPH_IO_JOURNAL="$dir/$role.undo" \
+          GRYPH_IO_KILL_AT_SYNC=$at_sync start_broker "$role"
+      else
+        start_broker "$role"
+      fi ;;
     sub-*) "$bin/gryph-sub" --broker="shb@${listen_of[shb]}" --name="$role" \
              --subscription="$role" --selector="${selector_of[$role]}" --state_dir="$dir/$role" \
              --out="$dir/$role.jsonl" "${common[@]}" 2>>"$dir/$role.log" & ;;
@@ -56,6 +80,8 @@ done
 start pub
 
 roles=(phb shb pub sub-a sub-b)
+kill_roles=(phb shb pub sub-a sub-b)
+[ -n "$power" ] && kill_roles=(phb shb)
 declare -A killed=() paused=()
 done_kills=0
 kills_publishing=0  # of them, while the publisher still ran
@@ -70,30 +96,64 @@ reap_pub() {
   pub_done=1
   roles=(phb shb sub-a sub-b)
 }
+# After a kill (the supervisor's, or a broker's own at a sync): the power cut, then the restart.
+restart_killed() {
+  local role=$1
+  wait "${pid_of[$role]}" 2>/dev/null || true
+  forget "${pid_of[$role]}"
+  if [ -n "$power" ]; then
+    cuts+=("$("$power/gryph_power_cut" --journal="$dir/$role.undo" \
+               --data="$dir/$role/data.mdb" --seed=$(( RANDOM * 32768 + RANDOM )))") ||
+      fail "gryph_power_cut failed after the kill of $role"
+  fi
+  sleep "$(( RANDOM % 5 ))e-1"
+  start "$role"
+  killed[$role]=$(( ${killed[$role]:-0} + 1 ))
+  done_kills=$(( done_kills + 1 ))
+  if [ "$pub_done" = 0 ]; then kills_publishing=$(( kills_publishing + 1 )); fi
+}
+# With power loss, a broker that died at a sync of its own.
+reap_brokers() {
+  [ -n "$power" ] || return 0
+  local role
+  for role in phb shb; do
+    kill -0 "${pid_of[$role]}" 2>/dev/null && continue
+    self_kills=$(( self_kills + 1 ))
+    restart_killed "$role"
+  done
+}
+self_kills=0
 while [ "$done_kills" -lt "$kills" ]; do
   sleep "$(( 50 + RANDOM % 4951 ))e-3"  # 50 ms to 5 s
   reap_pub
-  role=${roles[$(( RANDOM % ${#roles[@]} ))]}
+  reap_brokers
+  [ "$done_kills" -lt "$kills" ] || break
   if (( RANDOM % 4 == 0 )); then
-    kill -STOP "${pid_of[$role]}"
+    role=${roles[$(( RANDOM % ${#roles[@]} ))]}
+    kill -STOP "${pid_of[$role]}" 2>/dev/null || continue  # gone: the publisher, or a cut
     sleep "$(( 1 + RANDOM % 20 ))e-1"
-    kill -CONT "${pid_of[$role]}"
+    kill -CONT "${pid_of[$role]}" 2>/dev/null || true
     paused[$role]=$(( ${paused[$role]:-0} + 1 ))
   else
+    role=${kill_roles[$(( RANDOM % ${#kill_roles[@]} ))]}
     if ! kill -0 "${pid_of[$role]}" 2>/dev/null; then
       [ "$role" = pub ] && { reap_pub; continue; }
+      [ -n "$power" ] && { self_kills=$(( self_kills + 1 )); restart_killed "$role"; continue; }
       fail "$role exited by itself"
     fi
     kill -9 "${pid_of[$role]}"
-    wait "${pid_of[$role]}" 2>/dev/null || true
-    forget "${pid_of[$role]}"
-    sleep "$(( RANDOM % 5 ))e-1"
-    start "$role"
-    killed[$role]=$(( ${killed[$role]:-0} + 1 ))
-    done_kills=$(( done_kills + 1 ))
-    [ "$pub_done" = 0 ] && kills_publishing=$(( kills_publishing + 1 ))
+    restart_killed "$role"
   fi
 done
+# With power loss, one last cut of each broker, restarted to stay up (no death at a sync) while
+# the publisher and the subscribers finish.
+if [ -n "$power" ]; then
+  final=1
+  for role in phb shb; do
+    kill -9 "${pid_of[$role]}" 2>/dev/null || self_kills=$(( self_kills + 1 ))
+    restart_killed "$role"
+  done
+fi
 # The publisher ends by itself once every event is acknowledged.
 if [ "$pub_done" = 0 ]; then
   await_exit pub $(( 600 + events * 10 / rate * 3 ))
@@ -102,7 +162,15 @@ fi
 summary=""
 for r in phb shb pub sub-a sub-b; do summary+=" $r: ${killed[$r]:-0} kills, ${paused[$r]:-0} pauses;"; done
 echo "cycles:$summary ($kills_publishing kills while the publisher ran)"
+if [ -n "$power" ]; then
+  printf '%s\n' "${cuts[@]}" | tr -d '{}" ' | awk -F'[:,]' -v self="$self_kills" '
+    { mode[$2]++; writes += $4; sectors += $6; reverted += $8; if ($10 == "true") torn++ }
+    END { printf "power cuts: %d, %d of them at a sync (", NR, self; sep = "";
+          for (m in mode) { printf "%s%s %d", sep, m, mode[m]; sep = ", " }
+          printf "); %d unsynced writes, %d sectors, %d reverted, %d torn\n",
+                 writes, sectors, reverted, torn }'
+fi
 check_matches "$dir/sub-a.jsonl" $(( events / 2 )) "s % 10 < 5"
 check_matches "$dir/sub-b.jsonl" $(( events * 3 / 10 )) "s % 10 == 3 || s % 10 >= 8"
 for role in sub-a sub-b shb phb; do stop "$role"; done
-echo "crash campaign: $done_kills kills over $events events; violations: 0"
+echo "crash campaign: $done_kills kills${power:+ (power cuts)} over $events events; violations: 0"

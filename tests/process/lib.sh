@@ -13,7 +13,8 @@
 #                            free port once and keeps it across restarts), waiting up to 10 s.
 #   start_broker phb|shb     starts $bin/gryph-broker in the background as the PHB (downstream:
 #                            shb) or the SHB (upstream: the PHB), listening on ${listen_of[ROLE]},
-#                            with "${common[@]}", logging to $dir/ROLE.log; $! is its pid.
+#                            with "${common[@]}" and "${broker_flags[@]}" (empty unless set),
+#                            logging to $dir/ROLE.log; $! is its pid.
 #   check_matches FILE WANT FILTER   waits (at most 60 s) until FILE (gryph-sub's JSON lines)
 #                            holds WANT events, each "seq" once, each passing FILTER (an awk
 #                            condition on s, the sequence), their ticks strictly increasing.
@@ -24,6 +25,7 @@ process_test_init() {
   echo "seed $seed (rerun with GRYPH_SEED=$seed)"
   dir=$(mktemp -d "${TMPDIR:-/tmp}/gryph-$1-XXXXXX")
   pids=()
+  broker_flags=()
   declare -gA pid_of
   trap process_test_cleanup EXIT
 }
@@ -118,9 +120,9 @@ endpoint_of() {
 start_broker() {
   case $1 in
     phb) "$bin/gryph-broker" --role=phb --data_dir="$dir/phb" --listen="${listen_of[phb]}" \
-           --downstream=shb "${common[@]}" 2>>"$dir/phb.log" & ;;
+           --downstream=shb "${common[@]}" "${broker_flags[@]}" 2>>"$dir/phb.log" & ;;
     shb) "$bin/gryph-broker" --role=shb --data_dir="$dir/shb" --listen="${listen_of[shb]}" \
            --upstream="phb@${listen_of[phb]}" --session_timeout=5s "${common[@]}" \
-           2>>"$dir/shb.log" & ;;
+           "${broker_flags[@]}" 2>>"$dir/shb.log" & ;;
   esac
 }
