@@ -189,6 +189,19 @@ absl::Status CheckHoldsDataFile(const std::string& dir) {
   return absl::OkStatus();
 }
 
+// Where a new store is made before it is moved into its directory (LmdbStorage::CreateIfAbsent).
+constexpr char kStagingDirectory[] = ".gryph-creating";
+
+absl::Status SyncDirectory(const std::filesystem::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return internal::LmdbStatus("opening the directory", errno, dir.string());
+  const int rc = ::fsync(fd);
+  const int error = errno;
+  ::close(fd);
+  if (rc != 0) return internal::LmdbStatus("fsync of the directory", error, dir.string());
+  return absl::OkStatus();
+}
+
 // A magic record a few flipped bits away from gryph's: damage, not another program's store.
 bool NearlyMagic(absl::string_view value) {
   const absl::string_view magic = internal::kMetaMagic;
@@ -283,6 +296,9 @@ class LmdbStorage final : public Storage {
  public:
   static absl::StatusOr<std::unique_ptr<Storage>> Open(const StorageOptions& options);
   ~LmdbStorage() override;
+  // A directory without a data file gets a new store, made in a staging directory inside it and
+  // moved in by a rename once its first commit is durable (see the definition).
+  static absl::Status CreateIfAbsent(const StorageOptions& options);
 
   absl::Status Commit(const WriteBatch& batch) override ABSL_LOCKS_EXCLUDED(write_mu_);
   absl::StatusOr<std::optional<std::string>> Get(absl::string_view table,
@@ -597,9 +613,42 @@ absl::StatusOr<std::unique_ptr<Storage>> LmdbStorage::Open(const StorageOptions&
                      " is already open in this process (LMDB allows one environment per file "
                      "per process; close the other Storage first)"));
   }
+  if (!options.read_only) GRYPH_RETURN_IF_ERROR(CreateIfAbsent(options));
   std::unique_ptr<LmdbStorage> storage(new LmdbStorage(options, DirectoryClaim(id)));
   GRYPH_RETURN_IF_ERROR(storage->Init());
   return std::unique_ptr<Storage>(std::move(storage));
+}
+
+absl::Status LmdbStorage::CreateIfAbsent(const StorageOptions& options) {
+  // LMDB writes a new data file's first pages without syncing them, so a power loss before the
+  // first commit is durable could leave a data file of zeros that no open accepts ("not an LMDB
+  // file"), though nothing was ever stored. A new store is made whole beside its place instead
+  // (the format records committed and synced) and moved in by one rename: after a power loss the
+  // directory holds either no data file (and the next open creates it) or a complete one.
+  const std::filesystem::path dir(options.path);
+  const std::filesystem::path data = dir / "data.mdb";
+  std::error_code ec;
+  if (std::filesystem::exists(data, ec) || ec) return absl::OkStatus();  // Init reports errors
+  // The staging store itself is made in place (it is not yet anyone's).
+  if (dir.filename() == kStagingDirectory) return absl::OkStatus();
+  const std::filesystem::path staging = dir / kStagingDirectory;
+  std::filesystem::remove_all(staging, ec);  // a creation cut short
+  if (!ec) std::filesystem::create_directory(staging, ec);
+  if (ec) {
+    return internal::LmdbStatus("creating the staging directory", ec.value(), staging.string());
+  }
+  {
+    StorageOptions o = options;
+    o.path = staging.string();
+    o.durability = Durability::kSync;
+    GRYPH_ASSIGN_OR_RETURN(std::unique_ptr<Storage> created, Open(o));
+  }
+  if (::rename((staging / "data.mdb").c_str(), data.c_str()) != 0) {
+    return internal::LmdbStatus("rename", errno, data.string());
+  }
+  GRYPH_RETURN_IF_ERROR(SyncDirectory(dir));
+  std::filesystem::remove_all(staging, ec);  // its lock file; a leftover goes at the next creation
+  return absl::OkStatus();
 }
 
 absl::Status LmdbStorage::Init() {

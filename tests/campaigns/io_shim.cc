@@ -20,9 +20,10 @@
 // data file, before the sync: a power loss at the moment a commit's pages are written and not yet
 // durable, which a kill from outside at a random instant seldom hits.
 //
-// One data file per process (gryph's brokers open one store). Journal record, native byte order:
-//   u64 offset ‖ u64 length ‖ u64 file size before the write ‖ the old bytes of the part of
-//   [offset, offset + length) below that size
+// One data file open for writing at a time (a new store is made in a staging directory, synced,
+// closed, and moved in: gryph/storage.h). Journal record, native byte order:
+//   u64 path length ‖ the data file's absolute path ‖ u64 offset ‖ u64 length ‖ u64 file size
+//   before the write ‖ the old bytes of the part of [offset, offset + length) below that size
 // Written with plain write(2): the page cache outlives a SIGKILL, which is all the campaign needs
 // (the journal stands for the disk's own knowledge, not for a file that must survive the power
 // loss).
@@ -37,6 +38,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -80,8 +82,9 @@ Real& real() {
   return r;
 }
 
-// The data file's descriptor (-1: none yet), and the journal's.
+// The data file's descriptor (-1: none open) and absolute path, and the journal's descriptor.
 std::atomic<int> g_data_fd{-1};
+char g_data_path[4096];
 int g_journal_fd = -1;
 pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -118,6 +121,7 @@ void Record(int fd, uint64_t offset, uint64_t length) {
     struct stat st;
     if (fstat(fd, &st) != 0) abort();
     const uint64_t size = static_cast<uint64_t>(st.st_size);
+    const uint64_t path_bytes = strlen(g_data_path);
     const uint64_t header[3] = {offset, length, size};
     std::vector<char> old;
     if (offset < size) {
@@ -131,6 +135,8 @@ void Record(int fd, uint64_t offset, uint64_t length) {
         got += static_cast<size_t>(n);
       }
     }
+    WriteAll(g_journal_fd, &path_bytes, sizeof(path_bytes));
+    WriteAll(g_journal_fd, g_data_path, path_bytes);
     WriteAll(g_journal_fd, header, sizeof(header));
     if (!old.empty()) WriteAll(g_journal_fd, old.data(), old.size());
   }
@@ -165,6 +171,13 @@ int Opened(const char* path, int flags, int fd) {
   // The data file, opened for writing without O_(D)SYNC. LMDB opens it once per environment.
   if (fd >= 0 && path != nullptr && (flags & O_ACCMODE) != O_RDONLY &&
       (flags & (O_SYNC | O_DSYNC)) == 0 && IsDataFile(path)) {
+    char link[64];
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    pthread_mutex_lock(&g_mu);
+    const ssize_t n = readlink(link, g_data_path, sizeof(g_data_path) - 1);
+    if (n <= 0) abort();
+    g_data_path[n] = '\0';
+    pthread_mutex_unlock(&g_mu);
     g_data_fd.store(fd, std::memory_order_release);
   }
   return fd;

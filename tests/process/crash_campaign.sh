@@ -103,7 +103,7 @@ restart_killed() {
   forget "${pid_of[$role]}"
   if [ -n "$power" ]; then
     cuts+=("$("$power/gryph_power_cut" --journal="$dir/$role.undo" \
-               --data="$dir/$role/data.mdb" --seed=$(( RANDOM * 32768 + RANDOM )))") ||
+               --seed=$(( RANDOM * 32768 + RANDOM )))") ||
       fail "gryph_power_cut failed after the kill of $role"
   fi
   sleep "$(( RANDOM % 5 ))e-1"
