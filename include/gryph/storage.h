@@ -71,7 +71,9 @@ enum class Durability {
 
 struct StorageOptions {
   // The directory that holds the store (created if missing, unless read_only). LMDB keeps
-  // data.mdb and lock.mdb in it.
+  // data.mdb and lock.mdb in it. A new store is made whole in a staging directory inside it and
+  // moved in by a rename (docs/format.md): a power loss while it is created leaves no store or
+  // an empty one, never a data file that does not open.
   std::string path;
 
   // Opens an existing store for reading only, for tools that look into a store a broker may be
