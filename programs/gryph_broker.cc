@@ -19,7 +19,11 @@
 //   gryph-broker --genkey --name=NAME --keys_dir=DIR   writes DIR/NAME.key and DIR/NAME.pub
 //
 // Exit status: 0 after a clean stop, 2 for a bad flag, key or data directory, 1 for a failure
-// while running (a storage error that stopped the broker).
+// while running: a storage error that stopped the SHB or failed a pubend (a commit that failed,
+// an fsync's EIO say). What such a broker holds in memory is no longer known to match the disk,
+// and it would answer nothing more, so it stops (within 100 ms, logging why) and leaves the
+// restart to its supervisor (systemd's Restart=on-failure): the restart reopens the store and
+// recovers from what was durable, and publishers publish again what was not acknowledged.
 
 #include <cstdio>
 #include <memory>
@@ -156,6 +160,8 @@ int Run() {
   std::function<std::string()> stats;
   AdminServer::Handler answer;
   std::function<void(MetricsText*)> metrics;
+  // The error that stopped the broker or failed one of its pubends (OK while it serves).
+  std::function<absl::Status()> failure = [] { return absl::OkStatus(); };
   SubscriberHostingBroker* shb = nullptr;
   if (role == "phb") {
     PublisherHostingBrokerOptions po;
@@ -180,6 +186,15 @@ int Run() {
     };
     answer = [phb, c = channel.get()](const std::string& r) { return AnswerPhb(*phb, *c, r); };
     metrics = [phb](MetricsText* m) { AddPhbMetrics(*phb, m); };
+    failure = [phb] {
+      for (PubendId p : phb->pubend_ids()) {
+        if (absl::Status st = phb->pubend(p)->status(); !st.ok()) {
+          return absl::Status(st.code(),
+                              absl::StrCat("pubend ", p.value, " failed: ", st.message()));
+        }
+      }
+      return absl::OkStatus();
+    };
   } else if (role == "ib") {
     IntermediateBrokerOptions io;
     for (PubendId p : pubends) io.pubends.push_back({p, upstream_name});
@@ -212,6 +227,11 @@ int Run() {
     };
     answer = [shb, c = channel.get()](const std::string& r) { return AnswerShb(*shb, *c, r); };
     metrics = [shb](MetricsText* m) { AddShbMetrics(*shb, m); };
+    failure = [shb] {
+      const absl::Status st = shb->status();
+      return st.ok() ? st
+                     : absl::Status(st.code(), absl::StrCat("the SHB stopped: ", st.message()));
+    };
   }
   if (const std::string endpoint = absl::GetFlag(FLAGS_admin); !endpoint.empty()) {
     admin = Must(AdminServer::Create(endpoint, answer));
@@ -235,14 +255,23 @@ int Run() {
   std::fprintf(stderr, "gryph-broker: %s %s listening on %s%s\n", role.c_str(), name.c_str(),
                channel->bound_endpoint().c_str(), keys_dir.empty() ? " (plain TCP)" : " (CURVE)");
   absl::Status run;
+  absl::Status failed;
   {
     const std::unique_ptr<Repeater> printer =
         PrintStats(runtime.get(), absl::GetFlag(FLAGS_stats_interval), stats);
+    // A failed broker stops: see the file comment.
+    const Repeater watch(runtime.get(), absl::Milliseconds(100), [&] {
+      if (!failed.ok()) return;
+      failed = failure();
+      if (!failed.ok()) runtime->Shutdown();
+    });
     run = runtime->Run();
   }
   if (!run.ok()) Die(run.ToString(), kExitFailure);
-  if (shb != nullptr && !shb->status().ok()) {
-    Die(absl::StrCat("the SHB stopped: ", shb->status().ToString()), kExitFailure);
+  if (failed.ok()) failed = failure();
+  if (!failed.ok()) {
+    Die(absl::StrCat(failed.ToString(), "; exiting, to be restarted on the reopened store"),
+        kExitFailure);
   }
   return 0;
 }

@@ -20,6 +20,12 @@
 // data file, before the sync: a power loss at the moment a commit's pages are written and not yet
 // durable, which a kill from outside at a random instant seldom hits.
 //
+// I/O errors (#17, campaign 2): GRYPH_IO_FAIL_SYNC=K makes the K-th fsync or fdatasync of the
+// data file fail with EIO (GRYPH_IO_ERRNO=ENOSPC for that instead) without syncing, and
+// GRYPH_IO_FAIL_WRITE=K the K-th write to it (pwrite, write or writev) without writing; with
+// GRYPH_IO_PERSISTENT=1 every one from the K-th on fails (a disk gone bad). Each injected
+// failure appends a line to the file GRYPH_IO_FAULT_LOG names, if set.
+//
 // One data file open for writing at a time (a new store is made in a staging directory, synced,
 // closed, and moved in: gryph/storage.h). Journal record, native byte order:
 //   u64 path length ‖ the data file's absolute path ‖ u64 offset ‖ u64 length ‖ u64 file size
@@ -150,12 +156,50 @@ bool Journaled(int fd) {
   return flags >= 0 && (flags & (O_SYNC | O_DSYNC)) == 0;
 }
 
+long EnvCount(const char* name) {
+  const char* n = getenv(name);
+  return n == nullptr ? 0L : strtol(n, nullptr, 10);
+}
+
+// An injected failure: whether the call counted by `calls` fails (errno set), from
+// GRYPH_IO_FAIL_<what>.
+bool Fails(std::atomic<long>& calls, long at) {
+  static const bool persistent = EnvCount("GRYPH_IO_PERSISTENT") != 0;
+  static const int error = [] {
+    const char* e = getenv("GRYPH_IO_ERRNO");
+    return e != nullptr && strcmp(e, "ENOSPC") == 0 ? ENOSPC : EIO;
+  }();
+  if (at <= 0) return false;
+  const long n = calls.fetch_add(1) + 1;
+  if (n == at || (persistent && n > at)) {
+    if (const char* log = getenv("GRYPH_IO_FAULT_LOG"); log != nullptr) {
+      const int fd = real().open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        char line[64];
+        const int len = snprintf(line, sizeof(line), "call %ld: %s\n", n, strerror(error));
+        WriteAll(fd, line, static_cast<size_t>(len));
+        real().close(fd);
+      }
+    }
+    errno = error;
+    return true;
+  }
+  return false;
+}
+std::atomic<long> g_syncs{0};
+std::atomic<long> g_writes{0};
+bool SyncFails(int fd) {
+  static const long at = EnvCount("GRYPH_IO_FAIL_SYNC");
+  return fd == g_data_fd.load(std::memory_order_acquire) && Fails(g_syncs, at);
+}
+bool WriteFails(int fd) {
+  static const long at = EnvCount("GRYPH_IO_FAIL_WRITE");
+  return fd == g_data_fd.load(std::memory_order_acquire) && Fails(g_writes, at);
+}
+
 // Counts the data file's syncs down to GRYPH_IO_KILL_AT_SYNC, and dies there.
 void BeforeSync(int fd) {
-  static std::atomic<long> left{[] {
-    const char* n = getenv("GRYPH_IO_KILL_AT_SYNC");
-    return n == nullptr ? 0L : strtol(n, nullptr, 10);
-  }()};
+  static std::atomic<long> left{EnvCount("GRYPH_IO_KILL_AT_SYNC")};
   if (fd != g_data_fd.load(std::memory_order_acquire)) return;
   if (left.load() > 0 && left.fetch_sub(1) == 1) raise(SIGKILL);
 }
@@ -214,21 +258,25 @@ int close(int fd) {
 }
 
 ssize_t pwrite(int fd, const void* buf, size_t count, off_t offset) {
+  if (WriteFails(fd)) return -1;
   if (Journaled(fd)) Record(fd, static_cast<uint64_t>(offset), count);
   return real().pwrite(fd, buf, count, offset);
 }
 
 ssize_t pwrite64(int fd, const void* buf, size_t count, off_t offset) {
+  if (WriteFails(fd)) return -1;
   if (Journaled(fd)) Record(fd, static_cast<uint64_t>(offset), count);
   return real().pwrite64(fd, buf, count, offset);
 }
 
 ssize_t write(int fd, const void* buf, size_t count) {
+  if (WriteFails(fd)) return -1;
   if (Journaled(fd)) Record(fd, static_cast<uint64_t>(lseek(fd, 0, SEEK_CUR)), count);
   return real().write(fd, buf, count);
 }
 
 ssize_t writev(int fd, const struct iovec* iov, int iovcnt) {
+  if (WriteFails(fd)) return -1;
   if (Journaled(fd)) {
     uint64_t total = 0;
     for (int i = 0; i < iovcnt; ++i) total += iov[i].iov_len;
@@ -239,6 +287,7 @@ ssize_t writev(int fd, const struct iovec* iov, int iovcnt) {
 
 int fsync(int fd) {
   BeforeSync(fd);
+  if (SyncFails(fd)) return -1;
   const int rc = real().fsync(fd);
   Synced(fd, rc);
   return rc;
@@ -246,6 +295,7 @@ int fsync(int fd) {
 
 int fdatasync(int fd) {
   BeforeSync(fd);
+  if (SyncFails(fd)) return -1;
   const int rc = real().fdatasync(fd);
   Synced(fd, rc);
   return rc;

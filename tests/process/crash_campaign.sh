@@ -74,8 +74,8 @@ start shb
 listen_of[shb]=$(endpoint_of "$dir/shb.log") || fail "the SHB did not start"
 for s in sub-a sub-b; do
   start "$s"
-  for _ in $(seq 100); do grep -q connected "$dir/$s.log" && break; sleep 0.1; done
-  grep -q connected "$dir/$s.log" || fail "$s did not connect"
+  for _ in $(seq 100); do grep -q "connected to" "$dir/$s.log" && break; sleep 0.1; done
+  grep -q "connected to" "$dir/$s.log" || fail "$s did not connect"
 done
 start pub
 

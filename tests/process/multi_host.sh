@@ -88,11 +88,11 @@ sleep 1
 start sub1
 start sub2
 for _ in $(seq 150); do
-  grep -q connected "$dir/sub1.log" 2>/dev/null && grep -q connected "$dir/sub2.log" 2>/dev/null &&
+  grep -q "connected to" "$dir/sub1.log" 2>/dev/null && grep -q "connected to" "$dir/sub2.log" 2>/dev/null &&
     break
   sleep 0.1
 done
-grep -q connected "$dir/sub1.log" && grep -q connected "$dir/sub2.log" ||
+grep -q "connected to" "$dir/sub1.log" && grep -q "connected to" "$dir/sub2.log" ||
   fail "the subscribers did not connect"
 start pub
 

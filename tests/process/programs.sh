@@ -38,8 +38,8 @@ listen_of[phb]=$(endpoint_of "$dir/phb.log") || fail "the PHB did not start"
 start shb
 listen_of[shb]=$(endpoint_of "$dir/shb.log") || fail "the SHB did not start"
 start sub
-for _ in $(seq 100); do grep -q connected "$dir/sub.log" && break; sleep 0.1; done
-grep -q connected "$dir/sub.log" || fail "the subscriber did not connect"
+for _ in $(seq 100); do grep -q "connected to" "$dir/sub.log" && break; sleep 0.1; done
+grep -q "connected to" "$dir/sub.log" || fail "the subscriber did not connect"
 start pub
 
 for role in sub shb pub phb sub shb; do
