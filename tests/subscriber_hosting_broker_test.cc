@@ -256,8 +256,11 @@ class ShbTest {
   Client& Subscribe(const std::string& name, const std::string& selector) {
     Client& c = AddSubscriber(name, selector);
     REQUIRE_OK(c.ds->Connect());
+    // A new subscription is answered once its commit is durable (on the commit thread, if any;
+    // played here when the test plays it).
     Pump();
-    REQUIRE(c.ds->connected());
+    if (options.simulated_commit_thread) REQUIRE_OK(shb().committer().Flush());
+    REQUIRE(PumpUntil([&] { return c.ds->connected(); }));
     return c;
   }
   RawClient& AddRaw(const std::string& endpoint) {
@@ -1744,13 +1747,18 @@ TEST_CASE("the next deadline comes after the nack of missing ticks, also with a 
   CHECK(t.shb().NextDeadline(t.now) <= t.now + t.options.renack_interval);
 }
 
-TEST_CASE("with a commit thread, a connection is answered while its commit is still running",
-          "[shb][lease]") {
+TEST_CASE(
+    "with a commit thread, a new subscription is answered once its commit is durable, and the "
+    "loop goes on meanwhile",
+    "[shb][lease]") {
   ShbTest t;
   t.options.commit_thread = true;
   t.options.commit_interval = absl::ZeroDuration();
   GateStorage& gate = t.UseGate();
   t.Open();
+  Client& blue = t.Subscribe("blue", "color = 'blue'");
+  REQUIRE_OK(blue.ds->Disconnect());
+  t.Pump();
   gate.Close();
   // Should the broker wait for the commit in its handler (an fsync on the loop), the gate opens
   // after a while, so that the test fails instead of hanging.
@@ -1761,14 +1769,52 @@ TEST_CASE("with a commit thread, a connection is answered while its commit is st
   Client& red = t.AddSubscriber("red", "color = 'red'");
   REQUIRE_OK(red.ds->Connect());
   t.Pump();
-  const bool connected = red.ds->connected();
+  const bool red_connected = red.ds->connected();
+  // An existing subscription's reconnection writes nothing: answered while red's commit waits.
+  REQUIRE_OK(blue.ds->Connect());
+  t.Pump();
+  const bool blue_connected = blue.ds->connected();
   const bool commit_still_running = gate.AwaitBlockedCommit(absl::Milliseconds(500));
   opener.join();
-  CHECK(connected);
+  CHECK_FALSE(red_connected);  // a crash now would leave it a CT of a subscription that is gone
+  CHECK(blue_connected);
   CHECK(commit_still_running);
-  // Once the commit is through, delivery goes on as usual.
+  // Once the commit is through, red is answered and delivery goes on as usual.
+  REQUIRE(t.PumpUntil([&] { return red.ds->connected(); }));
   t.Publish(Knowledge(1, 10, {{5, "red"}}));
   REQUIRE(t.PumpUntil([&] { return red.rec.log == Strings{"E5"}; }));
+}
+
+TEST_CASE("a new subscription whose creation fails to commit was never answered Connected",
+          "[shb][lease]") {
+  // A subscriber told Connected before its subscription is durable holds a CT for it; should
+  // the commit fail (or the broker crash) first, the restarted broker does not know it and
+  // releases upstream what that CT still needs: its reconnection would get a Gap though no
+  // retention policy discarded anything (found by tests/process/io_faults.sh, an fsync's EIO).
+  ShbTest t;
+  t.options.commit_thread = true;
+  t.options.commit_interval = absl::ZeroDuration();
+  t.Open();
+  t.Publish(Knowledge(1, 10, {}));
+  REQUIRE(t.PumpUntil([&] { return t.shb().latest_delivered(kP) == 10; }));
+  t.faults().FailCommitNumber(t.faults().commits_attempted() + 1,
+                              absl::DataLossError("injected: fsync EIO"));
+  Client& red = t.AddSubscriber("red", "color = 'red'");
+  REQUIRE_OK(red.ds->Connect());
+  REQUIRE(t.PumpUntil([&] { return !red.rec.errors.empty(); }));
+  REQUIRE_FALSE(t.shb().status().ok());
+  CHECK(red.rec.connected.empty());
+  CHECK(absl::IsUnavailable(red.rec.errors[0]));
+  CHECK(red.ds->checkpoint().empty());
+
+  // Restarted, the broker serves red as new: from where it is now, everything after.
+  t.Restart();
+  t.Open();
+  REQUIRE_OK(red.ds->Connect());
+  REQUIRE(t.PumpUntil([&] { return red.ds->connected(); }));
+  REQUIRE(red.rec.connected.back() == Ct(10));
+  t.Publish(Knowledge(11, 20, {{15, "red"}}));
+  REQUIRE(t.PumpUntil([&] { return red.rec.log == Strings{"E15"}; }));
 }
 
 TEST_CASE("with a commit thread, events reach subscribers while their commit is blocked",
@@ -1834,7 +1880,9 @@ TEST_CASE("with the commit thread played by its owner, rounds commit when the ow
   t.options.commit_interval = absl::Milliseconds(5);
   t.options.on_commit = [&] { ++on_commit_calls; };
   t.Open();
-  Client& red = t.Subscribe("red", "color = 'red'");
+  Client& red = t.Subscribe("red", "color = 'red'");  // its creation committed by the owner
+  const int subscribed_calls = on_commit_calls;
+  REQUIRE(subscribed_calls > 0);
   // The first round: its commit grants the delivery lease.
   t.Publish(Knowledge(1, 10, {}));
   REQUIRE(t.shb().latest_delivered(kP) == 0);
@@ -1843,10 +1891,10 @@ TEST_CASE("with the commit thread played by its owner, rounds commit when the ow
   // The commit interval runs on the broker's clock (the virtual one), not on the real one.
   CHECK(*due <= t.now + t.options.commit_interval);
   REQUIRE_OK(t.shb().committer().FlushIfDue(*due - absl::Milliseconds(1)));
-  REQUIRE(on_commit_calls == 0);
+  REQUIRE(on_commit_calls == subscribed_calls);
   REQUIRE_OK(t.shb().committer().FlushIfDue(*due));
-  REQUIRE(on_commit_calls > 0);                // from the owner's call, as the thread would
-  REQUIRE(t.shb().latest_delivered(kP) == 0);  // picked up by the next Flush only
+  REQUIRE(on_commit_calls > subscribed_calls);  // from the owner's call, as the thread would
+  REQUIRE(t.shb().latest_delivered(kP) == 0);   // picked up by the next Flush only
   // The lease's commit lets the round go; the round's commit moves latestDelivered.
   for (int i = 0; i < 3 && t.shb().latest_delivered(kP) < 10; ++i) {
     t.Pump();

@@ -58,10 +58,13 @@
 // Commits run inline (in Flush and OnTimer, the default) or on a commit thread of the broker's
 // own (commit_thread, what the runtime sets and the simulator plays on its virtual clock), in
 // both cases through one GroupCommitter so that they commit in the order they were made. With
-// commit_thread no handler waits for a commit: a Connect is answered before its subscription row is
-// durable, and the rounds that deliver to the session commit after that row, so a crash in between
-// loses both, and the subscriber's CT is then served as one this broker never hosted (by
-// refiltering).
+// commit_thread no handler waits for a commit. A Connect that creates a subscription is answered
+// by the first Flush after the subscription's row is durable (the matcher and the PFS have it
+// from the Connect on, so its catchup from its start serves what matched meanwhile): a subscriber
+// told Connected earlier would hold a CT for a subscription a crash could take away, and the
+// restarted broker, not knowing it, would release upstream what that CT still needs. A Connect
+// to an existing subscription is answered at once (it writes a row only to raise the epoch; a
+// crash that loses that brings back the older epoch, which the subscriber's outranks).
 //
 // Thread-safety: owned by one thread, which delivers its channel's messages and calls Flush and
 // OnTimer. With commit_thread, the commit thread only reports completions, which that thread

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -218,13 +219,18 @@ void SubscriberHostingBrokerImpl::Fail(const absl::Status& st) {
   status_ = st;
   Log(LogLevel::kError, absl::StrCat("the broker stopped: ", st.ToString(),
                                      "; every session ends; reopen the broker"));
+  const absl::Status unavailable =
+      absl::UnavailableError(absl::StrCat("broker storage failed: ", st.message(), "; reconnect"));
   for (auto& [name, s] : subscriptions_) {
     if (!s.session.empty()) {
-      SendError(s.session, name,
-                absl::UnavailableError(
-                    absl::StrCat("broker storage failed: ", st.message(), "; reconnect")));
+      SendError(s.session, name, unavailable);
       EndSession(s);
     }
+    if (s.awaiting_creation) SendError(s.awaiting_creation->first, name, unavailable);
+    s.awaiting_creation.reset();
+  }
+  for (const auto& [from, m] : std::exchange(ready_connects_, {})) {
+    SendError(from, m.subscription, unavailable);
   }
 }
 
@@ -252,7 +258,7 @@ void SubscriberHostingBrokerImpl::Submit(WriteBatch batch, std::vector<Advance> 
   }
   dirty_released_.clear();
   const uint64_t seq = next_seq_++;
-  in_flight_.push_back(InFlight{seq, std::move(advances)});
+  in_flight_.push_back(InFlight{seq, std::move(advances), std::exchange(creating_, {})});
   ++stats_.commits;
   committer_->Submit(std::move(batch), 1, [this, seq](absl::Status st) {
     {
@@ -297,6 +303,15 @@ void SubscriberHostingBrokerImpl::ProcessCommits() {
       a.pubend->committed = a.through;
       a.pubend->lease = a.lease;
       a.pubend->pfs->MarkCommitted(a.pfs_through);
+    }
+    for (const std::string& name : in_flight_.front().created) {
+      auto it = subscriptions_.find(name);
+      if (it == subscriptions_.end() || !it->second.creating) continue;  // deleted meanwhile
+      it->second.creating = false;
+      if (it->second.awaiting_creation) {
+        ready_connects_.push_back(*std::move(it->second.awaiting_creation));
+        it->second.awaiting_creation.reset();
+      }
     }
     in_flight_.pop_front();
     dirty_ = true;  // a larger lease may let the constreams go on
@@ -362,6 +377,8 @@ void SubscriberHostingBrokerImpl::AskForTheRest(PubendState& p) {
 
 bool SubscriberHostingBrokerImpl::Flush() {
   ProcessCommits();
+  // The Connects of subscriptions that have become durable: answered now, as any other.
+  for (const auto& [from, m] : std::exchange(ready_connects_, {})) OnConnect(from, m);
   if (!dirty_ || !status_.ok()) return false;
   dirty_ = false;
   // A failed round has moved constream positions past what is neither sent nor committed: the
@@ -774,6 +791,14 @@ void SubscriberHostingBrokerImpl::OnConnect(absl::string_view from, const Connec
     matcher_.Publish();
     by_id_[it->second.id.value] = &it->second;
     for (const auto& [id, pos] : it->second.positions) PutPosition(it->second, id, wb);
+    // Answered once this commit is durable (SubscriptionState::creating): the matcher and the
+    // PFS have it from now on, so the session's catchup from the subscription's start serves
+    // what matches meanwhile.
+    it->second.creating = true;
+    it->second.awaiting_creation.emplace(std::string(from), m);
+    creating_.push_back(it->second.name);
+    Submit(std::move(wb), {});
+    return;
   } else {
     SubscriptionState& s = it->second;
     if (s.selector != m.selector || s.topic_filter != m.topic_filter) {
@@ -788,6 +813,17 @@ void SubscriberHostingBrokerImpl::OnConnect(absl::string_view from, const Connec
       SendError(from, m.subscription,
                 absl::AbortedError(absl::StrCat(
                     "epoch ", m.epoch, " is older than the subscription's epoch ", s.epoch)));
+      return;
+    }
+    if (s.creating) {
+      // Not durable yet: this Connect (a retry, or a newer process) waits in the place of the
+      // one before, which is told it was replaced if it came from elsewhere.
+      if (s.awaiting_creation && s.awaiting_creation->first != from) {
+        SendError(
+            s.awaiting_creation->first, s.name,
+            absl::AbortedError(absl::StrCat("fenced by a newer connection (epoch ", m.epoch, ")")));
+      }
+      s.awaiting_creation.emplace(std::string(from), m);
       return;
     }
     if (!s.session.empty()) {
@@ -810,10 +846,9 @@ void SubscriberHostingBrokerImpl::OnConnect(absl::string_view from, const Connec
     }
   }
   // Submitted, not waited for: a burst of reconnections must not cost the loop an fsync each.
-  // Connected may go out before the row is durable. The rounds that deliver to the session
-  // commit after it (commits keep their order), so a crash in between loses the row and every
-  // PFS record that names it together, and the subscriber's CT is then served as one this broker
-  // never hosted: by refiltering (reconnect anywhere).
+  // An existing subscription's row changes here only with its epoch, and Connected may go out
+  // before that is durable: a crash in between brings back the older epoch, which the
+  // subscriber's own outranks. (A new subscription waits for its row: see above.)
   if (!wb.empty()) Submit(std::move(wb), {});
   if (!status_.ok()) {
     SendError(from, m.subscription, status_);
