@@ -33,10 +33,13 @@
 // those are, for some branch whose access found the record. The final answer for every candidate
 // is therefore exactly Subscription::Matches.
 //
-// Checks replicate the evaluator's three-valued rules (lib/selector/evaluator.cc) for the simple
-// conditions — comparisons with a literal, IN, LIKE, IS NULL, a boolean attribute, NOT over any
-// of these, and ORs of them — reading attribute values through interned attribute ids; anything
-// else is evaluated with selector_ast::EvaluateCondition.
+// The record keeps the selector's compiled program (lib/selector/program.h), not its text or a
+// tree: the planner reads the program through a selector_program::View, and checks point into
+// the program. Checks apply the program's three-valued rules for the simple conditions —
+// comparisons with a literal, IN, LIKE, IS NULL, a boolean attribute, NOT over any of these, and
+// ORs of them — reading attribute values through interned attribute ids; IN lists, LIKE patterns
+// and anything else are evaluated by the program itself (Program::In, LikePattern, and
+// Program::EvaluateRange over the conjunct's code), so the semantics live there once.
 //
 // Invariants of a Record:
 //   - `accesses` is never empty; all accesses of a record live in the same topic group.
@@ -46,9 +49,10 @@
 //     selector has no details, and a ranges_proven record (whose range terms are exactly its
 //     selector: RangesHold verifies it) has no check list (BranchChecks gives an empty list).
 //   - `dedupe` is set when one event may reach the record through more than one access.
-//   - The record owns its Subscription, so every pointer into the selector tree (literals,
-//     IN and LIKE nodes, generic conditions) lives as long as the record; kOr checks point into
-//     details->disjunctions, which is never changed after Compile.
+//   - The record holds a reference to its program, so every pointer into the program (string
+//     literals, IN operations, LIKE patterns, generic conditions, attribute names) lives as long
+//     as the record; kOr checks point into details->disjunctions, which is never changed after
+//     Compile.
 
 #ifndef GRYPH_LIB_MATCHER_PLAN_H_
 #define GRYPH_LIB_MATCHER_PLAN_H_
@@ -56,6 +60,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -71,7 +76,7 @@
 #include "gryph/tick.h"
 #include "lib/matcher/pool.h"
 #include "lib/matcher/range_index.h"
-#include "lib/selector/ast.h"
+#include "lib/selector/program.h"
 
 namespace gryph::matcher_internal {
 
@@ -96,8 +101,8 @@ struct Check {
     kEqual,     // attr = lit: a number in lo (lo_tag), a bool in lo.b, or a string (see below)
     kNotEqual,  // attr <> lit (same representation)
     kRange,     // lo <(=) attr <(=) hi; tag kNone for an absent bound
-    kIn,        // ptr: the InNode (NOT IN too)
-    kLike,      // ptr: the LikeNode (NOT LIKE too)
+    kIn,        // ptr: the program's IN operation (NOT IN too)
+    kLike,      // ptr: the LikePattern; flags kNotLike for NOT LIKE
     kIsNull,    // attr IS NULL
     kIsNotNull,
     kIsTrue,   // attr used as a condition: TRUE for boolean true, UNKNOWN unless boolean
@@ -105,15 +110,17 @@ struct Check {
     kNotInShort,
     kOr,  // ptr: lo.i checks, branches each closed by kBranchEnd (owned by the record)
     kBranchEnd,
-    kGeneric,  // ptr: a condition node, evaluated by the evaluator
+    kGeneric,  // ptr: the Program; lo.i: the condition's code, begin | end << 32
   };
   // Range flags.
   static constexpr uint8_t kLowInclusive = 1;
   static constexpr uint8_t kHighInclusive = 2;
-  // A string literal is `ptr` (the std::string in the tree); its first 8 bytes are also packed
-  // in lo, and `flags` is its length when at most 8 (then the comparison reads no other memory),
-  // else kLongString.
+  // A string literal is `ptr` (its varint length and bytes in the program, BytesAt); its first 8
+  // bytes are also packed in lo, and `flags` is its length when at most 8 (then the comparison
+  // reads no other memory), else kLongString.
   static constexpr uint8_t kLongString = 0xFF;
+  // kLike flags.
+  static constexpr uint8_t kNotLike = 1;
 
   Kind kind = Kind::kGeneric;
   uint8_t tags = 0;  // lo_tag() | hi_tag() << 4
@@ -200,7 +207,7 @@ struct Access {
     double hi;
   };
   union {
-    absl::string_view str{};  // kEqString, kPrefix: points into the record's selector tree
+    absl::string_view str{};  // kEqString, kPrefix: points into the record's program
     Bounds bounds;            // kInterval, kWide: the rounded bounds
   };
 };
@@ -224,7 +231,7 @@ struct Details {
   // unless the access is an OR, with a list per branch.
   std::vector<std::vector<Check>> checks;
   // The distinct attribute names the checks and accesses use, with their interned ids (names
-  // point into the selector tree).
+  // point into the program).
   std::vector<std::pair<absl::string_view, uint32_t>> attributes;
   // What kOr checks point to: an OR compiled so that verifying it reads one array of the
   // record's own rather than walking the selector tree.
@@ -239,7 +246,7 @@ struct Details {
 
 // Fields are ordered so that what changes of the index read comes first.
 struct Record {
-  Record(SubscriberId i, Subscription s) : id(i), subscription(std::move(s)) {}
+  explicit Record(SubscriberId i) : id(i) {}
 
   SubscriberId id;
   Placement placement = Placement::kAnyTopic;
@@ -254,12 +261,14 @@ struct Record {
   Group* group[2] = {nullptr, nullptr};
   absl::InlinedVector<Access, 1> accesses;
   std::unique_ptr<Details> details;  // null for an empty selector
-  Subscription subscription;
+  // The subscription, as much of it as matching needs: the compiled selector (null when it
+  // matches everything) and the topic filter (null without one).
+  selector_program::ProgramRef program;
+  std::unique_ptr<const TopicFilter> topic_filter;
 
   // The topic filter's text; empty without one.
   absl::string_view topic() const {
-    const TopicFilter* f = subscription.topic_filter();
-    return f == nullptr ? absl::string_view() : absl::string_view(f->text());
+    return topic_filter == nullptr ? absl::string_view() : absl::string_view(topic_filter->text());
   }
 
   // The checks of `branch`; none for an empty selector.
@@ -287,6 +296,12 @@ struct Record {
     }
     return true;
   }
+};
+
+// Takes a Subscription apart (its friend), so that a record keeps only what it needs.
+struct SubscriptionParts {
+  static const Selector& selector(const Subscription& s) { return s.selector_; }
+  static std::optional<TopicFilter>& topic_filter(Subscription& s) { return s.topic_filter_; }
 };
 
 // The hash the index's name tables use for topics and topic levels.
@@ -343,18 +358,23 @@ class AccessStats {
   void Extend(uint32_t attr, double v);
 };
 
-// Builds the record for `subscription` in memory from `pool`; DestroyRecord frees it.
+// Builds the record for `subscription` in memory from `pool`; DestroyRecord frees it. `view` is
+// scratch memory for the planner (the owner's, reused from one call to the next).
 Record* Compile(SubscriberId id, Subscription subscription, InternFn intern,
-                const AccessStats& stats, Pool& pool);
+                const AccessStats& stats, Pool& pool, selector_program::View* view);
 void DestroyRecord(Record* rec, Pool& pool);
 
 // Normalized equality keys: numbers equal by exact value get the same key (5 and 5.0 are int 5;
 // 0.5 stays a double). Returns false for NaN (equal to nothing).
 bool NumericKey(const AttributeValue& v, Access::Kind* kind, Scalar* key);
+bool NumericKey(const selector_program::Literal& v, Access::Kind* kind, Scalar* key);
 
 // Rounds a numeric value to the double the range indexes order it by. REQUIRES: v is numeric.
 inline double RangeValue(const AttributeValue& v) {
   return v.index() == 0 ? static_cast<double>(*std::get_if<int64_t>(&v)) : *std::get_if<double>(&v);
+}
+inline double RangeValue(const selector_program::Literal& v) {
+  return v.type == selector_program::Literal::Type::kInt64 ? static_cast<double>(v.i) : v.d;
 }
 
 // Interval buckets: an interval [lo, hi] (rounded, lo <= hi, finite width) has width class e with
