@@ -9,8 +9,10 @@
 //   - every conjunct AsIndexable() describes is TRUE exactly when its index condition holds;
 //   - a decoded subscription re-encodes to the same bytes;
 //   - a parsed selector's encoding decodes to the same text, rendering and truth values, and any
-//     input Selector::Decode accepts (as is, or after a version byte) re-encodes to itself;
-//     anything else it refuses with DataLoss or InvalidArgument.
+//     input Selector::Decode accepts re-encodes to itself; anything else it refuses with
+//     DataLoss or InvalidArgument;
+//   - any input taken as a compiled program (past the encoding's checksum) is refused with
+//     DataLoss or evaluates and renders without fault, a FALSE conjunct making it FALSE.
 
 #include <cmath>
 #include <cstdint>
@@ -254,6 +256,28 @@ void FuzzSubscription(absl::string_view input) {
   for (const Event& e : Events()) (void)sub->Matches(e);
 }
 
+// `input` as a compiled program, past the encoding's checksum (which random bytes never pass):
+// refused with DataLoss, or a program that evaluates, renders and splits into conjuncts without
+// fault.
+void FuzzProgram(absl::string_view input) {
+  absl::StatusOr<sp::ProgramRef> p = sp::Program::Make(input);
+  if (!p.ok()) {
+    Check(p.status().code() == absl::StatusCode::kDataLoss, "program error code",
+          p.status().ToString());
+    return;
+  }
+  Check((*p)->code() == input, "program bytes kept", input);
+  const sp::View view(**p);
+  const std::string debug = view.ToString(*view.root());
+  for (const Event& e : Events()) {
+    const Truth t = (*p)->Evaluate(e);
+    for (const sp::ViewNode* conjunct : view.Conjuncts(view.root())) {
+      const Truth c = (*p)->EvaluateRange(conjunct->begin, conjunct->end, e);
+      if (c == Truth::kFalse) Check(t == Truth::kFalse, "a FALSE conjunct", debug);
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -262,8 +286,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzTopicFilter(input);
   FuzzSubscription(input);
   FuzzSelectorDecode(input);
-  // Also as an encoding of the current version, so that mutations explore the program's bytes.
-  FuzzSelectorDecode(std::string(1, static_cast<char>(Selector::kEncodingVersion)) +
-                     std::string(input));
+  FuzzProgram(input);
   return 0;
 }

@@ -119,17 +119,22 @@ class Selector {
   // tree (unless that would exceed kMaxDepth). The empty selector renders as "".
   std::string DebugString() const;
 
-  // The persisted form: the version byte (kEncodingVersion), the text's length as a varint, the
-  // text, then the compiled program's bytes (none for a selector that matches everything). The
-  // program's format is in lib/selector/program.h; docs/selectors.md, "Encoding". Appends to
-  // *out, or returns the bytes.
+  // The persisted form (docs/selectors.md, "Encoding"):
+  //
+  //   version  1 byte  = kEncodingVersion
+  //   text     varint length, then the text given to Parse
+  //   program  varint length, then the compiled program (lib/selector/program.h); length 0 for a
+  //            selector that matches everything
+  //   crc      4 bytes, big-endian: CRC-32C of everything before it
+  //
+  // Appends to *out, or returns the bytes.
   void EncodeTo(std::string* out) const;
   std::string Encode() const;
 
   // The selector whose Encode() is `bytes`, without parsing its text: the program is checked
   // instead (every operation, operand, type and jump), in time linear in its size. Fails with
-  // DataLoss (a message naming what is wrong and where) on truncated, damaged or trailing bytes,
-  // and with InvalidArgument on an unknown version. Never crashes or reads outside `bytes`. Any
+  // DataLoss (a message naming what is wrong and where) on truncated, damaged or trailing bytes
+  // (a checksum mismatch among them), and with InvalidArgument on an unknown version. Never crashes or reads outside `bytes`. Any
   // input it accepts gives a selector whose Encode() is `bytes` again.
   static absl::StatusOr<Selector> Decode(absl::string_view bytes);
 

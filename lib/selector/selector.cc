@@ -5,6 +5,7 @@
 #include "lib/selector/parser.h"
 #include "lib/selector/program.h"
 #include "lib/util/coding.h"
+#include "lib/util/crc32c.h"
 #include "lib/util/status_macros.h"
 
 namespace gryph {
@@ -68,9 +69,13 @@ std::string Selector::DebugString() const {
 }
 
 void Selector::EncodeTo(std::string* out) const {
+  const size_t start = out->size();
   out->push_back(static_cast<char>(kEncodingVersion));
   internal::PutLengthPrefixed(out, text());
-  if (program_ != nullptr) out->append(program_->code().data(), program_->code().size());
+  internal::PutLengthPrefixed(out, program_ == nullptr ? absl::string_view()
+                                                       : program_->code());
+  const uint32_t crc = internal::Crc32c(absl::string_view(*out).substr(start));
+  internal::PutFixed32BE(out, crc);
 }
 
 std::string Selector::Encode() const {
@@ -80,27 +85,31 @@ std::string Selector::Encode() const {
 }
 
 absl::StatusOr<Selector> Selector::Decode(absl::string_view bytes) {
-  internal::ByteReader in(bytes, "selector");
-  uint8_t version = 0;
-  if (!in.ReadByte(&version, "version")) return absl::DataLossError(in.status().message());
-  if (version != kEncodingVersion) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("selector encoding: unsupported version ", version));
+  if (bytes.empty()) return absl::DataLossError("selector encoding: empty");
+  if (static_cast<uint8_t>(bytes[0]) != kEncodingVersion) {
+    return absl::InvalidArgumentError(absl::StrCat("selector encoding: unsupported version ",
+                                                   static_cast<uint8_t>(bytes[0])));
   }
+  if (bytes.size() < 1 + 4) return absl::DataLossError("selector encoding: truncated");
+  const absl::string_view body = bytes.substr(0, bytes.size() - 4);
+  if (internal::Crc32c(body) != internal::DecodeFixed32BE(bytes.data() + body.size())) {
+    return absl::DataLossError("selector encoding: checksum mismatch");
+  }
+  internal::ByteReader in(body.substr(1), "selector");
   absl::string_view text;
-  if (!in.ReadLengthPrefixed(&text, "text")) return absl::DataLossError(in.status().message());
-  const absl::string_view code = bytes.substr(in.offset());
+  absl::string_view code;
+  if (!in.ReadLengthPrefixed(&text, "text") || !in.ReadLengthPrefixed(&code, "program") ||
+      !in.ExpectEnd()) {
+    return absl::DataLossError(in.status().message());
+  }
+  const bool blank = text.find_first_not_of(" \t\n\r\f") == absl::string_view::npos;
   if (code.empty()) {
     // Only a blank text compiles to no program.
-    if (text.find_first_not_of(" \t\n\r\f") != absl::string_view::npos) {
-      return absl::DataLossError("selector encoding: a nonblank text without a program");
-    }
+    if (!blank) return absl::DataLossError("selector encoding: a nonblank text without a program");
     if (text.empty()) return Parse("");
     return Selector(nullptr, std::make_shared<const std::string>(text));
   }
-  if (text.find_first_not_of(" \t\n\r\f") == absl::string_view::npos) {
-    return absl::DataLossError("selector encoding: a program for a blank text");
-  }
+  if (blank) return absl::DataLossError("selector encoding: a program for a blank text");
   GRYPH_ASSIGN_OR_RETURN(sp::ProgramRef program, sp::Program::Make(code));
   return Selector(program.release(), std::make_shared<const std::string>(text));
 }
