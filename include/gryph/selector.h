@@ -134,8 +134,9 @@ class Selector {
   // The selector whose Encode() is `bytes`, without parsing its text: the program is checked
   // instead (every operation, operand, type and jump), in time linear in its size. Fails with
   // DataLoss (a message naming what is wrong and where) on truncated, damaged or trailing bytes
-  // (a checksum mismatch among them), and with InvalidArgument on an unknown version. Never crashes or reads outside `bytes`. Any
-  // input it accepts gives a selector whose Encode() is `bytes` again.
+  // (a checksum mismatch among them), and with InvalidArgument on an unknown version. Never crashes
+  // or reads outside `bytes`. Any input it accepts gives a selector whose Encode() is `bytes`
+  // again.
   static absl::StatusOr<Selector> Decode(absl::string_view bytes);
 
   // The compiled program, for gryph's matcher (lib/selector/program.h); nullptr when the

@@ -72,8 +72,7 @@ void Selector::EncodeTo(std::string* out) const {
   const size_t start = out->size();
   out->push_back(static_cast<char>(kEncodingVersion));
   internal::PutLengthPrefixed(out, text());
-  internal::PutLengthPrefixed(out, program_ == nullptr ? absl::string_view()
-                                                       : program_->code());
+  internal::PutLengthPrefixed(out, program_ == nullptr ? absl::string_view() : program_->code());
   const uint32_t crc = internal::Crc32c(absl::string_view(*out).substr(start));
   internal::PutFixed32BE(out, crc);
 }
@@ -87,8 +86,8 @@ std::string Selector::Encode() const {
 absl::StatusOr<Selector> Selector::Decode(absl::string_view bytes) {
   if (bytes.empty()) return absl::DataLossError("selector encoding: empty");
   if (static_cast<uint8_t>(bytes[0]) != kEncodingVersion) {
-    return absl::InvalidArgumentError(absl::StrCat("selector encoding: unsupported version ",
-                                                   static_cast<uint8_t>(bytes[0])));
+    return absl::InvalidArgumentError(
+        absl::StrCat("selector encoding: unsupported version ", static_cast<uint8_t>(bytes[0])));
   }
   if (bytes.size() < 1 + 4) return absl::DataLossError("selector encoding: truncated");
   const absl::string_view body = bytes.substr(0, bytes.size() - 4);
