@@ -109,15 +109,24 @@ class Scanner {
   absl::Status String(Token* token) {
     const size_t start = pos_++;
     token->kind = TokenKind::kString;
+    const size_t first = pos_;
     while (true) {
       const size_t quote = text_.find('\'', pos_);
       if (quote == absl::string_view::npos) {
         return Error(start, "unterminated string literal");
       }
-      token->text.append(text_.data() + pos_, quote - pos_);
+      if (token->escaped) token->unescaped.append(text_.data() + pos_, quote - pos_);
       pos_ = quote + 1;
-      if (Peek() != '\'') return absl::OkStatus();
-      token->text.push_back('\'');  // '' stands for one quote
+      if (Peek() != '\'') {
+        if (!token->escaped) token->view = text_.substr(first, quote - first);
+        return absl::OkStatus();
+      }
+      // '' stands for one quote: from here on the value is a copy.
+      if (!token->escaped) {
+        token->escaped = true;
+        token->unescaped.assign(text_.data() + first, quote - first);
+      }
+      token->unescaped.push_back('\'');
       ++pos_;
     }
   }
@@ -143,13 +152,13 @@ class Scanner {
     }
     const absl::string_view word = text_.substr(start, pos_ - start);
     for (const Keyword& k : kKeywords) {
-      if (absl::EqualsIgnoreCase(word, k.word)) {
+      if (k.word.size() == word.size() && absl::EqualsIgnoreCase(word, k.word)) {
         token->kind = k.kind;
         return absl::OkStatus();
       }
     }
     token->kind = TokenKind::kIdentifier;
-    token->text = std::string(word);
+    token->view = word;
     return absl::OkStatus();
   }
 
@@ -234,12 +243,14 @@ class Scanner {
         return Error(start, absl::StrCat("invalid octal literal ",
                                          Printable(text_.substr(start, pos_ - start))));
       }
-      if (value > (limit - d) / static_cast<uint64_t>(base)) {
+      uint64_t next;
+      if (__builtin_mul_overflow(value, static_cast<uint64_t>(base), &next) ||
+          __builtin_add_overflow(next, d, &next) || next > limit) {
         return Error(start,
                      absl::StrCat("integer literal ", Printable(text_.substr(start, pos_ - start)),
                                   " is out of the range of a 64-bit integer"));
       }
-      value = value * static_cast<uint64_t>(base) + d;
+      value = next;
     }
     token->integer = value;
     return absl::OkStatus();

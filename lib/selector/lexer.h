@@ -66,7 +66,12 @@ struct Token {
   uint64_t integer = 0;
   bool decimal = true;
   double number = 0;  // kDouble
-  std::string text;   // kString: the value, with '' undone; kIdentifier: the name
+  // kIdentifier: the name; kString: the value (with '' undone). A view into the selector text,
+  // or into `unescaped` for a string literal holding '' (the only case that allocates).
+  absl::string_view value() const { return escaped ? absl::string_view(unescaped) : view; }
+  absl::string_view view;
+  bool escaped = false;
+  std::string unescaped;
 };
 
 // Splits a text into tokens, from its start, one per call.

@@ -10,7 +10,6 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "fmt/format.h"
-#include "lib/selector/ast.h"
 #include "lib/selector/numeric.h"
 #include "lib/selector/utf8.h"
 
@@ -537,21 +536,22 @@ void ProgramBuilder::U64(uint64_t v) {
   std::memcpy(b, &v, 8);
   code_.append(b, 8);
 }
-void ProgramBuilder::Bytes(absl::string_view bytes) {
-  // Texts longer than 4 GiB do not reach here (LikePattern and the lexer limit them).
-  uint32_t n = static_cast<uint32_t>(bytes.size());
+void ProgramBuilder::Varint(uint32_t n) {
   while (n >= 0x80) {
     code_.push_back(static_cast<char>((n & 0x7F) | 0x80));
     n >>= 7;
   }
   code_.push_back(static_cast<char>(n));
+}
+void ProgramBuilder::Bytes(absl::string_view bytes) {
+  // Texts longer than 4 GiB do not reach here (LikePattern and the lexer limit them).
+  Varint(static_cast<uint32_t>(bytes.size()));
   code_.append(bytes.data(), bytes.size());
 }
-void ProgramBuilder::Name(absl::string_view name) { Bytes(name); }
 
 void ProgramBuilder::Attr(absl::string_view name) {
   code_.push_back(static_cast<char>(Op::kAttr));
-  Name(name);
+  Bytes(name);
 }
 void ProgramBuilder::Int64(int64_t v) {
   if (v >= INT32_MIN && v <= INT32_MAX) {
@@ -583,15 +583,10 @@ void ProgramBuilder::Simple(Op op) { code_.push_back(static_cast<char>(op)); }
 void ProgramBuilder::In(bool negated, absl::string_view name,
                         const std::vector<AttributeValue>& values) {
   code_.push_back(static_cast<char>(negated ? Op::kNotIn : Op::kIn));
-  Name(name);
+  Bytes(name);
   const bool numeric = !values.empty() && !std::holds_alternative<std::string>(values.front());
   code_.push_back(numeric ? 1 : 0);
-  uint32_t n = static_cast<uint32_t>(values.size());
-  while (n >= 0x80) {
-    code_.push_back(static_cast<char>((n & 0x7F) | 0x80));
-    n >>= 7;
-  }
-  code_.push_back(static_cast<char>(n));
+  Varint(static_cast<uint32_t>(values.size()));
   const size_t first = code_.size();
   std::vector<uint32_t> offsets;
   offsets.reserve(values.size());
@@ -623,26 +618,27 @@ void ProgramBuilder::In(bool negated, absl::string_view name,
 }
 
 void ProgramBuilder::Like(bool negated, absl::string_view name, absl::string_view pattern,
-                          absl::string_view escape) {
+                          absl::string_view escape, LikePattern compiled) {
   code_.push_back(static_cast<char>(negated ? Op::kNotLike : Op::kLike));
-  Name(name);
-  const uint16_t index = likes_++;
+  Bytes(name);
+  const uint16_t index = static_cast<uint16_t>(likes_.size());
   char b[2];
   std::memcpy(b, &index, 2);
   code_.append(b, 2);
   Bytes(pattern);
   Bytes(escape);
+  likes_.push_back(std::move(compiled));
 }
 
 void ProgramBuilder::IsNull(bool negated, absl::string_view name) {
   code_.push_back(static_cast<char>(negated ? Op::kIsNotNull : Op::kIsNull));
-  Name(name);
+  Bytes(name);
 }
 
 size_t ProgramBuilder::LogicalBegin(bool is_or) {
-  groups_.push_back(Group{is_or, 1, {}});
+  groups_.push_back(Group{is_or, 1, patches_.size()});
   code_.push_back(static_cast<char>(is_or ? Op::kOrFirst : Op::kAndFirst));
-  groups_.back().patches.push_back(code_.size());
+  patches_.push_back(code_.size());
   U32(0);
   return groups_.size() - 1;
 }
@@ -650,32 +646,41 @@ size_t ProgramBuilder::LogicalBegin(bool is_or) {
 void ProgramBuilder::LogicalNext(size_t group) {
   Group& g = groups_[group];
   code_.push_back(static_cast<char>(g.is_or ? Op::kOrMore : Op::kAndMore));
-  g.patches.push_back(code_.size());
+  patches_.push_back(code_.size());
   U32(0);
   ++g.count;
 }
 
 void ProgramBuilder::LogicalEnd(size_t group) {
-  Group& g = groups_[group];
+  const Group g = groups_[group];
   code_.push_back(static_cast<char>(g.is_or ? Op::kOrLast : Op::kAndLast));
   U32(g.count + 1);
-  for (size_t at : g.patches) {
+  for (size_t k = g.patches; k < patches_.size(); ++k) {
+    const size_t at = patches_[k];
     const uint32_t skip = static_cast<uint32_t>(code_.size() - (at + 4));
     std::memcpy(&code_[at], &skip, 4);
   }
-  g.patches.clear();
-  g.patches.shrink_to_fit();
+  patches_.resize(g.patches);
+  groups_.resize(group);
 }
 
 absl::StatusOr<ProgramRef> ProgramBuilder::Finish() {
-  absl::StatusOr<ProgramRef> p = Program::Make(code_);
-  if (!p.ok()) return absl::InvalidArgumentError(p.status().message());
-  return p;
+#ifndef NDEBUG
+  std::vector<LikePattern> checked;
+  if (absl::Status s = Program::Validate(code_, &checked); !s.ok()) {
+    return absl::InternalError(s.message());
+  }
+#endif
+  return Program::Build(code_, std::move(likes_));
 }
 
 absl::StatusOr<ProgramRef> Program::Make(absl::string_view code) {
   std::vector<LikePattern> likes;
   if (absl::Status s = Validate(code, &likes); !s.ok()) return s;
+  return Build(code, std::move(likes));
+}
+
+ProgramRef Program::Build(absl::string_view code, std::vector<LikePattern> likes) {
   void* mem = ::operator new(sizeof(Program) + code.size());
   Program* p = new (mem) Program();
   p->size_ = static_cast<uint32_t>(code.size());
@@ -753,9 +758,10 @@ bool ValidName(absl::string_view name) {
       return false;
     }
   }
-  for (absl::string_view k :
-       {"NULL", "TRUE", "FALSE", "NOT", "AND", "OR", "BETWEEN", "LIKE", "IN", "IS", "ESCAPE"}) {
-    if (absl::EqualsIgnoreCase(name, k)) return false;
+  static constexpr absl::string_view kKeywords[] = {
+      "NULL", "TRUE", "FALSE", "NOT", "AND", "OR", "BETWEEN", "LIKE", "IN", "IS", "ESCAPE"};
+  for (absl::string_view k : kKeywords) {
+    if (k.size() == name.size() && absl::EqualsIgnoreCase(name, k)) return false;
   }
   return true;
 }
@@ -774,8 +780,8 @@ absl::Status Program::Validate(absl::string_view code, std::vector<LikePattern>*
     size_t base;            // items below the group's first operand
     const uint8_t* target;  // where its jumps land
   };
-  std::vector<Item> items;
-  std::vector<Group> groups;
+  absl::InlinedVector<Item, 32> items;
+  absl::InlinedVector<Group, 4> groups;
   size_t vm = 0;  // the evaluation stack's depth
   Reader r(code);
   const uint8_t* const start = reinterpret_cast<const uint8_t*>(code.data());
@@ -1379,88 +1385,6 @@ std::string View::ToString(const ViewNode& n) const {
       return absl::StrCat("(", ToString(child(n, 0)), " ", KindName(n.kind), " ",
                           ToString(child(n, 1)), ")");
   }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Compiling a parsed tree.
-
-namespace {
-
-void Emit(const sa::Node& node, ProgramBuilder* b) {
-  using NK = sa::NodeKind;
-  switch (node.kind()) {
-    case NK::kLiteral: {
-      const AttributeValue& v = node.As<sa::LiteralNode>()->value;
-      switch (v.index()) {
-        case 0: b->Int64(*std::get_if<int64_t>(&v)); break;
-        case 1: b->Double(*std::get_if<double>(&v)); break;
-        case 2: b->String(*std::get_if<std::string>(&v)); break;
-        default: b->Bool(*std::get_if<bool>(&v)); break;
-      }
-      return;
-    }
-    case NK::kIdentifier: b->Attr(node.As<sa::IdentifierNode>()->name); return;
-    case NK::kNegate:
-    case NK::kUnaryPlus:
-    case NK::kNot:
-      Emit(*node.As<sa::UnaryNode>()->operand, b);
-      b->Simple(node.kind() == NK::kNegate      ? Op::kNegate
-                : node.kind() == NK::kUnaryPlus ? Op::kUnaryPlus
-                                                : Op::kNot);
-      return;
-    case NK::kAnd:
-    case NK::kOr: {
-      const auto& ops = node.As<sa::LogicalNode>()->operands;
-      Emit(*ops[0], b);
-      const size_t g = b->LogicalBegin(node.kind() == NK::kOr);
-      for (size_t i = 1; i < ops.size(); ++i) {
-        Emit(*ops[i], b);
-        if (i + 1 < ops.size()) b->LogicalNext(g);
-      }
-      b->LogicalEnd(g);
-      return;
-    }
-    case NK::kBetween: {
-      const auto* n = node.As<sa::BetweenNode>();
-      Emit(*n->value, b);
-      Emit(*n->low, b);
-      Emit(*n->high, b);
-      b->Simple(n->negated ? Op::kNotBetween : Op::kBetween);
-      return;
-    }
-    case NK::kIn: {
-      const auto* n = node.As<sa::InNode>();
-      b->In(n->negated, n->attribute, n->values);
-      return;
-    }
-    case NK::kLike: {
-      const auto* n = node.As<sa::LikeNode>();
-      b->Like(n->negated, n->attribute, n->pattern, n->escape);
-      return;
-    }
-    case NK::kIsNull: {
-      const auto* n = node.As<sa::IsNullNode>();
-      b->IsNull(n->negated, n->attribute);
-      return;
-    }
-    default: {
-      const auto* n = node.As<sa::BinaryNode>();
-      Emit(*n->lhs, b);
-      Emit(*n->rhs, b);
-      // NodeKind and Op list the binary operators in the same order.
-      b->Simple(static_cast<Op>(static_cast<int>(Op::kAdd) +
-                                (static_cast<int>(node.kind()) - static_cast<int>(NK::kAdd))));
-      return;
-    }
-  }
-}
-
-}  // namespace
-
-absl::StatusOr<ProgramRef> CompileTree(const selector_ast::Node& root) {
-  ProgramBuilder b;
-  Emit(root, &b);
-  return b.Finish();
 }
 
 }  // namespace gryph::selector_program

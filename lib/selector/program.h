@@ -42,7 +42,7 @@
 //   - The code is a sequence of whole operations; every operand is in bounds; the operations
 //     form one expression tree (no stack underflow, one value at the end), whose height is at
 //     most Selector::kMaxDepth and whose value stack stays within kMaxStack.
-//   - Static typing as the parser enforces it (lib/selector/ast.h): arithmetic and BETWEEN
+//   - Static typing as the parser enforces it (lib/selector/parser.cc): arithmetic and BETWEEN
 //     operands are numeric or attributes; NOT/AND/OR operands and the root are conditions or
 //     attributes; < <= > >= have no string or boolean operand.
 //   - Every AND/OR jump lands just past the kAndLast/kOrLast of its own group, and the groups
@@ -64,15 +64,12 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "gryph/event.h"
 #include "gryph/selector.h"
 #include "lib/selector/like_pattern.h"
-
-namespace gryph::selector_ast {
-class Node;
-}  // namespace gryph::selector_ast
 
 namespace gryph::selector_program {
 
@@ -193,9 +190,16 @@ class ProgramRef {
   const Program* p_ = nullptr;
 };
 
-// Appends operations; Finish() checks them (Validate) and makes the Program.
+// Appends operations; Finish() makes the Program. Used by the parser, which emits the program
+// as it parses: an operator after its operands.
 class ProgramBuilder {
  public:
+  void Reserve(size_t bytes) { code_.reserve(bytes); }
+  // Bytes of code so far; Truncate drops what follows `size` (the parser replaces the attribute
+  // it read by the IN, LIKE or IS NULL that names it, and folds a sign into a literal).
+  size_t size() const { return code_.size(); }
+  void Truncate(size_t size) { code_.resize(size); }
+
   void Attr(absl::string_view name);
   void Int64(int64_t v);
   void Double(double v);
@@ -204,31 +208,35 @@ class ProgramBuilder {
   void Simple(Op op);  // the operators without operands
   void In(bool negated, absl::string_view name, const std::vector<AttributeValue>& values);
   void Like(bool negated, absl::string_view name, absl::string_view pattern,
-            absl::string_view escape);
+            absl::string_view escape, LikePattern compiled);
   void IsNull(bool negated, absl::string_view name);
   // A logical group: Begin after the first operand, Next after each later one but the last,
-  // End after the last. Returns the group's handle for Next and End.
+  // End after the last. Groups nest: End closes the latest group begun. Returns the group's
+  // handle for Next and End.
   size_t LogicalBegin(bool is_or);
   void LogicalNext(size_t group);
   void LogicalEnd(size_t group);
 
-  // The program for what was appended. Fails with InvalidArgument when it breaks an invariant.
+  // The program for what was appended. The parser's output meets the invariants by
+  // construction, so it is not checked again (the tests and the fuzzer check it through
+  // Decode), except in debug builds.
   absl::StatusOr<ProgramRef> Finish();
 
  private:
   struct Group {
     bool is_or;
     uint32_t count;
-    std::vector<size_t> patches;  // where the skips to fill in are
+    size_t patches;  // where its skips start in patches_
   };
-  void Name(absl::string_view name);
+  void Varint(uint32_t v);
   void Bytes(absl::string_view bytes);
   void U32(uint32_t v);
   void U64(uint64_t v);
 
   std::string code_;
-  std::vector<Group> groups_;
-  uint16_t likes_ = 0;
+  absl::InlinedVector<Group, 4> groups_;
+  absl::InlinedVector<size_t, 16> patches_;  // skips to fill in, of the open groups
+  std::vector<LikePattern> likes_;
 };
 
 // A tree view of a program, for the matcher's planner and for rendering: the nodes in postorder,
@@ -349,17 +357,17 @@ class Program {
   friend class ProgramRef;
   Program() = default;
   ~Program();
+  friend class ProgramBuilder;
   // Checks `code`; appends each LIKE's compiled pattern to *likes.
   static absl::Status Validate(absl::string_view code, std::vector<LikePattern>* likes);
+  // The program of `code`, unchecked. REQUIRES: code meets the invariants; likes compiled.
+  static ProgramRef Build(absl::string_view code, std::vector<LikePattern> likes);
 
   mutable std::atomic<uint32_t> refs_{1};
   uint32_t size_ = 0;
   std::vector<LikePattern>* likes_ = nullptr;  // null without LIKE
   const uint8_t* code_ = nullptr;              // just past this object, in the same allocation
 };
-
-// Compiles a parsed tree (lib/selector/ast.h) into its program.
-absl::StatusOr<ProgramRef> CompileTree(const selector_ast::Node& root);
 
 }  // namespace gryph::selector_program
 

@@ -1,7 +1,6 @@
 #include "gryph/selector.h"
 
 #include "absl/strings/str_cat.h"
-#include "lib/selector/ast.h"
 #include "lib/selector/parser.h"
 #include "lib/selector/program.h"
 #include "lib/util/coding.h"
@@ -41,12 +40,7 @@ absl::StatusOr<Selector> Selector::Parse(absl::string_view text, const SelectorO
         new std::shared_ptr<const std::string>(std::make_shared<const std::string>());
     return Selector(nullptr, *kEmpty);
   }
-  GRYPH_ASSIGN_OR_RETURN(std::shared_ptr<const selector_ast::Ast> ast,
-                         selector_ast::ParseSelector(text, options));
-  sp::ProgramRef program;
-  if (ast->root() != nullptr) {
-    GRYPH_ASSIGN_OR_RETURN(program, sp::CompileTree(*ast->root()));
-  }
+  GRYPH_ASSIGN_OR_RETURN(sp::ProgramRef program, selector_ast::ParseSelector(text, options));
   return Selector(program.release(), std::make_shared<const std::string>(text));
 }
 
