@@ -48,7 +48,8 @@ std::string Printable(absl::string_view bytes) {
 // Reads one token from a position of the text.
 class Scanner {
  public:
-  Scanner(absl::string_view text, size_t pos) : text_(text), pos_(pos) {}
+  Scanner(absl::string_view text, size_t pos, std::forward_list<std::string>* unescaped)
+      : text_(text), pos_(pos), unescaped_(unescaped) {}
 
   // The token at the position, after whitespace (kEnd at the end of the text).
   absl::Status Scan(Token* token) {
@@ -110,23 +111,24 @@ class Scanner {
     const size_t start = pos_++;
     token->kind = TokenKind::kString;
     const size_t first = pos_;
+    std::string* copy = nullptr;
     while (true) {
       const size_t quote = text_.find('\'', pos_);
       if (quote == absl::string_view::npos) {
         return Error(start, "unterminated string literal");
       }
-      if (token->escaped) token->unescaped.append(text_.data() + pos_, quote - pos_);
+      if (copy != nullptr) copy->append(text_.data() + pos_, quote - pos_);
       pos_ = quote + 1;
       if (Peek() != '\'') {
-        if (!token->escaped) token->view = text_.substr(first, quote - first);
+        token->view =
+            copy != nullptr ? absl::string_view(*copy) : text_.substr(first, quote - first);
         return absl::OkStatus();
       }
       // '' stands for one quote: from here on the value is a copy.
-      if (!token->escaped) {
-        token->escaped = true;
-        token->unescaped.assign(text_.data() + first, quote - first);
+      if (copy == nullptr) {
+        copy = &unescaped_->emplace_front(text_.data() + first, quote - first);
       }
-      token->unescaped.push_back('\'');
+      copy->push_back('\'');
       ++pos_;
     }
   }
@@ -152,7 +154,8 @@ class Scanner {
     }
     const absl::string_view word = text_.substr(start, pos_ - start);
     for (const Keyword& k : kKeywords) {
-      if (k.word.size() == word.size() && absl::EqualsIgnoreCase(word, k.word)) {
+      if (k.word.size() == word.size() && (word[0] | 0x20) == (k.word[0] | 0x20) &&
+          absl::EqualsIgnoreCase(word, k.word)) {
         token->kind = k.kind;
         return absl::OkStatus();
       }
@@ -271,12 +274,13 @@ class Scanner {
 
   absl::string_view text_;
   size_t pos_ = 0;
+  std::forward_list<std::string>* unescaped_;
 };
 
 }  // namespace
 
 absl::Status Lexer::Next(Token* token) {
-  Scanner scanner(text_, pos_);
+  Scanner scanner(text_, pos_, &unescaped_);
   absl::Status s = scanner.Scan(token);
   pos_ = scanner.pos();
   return s;

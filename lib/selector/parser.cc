@@ -38,7 +38,11 @@ struct Operand {
   int height = 1;     // of its tree: 1 for a leaf
   size_t code = 0;
   absl::string_view name;  // an identifier's
-  AttributeValue value;    // a numeric literal's (for folding a sign into it)
+  // A numeric literal's value (for folding a sign into it): an int64 or a double.
+  bool is_int = false;
+  int64_t i = 0;
+  double d = 0;
+  AttributeValue value() const { return is_int ? AttributeValue(i) : AttributeValue(d); }
   bool is_identifier() const { return type == StaticType::kAny; }
 };
 
@@ -551,7 +555,12 @@ class Parser {
         builder_.Bool(*std::get_if<bool>(&v));
         break;
     }
-    if (out.type == StaticType::kNumeric) out.value = std::move(v);
+    if (const int64_t* i = std::get_if<int64_t>(&v)) {
+      out.is_int = true;
+      out.i = *i;
+    } else if (const double* d = std::get_if<double>(&v)) {
+      out.d = *d;
+    }
     return out;
   }
 
@@ -634,7 +643,7 @@ class Parser {
     GRYPH_RETURN_IF_ERROR(CheckNumeric(operand, op, /*unary=*/true));
     if (operand.literal) {  // as in -(5): the literal is the last code emitted, folded
       builder_.Truncate(operand.code);
-      return EmitLiteral(minus ? Negate(operand.value) : operand.value, op.offset);
+      return EmitLiteral(minus ? Negate(operand.value()) : operand.value(), op.offset);
     }
     builder_.Simple(minus ? sp::Op::kNegate : sp::Op::kUnaryPlus);
     return Composite(StaticType::kNumeric, op.offset, operand.height, operand.code, op.offset);

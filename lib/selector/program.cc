@@ -84,12 +84,10 @@ InList LoadIn(const uint8_t* p) {
   in.name = LoadBytes(&p);
   in.numeric = *p++ != 0;
   in.count = LoadVarint(&p);
+  const uint32_t bytes = LoadU32(p);
+  p += 4;
   in.values = p;
-  if (in.numeric) {
-    p += 9 * static_cast<size_t>(in.count);
-  } else {
-    for (uint32_t i = 0; i < in.count; ++i) LoadBytes(&p);
-  }
+  p += bytes;
   if (in.count > kSortedInThreshold) {
     in.sorted = p;
     p += 4 * static_cast<size_t>(in.count);
@@ -587,6 +585,8 @@ void ProgramBuilder::In(bool negated, absl::string_view name,
   const bool numeric = !values.empty() && !std::holds_alternative<std::string>(values.front());
   code_.push_back(numeric ? 1 : 0);
   Varint(static_cast<uint32_t>(values.size()));
+  const size_t bytes_at = code_.size();
+  U32(0);  // the values' bytes, filled in below
   const size_t first = code_.size();
   std::vector<uint32_t> offsets;
   offsets.reserve(values.size());
@@ -605,6 +605,8 @@ void ProgramBuilder::In(bool negated, absl::string_view name,
       U64(bits);
     }
   }
+  const uint32_t bytes = static_cast<uint32_t>(code_.size() - first);
+  std::memcpy(&code_[bytes_at], &bytes, 4);
   if (values.size() > kSortedInThreshold) {
     InList in;
     in.numeric = numeric;
@@ -896,6 +898,8 @@ absl::Status Program::Validate(absl::string_view code, std::vector<LikePattern>*
         if (!r.Bytes(&name) || !ValidName(name)) return fail("bad attribute name");
         if (!r.U8(&numeric) || numeric > 1) return fail("bad IN list type");
         if (!r.Varint(&count) || count == 0) return fail("bad IN list length");
+        uint32_t bytes;
+        if (!r.Fixed(&bytes, 4)) return fail("truncated IN list");
         const uint8_t* first = r.pos();
         std::vector<uint32_t> starts;
         const bool sorted = count > kSortedInThreshold;
@@ -914,6 +918,7 @@ absl::Status Program::Validate(absl::string_view code, std::vector<LikePattern>*
             if (!r.Bytes(&s)) return fail("bad IN value");
           }
         }
+        if (r.pos() - first != bytes) return fail("bad IN list size");
         if (sorted) {
           InList in;
           in.numeric = numeric == 1;

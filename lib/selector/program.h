@@ -19,10 +19,10 @@
 //   kAdd kSubtract kMultiply kDivide, kEqual kNotEqual kLess kLessEqual kGreater kGreaterEqual
 //                                    2 operands
 //   kBetween | kNotBetween           3 operands: value, low, high
-//   kIn | kNotIn name u8:numeric varint:n values [sorted]
+//   kIn | kNotIn name u8:numeric varint:n u32:size values [sorted]
 //                                    push `name [NOT] IN (values)`: n >= 1 string literals
 //                                    (bytes each) or numeric literals (u8 tag 0 = int64, 1 =
-//                                    double, then 8 bytes each), as written; when n >
+//                                    double, then 8 bytes each), as written, `size` bytes; when n >
 //                                    kSortedInThreshold, then u32 offsets of the values (from
 //                                    the first value) in ascending order (strings by bytes,
 //                                    numbers by exact value, ties by offset), for binary search
