@@ -763,10 +763,47 @@ bool ValidName(absl::string_view name) {
   static constexpr absl::string_view kKeywords[] = {
       "NULL", "TRUE", "FALSE", "NOT", "AND", "OR", "BETWEEN", "LIKE", "IN", "IS", "ESCAPE"};
   for (absl::string_view k : kKeywords) {
-    if (k.size() == name.size() && absl::EqualsIgnoreCase(name, k)) return false;
+    if (k.size() == name.size() && (k[0] | 0x20) == (name[0] | 0x20) &&
+        absl::EqualsIgnoreCase(name, k)) {
+      return false;
+    }
   }
   return true;
 }
+
+// A stack on the C++ stack while small (no allocation for typical programs), on the heap
+// beyond N elements.
+template <typename T, size_t N>
+class Stack {
+ public:
+  Stack() = default;
+  Stack(const Stack&) = delete;
+  Stack& operator=(const Stack&) = delete;
+  // A new element on top, for the caller to fill in field by field (an element built whole
+  // and copied in costs a store-forwarding stall per push).
+  T& push() {
+    if (size_ == capacity_) Grow();
+    return data_[size_++];
+  }
+  void pop_back() { --size_; }
+  T& back() { return data_[size_ - 1]; }
+  bool empty() const { return size_ == 0; }
+  size_t size() const { return size_; }
+
+ private:
+  void Grow() {
+    std::vector<T> bigger(2 * capacity_);
+    std::copy(data_, data_ + size_, bigger.begin());
+    heap_ = std::move(bigger);
+    data_ = heap_.data();
+    capacity_ *= 2;
+  }
+  T local_[N];
+  std::vector<T> heap_;
+  T* data_ = local_;
+  size_t size_ = 0;
+  size_t capacity_ = N;
+};
 
 }  // namespace
 
@@ -782,8 +819,8 @@ absl::Status Program::Validate(absl::string_view code, std::vector<LikePattern>*
     size_t base;            // items below the group's first operand
     const uint8_t* target;  // where its jumps land
   };
-  absl::InlinedVector<Item, 32> items;
-  absl::InlinedVector<Group, 4> groups;
+  Stack<Item, 64> items;
+  Stack<Group, 8> groups;
   size_t vm = 0;  // the evaluation stack's depth
   Reader r(code);
   const uint8_t* const start = reinterpret_cast<const uint8_t*>(code.data());
@@ -792,7 +829,9 @@ absl::Status Program::Validate(absl::string_view code, std::vector<LikePattern>*
         absl::StrCat("selector program: ", what, " at byte ", r.pos() - start));
   };
   auto push = [&](Type t, int height) -> bool {
-    items.push_back(Item{t, height});
+    Item& item = items.push();
+    item.type = t;
+    item.height = height;
     return ++vm <= kMaxStack && height <= Selector::kMaxDepth;
   };
   auto is_condition = [](Type t) { return t == Type::kBoolean || t == Type::kAny; };
@@ -973,7 +1012,11 @@ absl::Status Program::Validate(absl::string_view code, std::vector<LikePattern>*
         if (!r.Fixed(&skip, 4)) return fail("truncated jump");
         if (items.empty() || !is_condition(items.back().type)) return fail("mistyped operand");
         if (skip > r.left()) return fail("jump out of the program");
-        groups.push_back(Group{op == Op::kOrFirst, 1, items.size() - 1, r.pos() + skip});
+        Group& g = groups.push();
+        g.is_or = op == Op::kOrFirst;
+        g.count = 1;
+        g.base = items.size() - 1;
+        g.target = r.pos() + skip;
         break;
       }
       case Op::kAndMore:
@@ -1002,7 +1045,9 @@ absl::Status Program::Validate(absl::string_view code, std::vector<LikePattern>*
           items.pop_back();
         }
         groups.pop_back();
-        items.push_back(Item{Type::kBoolean, height + 1});
+        Item& item = items.push();
+        item.type = Type::kBoolean;
+        item.height = height + 1;
         ok = height + 1 <= Selector::kMaxDepth;
         break;
       }
