@@ -113,7 +113,7 @@ class Matcher::Impl {
         stats_, pool_, &view_);
     auto [it, inserted] = records_.try_emplace(id, RecordRef(rec));
     if (!inserted) {
-      for (const auto& [name, name_id] : rec->attributes()) Release(name);
+      for (const mi::AttributeRef& a : rec->attributes()) Release(rec->name(a));
       mi::DestroyRecord(rec, pool_);
       return absl::AlreadyExistsError(
           absl::StrCat("subscriber ", id.value, " already has a subscription in the matcher"));
@@ -135,7 +135,7 @@ class Matcher::Impl {
     mi::Record* rec = ref.rec();
     if (!ref.plain()) {  // else nothing to uncount: the record stays out of the cache until Apply
       stats_.Count(*rec, -1);
-      for (const auto& [name, name_id] : rec->attributes()) Release(name);
+      for (const mi::AttributeRef& a : rec->attributes()) Release(rec->name(a));
     }
     pending_.push_back(Op{rec, false});
     if (pending_.size() >= options_.max_unpublished) Publish();

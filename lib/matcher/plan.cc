@@ -391,8 +391,6 @@ class Compiler {
 
   void Run(const sp::ViewNode* root) {
     const std::vector<const sp::ViewNode*> conjuncts = view_.Conjuncts(root);
-    // Sized once: a record's names are mostly one per conjunct.
-    details().attributes.reserve(conjuncts.size());
     const Ranges ranges = CollectRanges(conjuncts);
     Choice best = BestAccess(conjuncts, ranges, /*allow_or=*/true);
     if (Choice all = RangeIndexAccess(conjuncts, ranges, best); all.valid()) best = std::move(all);
@@ -402,7 +400,7 @@ class Compiler {
     if (rec_->ranges_proven) {
       // No check list: the range terms are the selector, and RangesHold verifies them.
     } else if (best.branches.empty()) {
-      details().checks.push_back(CompileAllBut(conjuncts, best.proves));
+      checks_.push_back(CompileAllBut(conjuncts, best.proves));
     } else {
       // Each branch is verified by its own conjuncts and the selector's other conjuncts: the
       // selector is TRUE exactly when, for some branch, all of these are.
@@ -410,9 +408,12 @@ class Compiler {
         std::vector<Check> checks = CompileAllBut(b.conjuncts, b.proves);
         for (Check& c : CompileAllBut(conjuncts, best.or_conjunct)) checks.push_back(c);
         SortChecks(checks);
-        details().checks.push_back(std::move(checks));
+        checks_.push_back(std::move(checks));
       }
     }
+    rec_->details = Details::Make(terms_, attributes_);
+    rec_->details->checks = std::move(checks_);
+    rec_->details->disjunctions = std::move(disjunctions_);  // the inner arrays stay put
     rec_->verify = VerifyOf(rec_->BranchChecks(0));
   }
 
@@ -437,17 +438,19 @@ class Compiler {
     }
   }
 
-  Details& details() {
-    if (rec_->details == nullptr) rec_->details = std::make_unique<Details>();
-    return *rec_->details;
-  }
-
   uint32_t Id(absl::string_view name) {
-    for (const auto& [n, id] : details().attributes) {
+    for (const auto& [n, id] : names_) {
       if (n == name) return id;
     }
     const uint32_t id = intern_(name);
-    details().attributes.emplace_back(name, id);
+    names_.emplace_back(name, id);
+    // The name is a view into the program, just past its varint length.
+    uint32_t length_bytes = 1;
+    for (size_t n = name.size(); n >= 0x80; n >>= 7) ++length_bytes;
+    attributes_.push_back(AttributeRef{
+        static_cast<uint32_t>(name.data() - reinterpret_cast<const char*>(view_.program().data()) -
+                              length_bytes),
+        id});
     return id;
   }
 
@@ -558,8 +561,8 @@ class Compiler {
       }
       k.kind = Check::Kind::kOr;
       k.lo.i = static_cast<int64_t>(checks.size());
-      details().disjunctions.push_back(std::move(checks));
-      k.ptr = details().disjunctions.back().data();  // stays put when the outer vector grows
+      disjunctions_.push_back(std::move(checks));
+      k.ptr = disjunctions_.back().data();  // stays put when the outer vector grows or moves
       return k;
     }
     Generic(c, &k);
@@ -657,9 +660,7 @@ class Compiler {
                                 r.has_hi ? FloatRounding::Up(r.hi) : FloatRounding::kInf});
     }
     rec_->ranges_proven = proven && merged == conjuncts.size();
-    details().ranges = std::make_unique<RangeTerm[]>(terms.size());
-    std::copy(terms.begin(), terms.end(), details().ranges.get());
-    details().range_count = static_cast<uint32_t>(terms.size());
+    terms_.assign(terms.begin(), terms.end());
     Choice ch;
     Access a;
     a.kind = Access::Kind::kRanges;
@@ -773,6 +774,12 @@ class Compiler {
   InternFn intern_;
   const AccessStats& stats_;
   const sp::View& view_;
+  // What the record's Details will hold.
+  std::vector<std::vector<Check>> checks_;
+  std::vector<std::vector<Check>> disjunctions_;
+  absl::InlinedVector<RangeTerm, RangeIndex::kMaxTerms> terms_;
+  absl::InlinedVector<std::pair<absl::string_view, uint32_t>, 8> names_;
+  absl::InlinedVector<AttributeRef, 8> attributes_;
 };
 
 }  // namespace
@@ -884,6 +891,25 @@ void AccessStats::Count(const Record& rec, int delta) {
     }
     if ((p.total += delta) == 0) attributes_.erase(a.attr);
   }
+}
+
+void Details::Deleter::operator()(Details* d) const {
+  d->~Details();
+  ::operator delete(d);
+}
+
+Details::Ptr Details::Make(absl::Span<const RangeTerm> terms,
+                           absl::Span<const AttributeRef> attributes) {
+  void* mem = ::operator new(sizeof(Details) + terms.size() * sizeof(RangeTerm) +
+                             attributes.size() * sizeof(AttributeRef));
+  Details* d = new (mem) Details();
+  d->range_count = static_cast<uint32_t>(terms.size());
+  d->attribute_count = static_cast<uint32_t>(attributes.size());
+  std::memcpy(static_cast<char*>(mem) + sizeof(Details), terms.data(),
+              terms.size() * sizeof(RangeTerm));
+  std::memcpy(static_cast<char*>(mem) + sizeof(Details) + terms.size() * sizeof(RangeTerm),
+              attributes.data(), attributes.size() * sizeof(AttributeRef));
+  return Ptr(d);
 }
 
 void DestroyRecord(Record* rec, Pool& pool) {

@@ -225,24 +225,45 @@ Verify VerifyOf(const std::vector<Check>& checks);
 
 struct Group;  // lib/matcher/index.h
 
-// What only a record with a selector has (kept apart to keep topic-only records small).
+// An attribute a record uses: where its name is in the record's program (a varint length and
+// the name, selector_program::BytesAt), and its interned id.
+struct AttributeRef {
+  uint32_t name;
+  uint32_t id;
+};
+
+// What only a record with a selector has (kept apart to keep topic-only records small), in one
+// allocation: the fields, then range_count RangeTerms, then attribute_count AttributeRefs.
 struct Details {
   // Check lists, most selective first: checks[a.branch] verifies what access a finds. One list
   // unless the access is an OR, with a list per branch.
   std::vector<std::vector<Check>> checks;
-  // The distinct attribute names the checks and accesses use, with their interned ids (names
-  // point into the program).
-  std::vector<std::pair<absl::string_view, uint32_t>> attributes;
   // What kOr checks point to: an OR compiled so that verifying it reads one array of the
-  // record's own rather than walking the selector tree.
+  // record's own rather than walking the selector.
   std::vector<std::vector<Check>> disjunctions;
   // A kRanges access: the range terms the range index files (one per attribute, the ranges on
-  // it merged); the checks, if any, still hold every conjunct. An array and its length rather
-  // than a vector: most records have none, and this keeps Details in a smaller size class.
-  std::unique_ptr<RangeTerm[]> ranges;
+  // it merged); the checks, if any, still hold every conjunct.
   uint32_t range_count = 0;
-  absl::Span<const RangeTerm> range_terms() const { return {ranges.get(), range_count}; }
+  // The distinct attributes the checks and accesses use.
+  uint32_t attribute_count = 0;
+
+  absl::Span<const RangeTerm> range_terms() const {
+    return {reinterpret_cast<const RangeTerm*>(this + 1), range_count};
+  }
+  absl::Span<const AttributeRef> attributes() const {
+    return {reinterpret_cast<const AttributeRef*>(range_terms().data() + range_count),
+            attribute_count};
+  }
+
+  struct Deleter {
+    void operator()(Details* d) const;
+  };
+  using Ptr = std::unique_ptr<Details, Deleter>;
+  // Details with room for, and holding, `terms` and `attributes`.
+  static Ptr Make(absl::Span<const RangeTerm> terms, absl::Span<const AttributeRef> attributes);
 };
+static_assert(alignof(RangeTerm) <= alignof(Details) &&
+              alignof(AttributeRef) <= alignof(RangeTerm));
 
 // Fields are ordered so that what changes of the index read comes first.
 struct Record {
@@ -260,7 +281,7 @@ struct Record {
   // The group holding the record's entries in each index copy (set by that copy's Add).
   Group* group[2] = {nullptr, nullptr};
   absl::InlinedVector<Access, 1> accesses;
-  std::unique_ptr<Details> details;  // null for an empty selector
+  Details::Ptr details;  // null for an empty selector
   // The subscription, as much of it as matching needs: the compiled selector (null when it
   // matches everything) and the topic filter (null without one).
   selector_program::ProgramRef program;
@@ -277,10 +298,12 @@ struct Record {
     return details != nullptr && branch < details->checks.size() ? details->checks[branch] : kNone;
   }
 
-  // The attributes the record's checks and accesses use.
-  const std::vector<std::pair<absl::string_view, uint32_t>>& attributes() const {
-    static const std::vector<std::pair<absl::string_view, uint32_t>> kNone;
-    return details != nullptr ? details->attributes : kNone;
+  // The attributes the record's checks and accesses use, and their names.
+  absl::Span<const AttributeRef> attributes() const {
+    return details != nullptr ? details->attributes() : absl::Span<const AttributeRef>();
+  }
+  absl::string_view name(const AttributeRef& a) const {
+    return selector_program::BytesAt(program->data() + a.name);
   }
 
   // Whether every range term holds, compared exactly with the event's values (a missing,

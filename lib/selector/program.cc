@@ -361,8 +361,8 @@ Truth Program::In(const uint8_t* op, const AttributeValue* v) {
 Truth Program::EvaluateRange(uint32_t begin, uint32_t end, const Event& event) const {
   Value stack[kMaxStack];
   size_t sp = 0;  // stack[0, sp) in use
-  const uint8_t* pc = code_ + begin;
-  const uint8_t* const stop = code_ + end;
+  const uint8_t* pc = data() + begin;
+  const uint8_t* const stop = data() + end;
   while (pc < stop) {
     const Op op = static_cast<Op>(*pc++);
     switch (op) {
@@ -686,7 +686,6 @@ ProgramRef Program::Build(absl::string_view code, std::vector<LikePattern> likes
   void* mem = ::operator new(sizeof(Program) + code.size());
   Program* p = new (mem) Program();
   p->size_ = static_cast<uint32_t>(code.size());
-  p->code_ = reinterpret_cast<const uint8_t*>(p + 1);
   std::memcpy(static_cast<char*>(mem) + sizeof(Program), code.data(), code.size());
   if (!likes.empty()) p->likes_ = new std::vector<LikePattern>(std::move(likes));
   return ProgramRef(p);

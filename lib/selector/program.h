@@ -346,8 +346,9 @@ class Program {
   // (nullptr: absent). REQUIRES: op points at a kIn/kNotIn of a valid program.
   static Truth In(const uint8_t* op, const AttributeValue* v);
 
-  absl::string_view code() const { return {reinterpret_cast<const char*>(code_), size_}; }
-  const uint8_t* data() const { return code_; }
+  absl::string_view code() const { return {reinterpret_cast<const char*>(data()), size_}; }
+  // The code follows this object, in the same allocation.
+  const uint8_t* data() const { return reinterpret_cast<const uint8_t*>(this + 1); }
   uint32_t size() const { return size_; }
   const LikePattern& like(size_t i) const { return (*likes_)[i]; }
   // Heap bytes the program holds (itself, its code and its LIKE patterns' objects).
@@ -366,8 +367,8 @@ class Program {
   mutable std::atomic<uint32_t> refs_{1};
   uint32_t size_ = 0;
   std::vector<LikePattern>* likes_ = nullptr;  // null without LIKE
-  const uint8_t* code_ = nullptr;              // just past this object, in the same allocation
 };
+static_assert(sizeof(Program) == 16);
 
 }  // namespace gryph::selector_program
 
