@@ -913,16 +913,23 @@ Details::Ptr Details::Make(absl::Span<const RangeTerm> terms,
 }
 
 void DestroyRecord(Record* rec, Pool& pool) {
+  const bool filtered = rec->topic_filter != nullptr;
+  if (filtered) rec->topic_filter->~TopicFilter();
   rec->~Record();
-  pool.Free(rec, sizeof(Record));
+  pool.Free(rec, sizeof(Record) + (filtered ? sizeof(TopicFilter) : 0));
 }
 
 Record* Compile(SubscriberId id, Subscription subscription, InternFn intern,
                 const AccessStats& stats, Pool& pool, sp::View* view) {
-  Record* rec = new (pool.Allocate(sizeof(Record))) Record(id);
-  if (std::optional<TopicFilter>& filter = SubscriptionParts::topic_filter(subscription)) {
+  std::optional<TopicFilter>& filter = SubscriptionParts::topic_filter(subscription);
+  // A topic filter lives just past the record, in its pool block.
+  static_assert(sizeof(Record) % alignof(TopicFilter) == 0);
+  char* block = static_cast<char*>(
+      pool.Allocate(sizeof(Record) + (filter.has_value() ? sizeof(TopicFilter) : 0)));
+  Record* rec = new (block) Record(id);
+  if (filter.has_value()) {
     rec->placement = filter->has_wildcards() ? Placement::kWildcardTopic : Placement::kExactTopic;
-    rec->topic_filter = std::make_unique<const TopicFilter>(*std::move(filter));
+    rec->topic_filter = new (block + sizeof(Record)) TopicFilter(*std::move(filter));
     rec->topic_hash = NameHash(rec->topic());
   } else {
     rec->placement = Placement::kAnyTopic;

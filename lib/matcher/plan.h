@@ -285,7 +285,8 @@ struct Record {
   // The subscription, as much of it as matching needs: the compiled selector (null when it
   // matches everything) and the topic filter (null without one).
   selector_program::ProgramRef program;
-  std::unique_ptr<const TopicFilter> topic_filter;
+  // In the same pool block, just past the record (see Compile): no allocation of its own.
+  TopicFilter* topic_filter = nullptr;
 
   // The topic filter's text; empty without one.
   absl::string_view topic() const {
