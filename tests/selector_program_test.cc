@@ -570,16 +570,16 @@ TEST_CASE("the program checker names what is wrong", "[selector]") {
   refused(Code({op(O::kAttr), 1, 'a', op(O::kDouble), 0, 0, 0, 0, 0, 0, 0xF8, 0x7F, op(O::kEqual)}),
           "non-finite");
   // a AND b with a jump that misses the end, and without its end.
-  refused(Code({op(O::kAttr), 1, 'a', op(O::kAndFirst), 7, 0, 0, 0, op(O::kAttr), 1, 'b',
-                op(O::kAndLast), 2, 0, 0, 0}),
-          "bad AND/OR end");
-  refused(Code({op(O::kAttr), 1, 'a', op(O::kAndFirst), 3, 0, 0, 0, op(O::kAttr), 1, 'b'}),
+  refused(
+      Code({op(O::kAttr), 1, 'a', op(O::kAndFirst), 4, op(O::kAttr), 1, 'b', op(O::kAndLast), 2}),
+      "bad AND/OR end");
+  refused(Code({op(O::kAttr), 1, 'a', op(O::kAndFirst), 3, op(O::kAttr), 1, 'b'}),
           "unterminated AND/OR");
-  refused(Code({op(O::kAttr), 1, 'a', op(O::kAndFirst), 8, 0, 0, 0, op(O::kAttr), 1, 'b',
-                op(O::kOrLast), 2, 0, 0, 0}),
-          "unmatched AND/OR");
-  REQUIRE_OK(sp::Program::Make(Code({op(O::kAttr), 1, 'a', op(O::kAndFirst), 8, 0, 0, 0,
-                                     op(O::kAttr), 1, 'b', op(O::kAndLast), 2, 0, 0, 0})));
+  refused(
+      Code({op(O::kAttr), 1, 'a', op(O::kAndFirst), 5, op(O::kAttr), 1, 'b', op(O::kOrLast), 2}),
+      "unmatched AND/OR");
+  REQUIRE_OK(sp::Program::Make(
+      Code({op(O::kAttr), 1, 'a', op(O::kAndFirst), 5, op(O::kAttr), 1, 'b', op(O::kAndLast), 2})));
   // An empty IN list, a mixed one, and a LIKE that does not compile.
   refused(Code({op(O::kIn), 1, 'a', 0, 0}), "bad IN list length");
   refused(Code({op(O::kIn), 1, 'a', 2, 1, 'x'}), "bad IN list type");

@@ -412,8 +412,15 @@ class Compiler {
       }
     }
     rec_->details = Details::Make(terms_, attributes_);
-    rec_->details->checks = std::move(checks_);
-    rec_->details->disjunctions = std::move(disjunctions_);  // the inner arrays stay put
+    // Only lists with a check in them need to be kept (BranchChecks gives an empty list else).
+    const bool any = !disjunctions_.empty() ||
+                     std::any_of(checks_.begin(), checks_.end(),
+                                 [](const std::vector<Check>& l) { return !l.empty(); });
+    if (any) {
+      rec_->details->lists = std::make_unique<Details::Lists>();
+      rec_->details->lists->checks = std::move(checks_);
+      rec_->details->lists->disjunctions = std::move(disjunctions_);  // the inner arrays stay put
+    }
     rec_->verify = VerifyOf(rec_->BranchChecks(0));
   }
 

@@ -45,14 +45,15 @@
 //   - `accesses` is never empty; all accesses of a record live in the same topic group.
 //   - For each access and each index copy c, `pos[c]` is where that copy keeps the entry of that
 //     access (meaningful only in position-tracked lists; written by the copy's writer only).
-//   - details->checks[a.branch] exists for every access a, except that a record with an empty
+//   - details->lists->checks[a.branch] exists for every access a, except that a record with an
+//   empty
 //     selector has no details, and a ranges_proven record (whose range terms are exactly its
 //     selector: RangesHold verifies it) has no check list (BranchChecks gives an empty list).
 //   - `dedupe` is set when one event may reach the record through more than one access.
 //   - The record holds a reference to its program, so every pointer into the program (string
 //     literals, IN operations, LIKE patterns, generic conditions, attribute names) lives as long
-//     as the record; kOr checks point into details->disjunctions, which is never changed after
-//     Compile.
+//     as the record; kOr checks point into details->lists->disjunctions, which is never changed
+//     after Compile.
 
 #ifndef GRYPH_LIB_MATCHER_PLAN_H_
 #define GRYPH_LIB_MATCHER_PLAN_H_
@@ -235,12 +236,17 @@ struct AttributeRef {
 // What only a record with a selector has (kept apart to keep topic-only records small), in one
 // allocation: the fields, then range_count RangeTerms, then attribute_count AttributeRefs.
 struct Details {
-  // Check lists, most selective first: checks[a.branch] verifies what access a finds. One list
-  // unless the access is an OR, with a list per branch.
-  std::vector<std::vector<Check>> checks;
-  // What kOr checks point to: an OR compiled so that verifying it reads one array of the
-  // record's own rather than walking the selector.
-  std::vector<std::vector<Check>> disjunctions;
+  // The check lists, apart: a record proven by its range terms has none, and its Details stay
+  // small.
+  struct Lists {
+    // Check lists, most selective first: checks[a.branch] verifies what access a finds. One list
+    // unless the access is an OR, with a list per branch.
+    std::vector<std::vector<Check>> checks;
+    // What kOr checks point to: an OR compiled so that verifying it reads one array of the
+    // record's own rather than walking the selector.
+    std::vector<std::vector<Check>> disjunctions;
+  };
+  std::unique_ptr<Lists> lists;  // null without checks
   // A kRanges access: the range terms the range index files (one per attribute, the ranges on
   // it merged); the checks, if any, still hold every conjunct.
   uint32_t range_count = 0;
@@ -296,7 +302,9 @@ struct Record {
   // The checks of `branch`; none for an empty selector.
   const std::vector<Check>& BranchChecks(size_t branch) const {
     static const std::vector<Check> kNone;
-    return details != nullptr && branch < details->checks.size() ? details->checks[branch] : kNone;
+    return details != nullptr && details->lists != nullptr && branch < details->lists->checks.size()
+               ? details->lists->checks[branch]
+               : kNone;
   }
 
   // The attributes the record's checks and accesses use, and their names.

@@ -457,8 +457,7 @@ Truth Program::EvaluateRange(uint32_t begin, uint32_t end, const Event& event) c
       }
       case Op::kAndFirst:
       case Op::kOrFirst: {
-        const uint32_t skip = LoadU32(pc);
-        pc += 4;
+        const uint32_t skip = LoadVarint(&pc);
         const Truth t = TruthOf(stack[sp - 1]);
         stack[sp - 1] = FromTruth(t);
         if (t == (op == Op::kAndFirst ? Truth::kFalse : Truth::kTrue)) pc += skip;
@@ -468,8 +467,7 @@ Truth Program::EvaluateRange(uint32_t begin, uint32_t end, const Event& event) c
       case Op::kOrMore:
       case Op::kAndLast:
       case Op::kOrLast: {
-        const uint32_t skip = LoadU32(pc);
-        pc += 4;
+        const uint32_t skip = LoadVarint(&pc);  // kAndLast, kOrLast: the operand count
         const Truth a = TruthOf(stack[sp - 2]);
         const Truth b = TruthOf(stack[sp - 1]);
         const bool is_and = op == Op::kAndMore || op == Op::kAndLast;
@@ -641,7 +639,7 @@ size_t ProgramBuilder::LogicalBegin(bool is_or) {
   groups_.push_back(Group{is_or, 1, patches_.size()});
   code_.push_back(static_cast<char>(is_or ? Op::kOrFirst : Op::kAndFirst));
   patches_.push_back(code_.size());
-  U32(0);
+  U32(0);  // a placeholder, made a varint by LogicalEnd
   return groups_.size() - 1;
 }
 
@@ -653,15 +651,48 @@ void ProgramBuilder::LogicalNext(size_t group) {
   ++g.count;
 }
 
+namespace {
+
+size_t VarintLength(uint32_t v) {
+  size_t n = 1;
+  for (; v >= 0x80; v >>= 7) ++n;
+  return n;
+}
+
+}  // namespace
+
 void ProgramBuilder::LogicalEnd(size_t group) {
   const Group g = groups_[group];
   code_.push_back(static_cast<char>(g.is_or ? Op::kOrLast : Op::kAndLast));
-  U32(g.count + 1);
-  for (size_t k = g.patches; k < patches_.size(); ++k) {
-    const size_t at = patches_[k];
-    const uint32_t skip = static_cast<uint32_t>(code_.size() - (at + 4));
-    std::memcpy(&code_[at], &skip, 4);
+  Varint(g.count + 1);
+  // The skips, each from just past its own varint to the end of the group, go into the 4-byte
+  // placeholders as varints: from the last to the first, since a skip spans the (shrunk)
+  // placeholders after it. Nothing before the first placeholder moves.
+  const size_t first = g.patches;
+  const size_t count = patches_.size() - first;
+  absl::InlinedVector<uint32_t, 8> skips(count);
+  size_t shrunk = 0;  // bytes the placeholders after the current one lose
+  for (size_t k = count; k-- > 0;) {
+    const size_t at = patches_[first + k];
+    skips[k] = static_cast<uint32_t>(code_.size() - (at + 4) - shrunk);
+    shrunk += 4 - VarintLength(skips[k]);
   }
+  size_t out = patches_[first];
+  for (size_t k = 0; k < count; ++k) {
+    const size_t at = patches_[first + k];
+    const size_t next = k + 1 < count ? patches_[first + k + 1] : code_.size();
+    char buf[5];
+    size_t n = 0;
+    for (uint32_t v = skips[k];; v >>= 7) {
+      buf[n++] = static_cast<char>(v >= 0x80 ? (v & 0x7F) | 0x80 : v);
+      if (v < 0x80) break;
+    }
+    std::memcpy(&code_[out], buf, n);
+    out += n;
+    std::memmove(&code_[out], &code_[at + 4], next - (at + 4));
+    out += next - (at + 4);
+  }
+  code_.resize(out);
   patches_.resize(g.patches);
   groups_.resize(group);
 }
@@ -1008,7 +1039,7 @@ absl::Status Program::Validate(absl::string_view code, std::vector<LikePattern>*
       case Op::kAndFirst:
       case Op::kOrFirst: {
         uint32_t skip;
-        if (!r.Fixed(&skip, 4)) return fail("truncated jump");
+        if (!r.Varint(&skip)) return fail("truncated jump");
         if (items.empty() || !is_condition(items.back().type)) return fail("mistyped operand");
         if (skip > r.left()) return fail("jump out of the program");
         Group& g = groups.push();
@@ -1023,7 +1054,7 @@ absl::Status Program::Validate(absl::string_view code, std::vector<LikePattern>*
       case Op::kAndLast:
       case Op::kOrLast: {
         uint32_t operand;
-        if (!r.Fixed(&operand, 4)) return fail("truncated jump");
+        if (!r.Varint(&operand)) return fail("truncated jump");
         const bool is_or = op == Op::kOrMore || op == Op::kOrLast;
         const bool last = op == Op::kAndLast || op == Op::kOrLast;
         if (groups.empty() || groups.back().is_or != is_or) return fail("unmatched AND/OR");
@@ -1203,12 +1234,11 @@ void View::Reset(const Program& program) {
       case Op::kAndFirst:
       case Op::kOrFirst:
       case Op::kAndMore:
-      case Op::kOrMore: p += 4; continue;  // structure only: the operands stay on the stack
+      case Op::kOrMore: LoadVarint(&p); continue;  // structure only: operands stay stacked
       case Op::kAndLast:
       case Op::kOrLast:
         n.kind = op == Op::kAndLast ? K::kAnd : K::kOr;
-        operands = LoadU32(p);
-        p += 4;
+        operands = LoadVarint(&p);
         break;
     }
     n.end = at(p);

@@ -30,7 +30,7 @@
 //                                    push `name [NOT] LIKE pattern [ESCAPE escape]`; `index` is
 //                                    the LIKE's ordinal in the program (its compiled pattern)
 //   kIsNull | kIsNotNull name        push `name IS [NOT] NULL`
-//   kAndFirst u32:skip  c2 kAndMore u32:skip ... cn kAndLast u32:n
+//   kAndFirst varint:skip  c2 kAndMore varint:skip ... cn kAndLast varint:n
 //                                    the conjunction of n >= 2 operands, left to right: after
 //                                    the first operand (kAndFirst) and after combining each
 //                                    further one (kAndMore), a FALSE so far jumps `skip` bytes
