@@ -83,7 +83,7 @@ Group& Index::GroupFor(const Record* rec) {
     case Placement::kWildcardTopic: break;
   }
   TrieNode* node = &wildcards_;
-  for (const std::string& level : rec->topic_filter->levels()) {
+  for (const std::string& level : rec->topic_filter()->levels()) {
     if (level == "#") {
       if (node->rest == nullptr) node->rest = NewTrieGroup(node);
       return *node->rest;
@@ -292,7 +292,7 @@ void Index::PrefetchDeeper(const Record* rec, bool add, int depth) const {
 }
 
 bool Index::StepWalk(TrieWalk& w) const {
-  const absl::Span<const std::string> levels = w.rec->topic_filter->levels();
+  const absl::Span<const std::string> levels = w.rec->topic_filter()->levels();
   if (w.node == nullptr) {
     // The levels' array is a block of its own; the short levels' bytes are inside it.
     __builtin_prefetch(levels.data());

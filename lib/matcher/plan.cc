@@ -920,8 +920,9 @@ Details::Ptr Details::Make(absl::Span<const RangeTerm> terms,
 }
 
 void DestroyRecord(Record* rec, Pool& pool) {
-  const bool filtered = rec->topic_filter != nullptr;
-  if (filtered) rec->topic_filter->~TopicFilter();
+  const TopicFilter* filter = rec->topic_filter();
+  const bool filtered = filter != nullptr;
+  if (filtered) filter->~TopicFilter();
   rec->~Record();
   pool.Free(rec, sizeof(Record) + (filtered ? sizeof(TopicFilter) : 0));
 }
@@ -936,7 +937,7 @@ Record* Compile(SubscriberId id, Subscription subscription, InternFn intern,
   Record* rec = new (block) Record(id);
   if (filter.has_value()) {
     rec->placement = filter->has_wildcards() ? Placement::kWildcardTopic : Placement::kExactTopic;
-    rec->topic_filter = new (block + sizeof(Record)) TopicFilter(*std::move(filter));
+    new (block + sizeof(Record)) TopicFilter(*std::move(filter));
     rec->topic_hash = NameHash(rec->topic());
   } else {
     rec->placement = Placement::kAnyTopic;

@@ -289,14 +289,19 @@ struct Record {
   absl::InlinedVector<Access, 1> accesses;
   Details::Ptr details;  // null for an empty selector
   // The subscription, as much of it as matching needs: the compiled selector (null when it
-  // matches everything) and the topic filter (null without one).
+  // matches everything) and the topic filter (topic_filter()).
   selector_program::ProgramRef program;
-  // In the same pool block, just past the record (see Compile): no allocation of its own.
-  TopicFilter* topic_filter = nullptr;
 
+  // The topic filter, or null without one (kAnyTopic). It lives in the record's pool block, just
+  // past the record (see Compile): no allocation and no pointer of its own.
+  const TopicFilter* topic_filter() const {
+    return placement == Placement::kAnyTopic ? nullptr
+                                             : reinterpret_cast<const TopicFilter*>(this + 1);
+  }
   // The topic filter's text; empty without one.
   absl::string_view topic() const {
-    return topic_filter == nullptr ? absl::string_view() : absl::string_view(topic_filter->text());
+    const TopicFilter* f = topic_filter();
+    return f == nullptr ? absl::string_view() : absl::string_view(f->text());
   }
 
   // The checks of `branch`; none for an empty selector.
