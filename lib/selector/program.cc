@@ -49,6 +49,13 @@ inline uint32_t LoadVarint(const uint8_t** p) {
   }
 }
 
+// kSmallInt's zigzag coding: 0, -1, 1, -2, ... as 0, 1, 2, 3, ...
+inline int64_t UnZigZag(uint32_t u) {
+  return static_cast<int64_t>(u >> 1) ^ -static_cast<int64_t>(u & 1);
+}
+// kSmallInt holds the integers of magnitude below this (zigzag codes below 2^28: 4 varint bytes).
+constexpr int64_t kSmallIntLimit = int64_t{1} << 27;
+
 inline absl::string_view LoadBytes(const uint8_t** p) {
   const uint32_t n = LoadVarint(p);
   absl::string_view s(reinterpret_cast<const char*>(*p), n);
@@ -374,6 +381,7 @@ Truth Program::EvaluateRange(uint32_t begin, uint32_t end, const Event& event) c
         stack[sp++] = Value::Int64(v);
         break;
       }
+      case Op::kSmallInt: stack[sp++] = Value::Int64(UnZigZag(LoadVarint(&pc))); break;
       case Op::kInt64:
         stack[sp++] = Value::Int64(static_cast<int64_t>(LoadU64(pc)));
         pc += 8;
@@ -550,6 +558,12 @@ void ProgramBuilder::Attr(absl::string_view name) {
   Bytes(name);
 }
 void ProgramBuilder::Int64(int64_t v) {
+  if (v > -kSmallIntLimit && v < kSmallIntLimit) {  // at most 4 bytes of varint
+    code_.push_back(static_cast<char>(Op::kSmallInt));
+    Varint(static_cast<uint32_t>(v < 0 ? (uint64_t{static_cast<uint64_t>(-v)} << 1) - 1
+                                       : static_cast<uint64_t>(v) << 1));
+    return;
+  }
   if (v >= INT32_MIN && v <= INT32_MAX) {
     code_.push_back(static_cast<char>(Op::kInt32));
     const int32_t w = static_cast<int32_t>(v);
@@ -884,6 +898,12 @@ absl::Status Program::Validate(absl::string_view code, std::vector<LikePattern>*
         ok = push(Type::kNumeric, 1);
         break;
       }
+      case Op::kSmallInt: {
+        uint32_t v;
+        if (!r.Varint(&v)) return fail("truncated literal");
+        ok = push(Type::kNumeric, 1);
+        break;
+      }
       case Op::kInt64: {
         int64_t v;
         if (!r.Fixed(&v, 8)) return fail("truncated literal");
@@ -1126,6 +1146,10 @@ void View::Reset(const Program& program) {
         n.literal.i = v;
         break;
       }
+      case Op::kSmallInt:
+        n.literal.type = Literal::Type::kInt64;
+        n.literal.i = UnZigZag(LoadVarint(&p));
+        break;
       case Op::kInt64:
         n.literal.type = Literal::Type::kInt64;
         n.literal.i = static_cast<int64_t>(LoadU64(p));

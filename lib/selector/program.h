@@ -11,7 +11,10 @@
 // are a varint length then that many bytes):
 //
 //   kAttr name                       push the event's attribute `name` (NULL when absent)
-//   kInt32 i32 | kInt64 i64          push an int64 literal (kInt32 when it fits 32 bits)
+//   kSmallInt varint | kInt32 i32 | kInt64 i64
+//                                    push an int64 literal: kSmallInt (zigzag: 0, -1, 1, -2 as
+//                                    0, 1, 2, 3) for a magnitude below 2^27, else kInt32 when it
+//                                    fits 32 bits
 //   kDouble f64                      push a finite double literal
 //   kString bytes                    push a string literal
 //   kTrue | kFalse                   push a boolean literal
@@ -111,6 +114,7 @@ enum class Op : uint8_t {
   kOrFirst = 32,
   kOrMore = 33,
   kOrLast = 34,
+  kSmallInt = 35,
 };
 
 // IN lists longer than this carry a sorted index (binary search); shorter ones are scanned.
