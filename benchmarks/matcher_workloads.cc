@@ -39,11 +39,15 @@
 // subscriptions, width, event_attributes, parses_per_s (Subscription::Create of the selector
 // texts), inserts_per_s (Add of the parsed subscriptions, moved in, and the Publish; and
 // inserts_per_cpu_s, per second of the thread's CPU time),
-// removes_per_s, events_per_s, events_per_cpu_s, ns_per_event, matches_per_event,
+// removes_per_s, decodes_per_s (Selector::Decode of the Selector::Encode of the first 10^5
+// selectors, or all when fewer), encoded_bytes_per_selector (their mean encoded size),
+// events_per_s, events_per_cpu_s, ns_per_event, matches_per_event,
 // bytes_per_subscription (heap in use after the fill minus before parsing, the benchmark's own
 // array of Subscription handles excluded, per subscription: the matcher's records, both index
-// copies and the parsed selectors it keeps, which nothing else shares here),
-// matcher_bytes_per_subscription (the same without the parsed selectors), exact (the ids of
+// copies and the compiled selectors it keeps, which nothing else shares here),
+// matcher_bytes_per_subscription (heap in use after the fill minus after parsing: what the fill
+// added; it can be below bytes_per_subscription by what the matcher frees of the parsed
+// subscriptions, such as their texts), exact (the ids of
 // each checked event equal the scan's; the workload exits with status 1 when false),
 // checked_events, loadavg. match_ranges_scan: subscriptions, width, event_attributes,
 // events_per_s, events_per_cpu_s, matches_per_event.
@@ -355,6 +359,8 @@ RangesEvents MakeRangesEvents(RangesWorld& world, size_t n) {
 }
 
 constexpr size_t kRangesEvents = 256;
+// decodes_per_s is measured on the encodings of at most this many of the selectors.
+constexpr size_t kRangesDecodes = 100000;
 
 }  // namespace
 
@@ -428,6 +434,30 @@ GRYPH_WORKLOAD(match_ranges) {
     remove.Add(&remove_s, &remove_cpu);
     m.reset();
 
+    // Decoding: the encodings of (up to) the first kRangesDecodes selectors, decoded again.
+    std::vector<std::string> encoded;
+    encoded.reserve(std::min(n, kRangesDecodes));
+    for (size_t i = 0; i < std::min(n, kRangesDecodes); ++i) {
+      encoded.push_back(MustCreate(texts[i], "").selector().Encode());
+    }
+    double encoded_bytes = 0;
+    for (const std::string& e : encoded) encoded_bytes += static_cast<double>(e.size());
+    std::vector<Selector> decoded;
+    decoded.reserve(encoded.size());
+    Stopwatch decode;
+    for (const std::string& e : encoded) {
+      absl::StatusOr<Selector> s = Selector::Decode(e);
+      if (!s.ok()) {
+        std::fprintf(stderr, "match_ranges: %s\n", s.status().ToString().c_str());
+        std::exit(1);
+      }
+      decoded.push_back(*std::move(s));
+    }
+    double decode_s = 0, decode_cpu = 0;
+    decode.Add(&decode_s, &decode_cpu);
+    const double decodes = static_cast<double>(decoded.size());
+    decoded.clear();
+
     const double rate = static_cast<double>(calls) / elapsed;
     const double count = static_cast<double>(n);
     Report("match_ranges")
@@ -442,6 +472,8 @@ GRYPH_WORKLOAD(match_ranges) {
         .Add("inserts_per_cpu_s", count / insert_cpu)
         .Add("removes_per_s", count / remove_s)
         .Add("parses_per_s", count / parse_s)
+        .Add("decodes_per_s", decodes / decode_s)
+        .Add("encoded_bytes_per_selector", encoded_bytes / decodes)
         .Add("bytes_per_subscription", (heap_filled - heap_start - handles) / count)
         .Add("matcher_bytes_per_subscription", (heap_filled - heap_parsed) / count)
         .AddBool("exact", exact)

@@ -5,6 +5,10 @@
 // Evaluation figures are per event and include attribute lookup (a binary search over the event's
 // sorted attributes). State the machine and build type with any figure you publish.
 //
+//   BM_Parse/0, BM_Decode/0   a match_ranges selector (five BETWEEN conjuncts), parsed from its
+//                             text and decoded from Selector::Encode (BM_Parse/1, BM_Decode/1:
+//                             the conjunction of IN, arithmetic, LIKE and NOT of BM_ParseSelector)
+//
 // The worst cases (docs/benchmarks-history.md, "Selector worst cases"):
 //   BM_EvaluateLikeLongSuffix/N, BM_EvaluateLikeLongInfix/N
 //       `s LIKE '%aa...ab'` and `s LIKE '%aa...ab%'`, a literal of N/2 bytes, against N bytes of
@@ -55,6 +59,39 @@ void BM_ParseSelector(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_ParseSelector);
+
+// The match_ranges workload's shape (benchmarks/matcher_workloads.cc): five BETWEEN conjuncts.
+constexpr absl::string_view kRanges =
+    "a3 BETWEEN 120345 AND 370345 AND a7 BETWEEN 5012 AND 255012 AND a11 BETWEEN 700000 AND "
+    "950000 AND a14 BETWEEN 31337 AND 281337 AND a19 BETWEEN 400001 AND 650001";
+
+// Parse and Decode of the same selectors: the typical conjunction above and the ranges.
+void BM_Parse(benchmark::State& state) {
+  const std::string text = state.range(0) == 0
+                               ? std::string(kRanges)
+                               : "symbol IN ('IBM', 'MSFT', 'AAPL') AND qty * price BETWEEN 1000 "
+                                 "AND 1e6 AND region LIKE 'us-%' AND NOT urgent";
+  for (auto _ : state) {
+    auto s = Selector::Parse(text);
+    benchmark::DoNotOptimize(s);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * text.size()));
+}
+BENCHMARK(BM_Parse)->Arg(0)->Arg(1);
+
+void BM_Decode(benchmark::State& state) {
+  const std::string text = state.range(0) == 0
+                               ? std::string(kRanges)
+                               : "symbol IN ('IBM', 'MSFT', 'AAPL') AND qty * price BETWEEN 1000 "
+                                 "AND 1e6 AND region LIKE 'us-%' AND NOT urgent";
+  const std::string bytes = MustParse(text).Encode();
+  for (auto _ : state) {
+    auto s = Selector::Decode(bytes);
+    benchmark::DoNotOptimize(s);
+  }
+  state.counters["encoded_bytes"] = static_cast<double>(bytes.size());
+}
+BENCHMARK(BM_Decode)->Arg(0)->Arg(1);
 
 void Evaluate(benchmark::State& state, absl::string_view text) {
   const Selector s = MustParse(text);

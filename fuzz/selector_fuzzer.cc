@@ -7,7 +7,12 @@
 //   - a parsed selector's DebugString parses to the same tree and evaluates the same;
 //   - NOT (selector) evaluates to the three-valued negation;
 //   - every conjunct AsIndexable() describes is TRUE exactly when its index condition holds;
-//   - a decoded subscription re-encodes to the same bytes.
+//   - a decoded subscription re-encodes to the same bytes;
+//   - a parsed selector's encoding decodes to the same text, rendering and truth values, and any
+//     input Selector::Decode accepts re-encodes to itself; anything else it refuses with
+//     DataLoss or InvalidArgument;
+//   - any input taken as a compiled program (past the encoding's checksum) is refused with
+//     DataLoss or evaluates and renders without fault, a FALSE conjunct making it FALSE.
 
 #include <cmath>
 #include <cstdint>
@@ -23,9 +28,8 @@
 #include "gryph/selector.h"
 #include "gryph/subscription.h"
 #include "gryph/topic_filter.h"
-#include "lib/selector/ast.h"
-#include "lib/selector/evaluator.h"
 #include "lib/selector/numeric.h"
+#include "lib/selector/program.h"
 
 namespace {
 
@@ -34,6 +38,7 @@ using gryph::Event;
 using gryph::Selector;
 using gryph::Truth;
 namespace ast = gryph::selector_ast;
+namespace sp = gryph::selector_program;
 
 [[noreturn]] void Fail(const char* what, absl::string_view detail) {
   std::fprintf(stderr, "invariant broken: %s: %.*s\n", what, static_cast<int>(detail.size()),
@@ -121,23 +126,23 @@ bool IndexEqual(const AttributeValue& v, const AttributeValue& lit) {
 }
 
 // What an index built from `ix` would say about `event`.
-bool IndexMatches(const ast::IndexableConjunct& ix, const Event& event) {
+bool IndexMatches(const sp::IndexableConjunct& ix, const Event& event) {
   const AttributeValue* v = event.Find(ix.attribute);
   if (v == nullptr) return false;
   switch (ix.kind) {
-    case ast::IndexableConjunct::Kind::kEqual:
-    case ast::IndexableConjunct::Kind::kIn:
-      for (const AttributeValue* lit : ix.values) {
-        if (IndexEqual(*v, *lit)) return true;
+    case sp::IndexableConjunct::Kind::kEqual:
+    case sp::IndexableConjunct::Kind::kIn:
+      for (const sp::Literal& lit : ix.values) {
+        if (IndexEqual(*v, lit.ToValue())) return true;
       }
       return false;
-    case ast::IndexableConjunct::Kind::kRange: {
+    case sp::IndexableConjunct::Kind::kRange: {
       if (ix.lower != nullptr) {
-        std::optional<int> cmp = CompareNumbers(*v, *ix.lower);
+        std::optional<int> cmp = CompareNumbers(*v, ix.lower->ToValue());
         if (!cmp || *cmp < 0 || (*cmp == 0 && !ix.lower_inclusive)) return false;
       }
       if (ix.upper != nullptr) {
-        std::optional<int> cmp = CompareNumbers(*v, *ix.upper);
+        std::optional<int> cmp = CompareNumbers(*v, ix.upper->ToValue());
         if (!cmp || *cmp > 0 || (*cmp == 0 && !ix.upper_inclusive)) return false;
       }
       return CompareNumbers(*v, *v).has_value();  // numeric and not NaN
@@ -185,14 +190,44 @@ void FuzzSelector(absl::string_view input) {
       Check(negated->Evaluate(e) == Negation(t), "NOT negates", debug);
     }
   }
+  // The encoding decodes to the same selector.
+  const std::string encoded = s->Encode();
+  absl::StatusOr<Selector> decoded = Selector::Decode(encoded);
+  Check(decoded.ok(), "an encoding decodes", decoded.status().ToString());
+  Check(decoded->Encode() == encoded && decoded->text() == s->text() &&
+            decoded->DebugString() == debug,
+        "decoding round trip", debug);
+  for (const Event& e : Events()) {
+    Check(decoded->Evaluate(e) == s->Evaluate(e), "decoded evaluates the same", debug);
+  }
   if (s->matches_everything()) return;
-  for (const ast::Node* conjunct : ast::Conjuncts(s->ast()->root())) {
-    std::optional<ast::IndexableConjunct> ix = ast::AsIndexable(*conjunct);
+  const sp::View view(*s->program());
+  for (const sp::ViewNode* conjunct : view.Conjuncts(view.root())) {
+    std::optional<sp::IndexableConjunct> ix = sp::AsIndexable(view, *conjunct);
     if (!ix.has_value()) continue;
     for (const Event& e : Events()) {
-      const bool is_true = ast::EvaluateCondition(*conjunct, e) == Truth::kTrue;
-      Check(is_true == IndexMatches(*ix, e), "indexable conjunct", ast::ToString(*conjunct));
+      const bool is_true =
+          s->program()->EvaluateRange(conjunct->begin, conjunct->end, e) == Truth::kTrue;
+      Check(is_true == IndexMatches(*ix, e), "indexable conjunct", view.ToString(*conjunct));
     }
+  }
+}
+
+// `input` as an encoded selector: refused with DataLoss or InvalidArgument, or accepted as a
+// selector that encodes to `input` again and evaluates without fault.
+void FuzzSelectorDecode(absl::string_view input) {
+  absl::StatusOr<Selector> s = Selector::Decode(input);
+  if (!s.ok()) {
+    Check(s.status().code() == absl::StatusCode::kDataLoss ||
+              s.status().code() == absl::StatusCode::kInvalidArgument,
+          "selector decode error code", s.status().ToString());
+    return;
+  }
+  Check(s->Encode() == input, "selector re-encoding", input);
+  const std::string debug = s->DebugString();
+  for (const Event& e : Events()) {
+    const Truth t = s->Evaluate(e);
+    Check(s->Matches(e) == (t == Truth::kTrue), "decoded Matches", debug);
   }
 }
 
@@ -221,6 +256,28 @@ void FuzzSubscription(absl::string_view input) {
   for (const Event& e : Events()) (void)sub->Matches(e);
 }
 
+// `input` as a compiled program, past the encoding's checksum (which random bytes never pass):
+// refused with DataLoss, or a program that evaluates, renders and splits into conjuncts without
+// fault.
+void FuzzProgram(absl::string_view input) {
+  absl::StatusOr<sp::ProgramRef> p = sp::Program::Make(input);
+  if (!p.ok()) {
+    Check(p.status().code() == absl::StatusCode::kDataLoss, "program error code",
+          p.status().ToString());
+    return;
+  }
+  Check((*p)->code() == input, "program bytes kept", input);
+  const sp::View view(**p);
+  const std::string debug = view.ToString(*view.root());
+  for (const Event& e : Events()) {
+    const Truth t = (*p)->Evaluate(e);
+    for (const sp::ViewNode* conjunct : view.Conjuncts(view.root())) {
+      const Truth c = (*p)->EvaluateRange(conjunct->begin, conjunct->end, e);
+      if (c == Truth::kFalse) Check(t == Truth::kFalse, "a FALSE conjunct", debug);
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -228,5 +285,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzSelector(input);
   FuzzTopicFilter(input);
   FuzzSubscription(input);
+  FuzzSelectorDecode(input);
+  FuzzProgram(input);
   return 0;
 }

@@ -1026,11 +1026,12 @@ struct Compiled {
               auto [it, inserted] = ids.try_emplace(std::string(name), ids.size());
               return it->second;
             },
-            stats, pool)) {}
+            stats, pool, &view)) {}
   ~Compiled() { mi::DestroyRecord(rec, pool); }
   mi::Access::Kind kind() const { return rec->accesses[0].kind; }
 
   mi::Pool pool;
+  selector_program::View view;
   std::map<std::string, uint32_t> ids;
   mi::Record* rec;
 };

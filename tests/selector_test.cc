@@ -19,23 +19,22 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
-#include "lib/selector/ast.h"
 #include "lib/selector/like_pattern.h"
 #include "lib/selector/numeric.h"
+#include "lib/selector/program.h"
 #include "lib/selector/utf8.h"
 #include "tests/test_util.h"
 
 namespace gryph {
 namespace {
 
-using selector_ast::AsIndexable;
 using selector_ast::CompareInt64Double;
-using selector_ast::Conjuncts;
-using selector_ast::IndexableConjunct;
 using selector_ast::IsUtf8CharStart;
 using selector_ast::LikePattern;
 using selector_ast::PreviousUtf8CharStart;
 using selector_ast::Utf8CharLength;
+using selector_program::IndexableConjunct;
+using selector_program::ViewNode;
 using testing::Rng;
 using testing::Seeds;
 
@@ -53,6 +52,17 @@ std::string ParseError(absl::string_view text) {
   return std::string(s.status().message());
 }
 
+// A selector's program seen as a tree, and the conjuncts of its root (none when it matches
+// everything).
+struct Viewed {
+  explicit Viewed(const Selector& s) {
+    if (s.program() != nullptr) view.Reset(*s.program());
+    conjuncts = view.Conjuncts(view.root());
+  }
+  selector_program::View view;
+  std::vector<const ViewNode*> conjuncts;
+};
+
 Truth Negation(Truth t) {
   return t == Truth::kTrue ? Truth::kFalse : t == Truth::kFalse ? Truth::kTrue : Truth::kUnknown;
 }
@@ -66,7 +76,7 @@ TEST_CASE("a default-constructed selector matches every event", "[selector]") {
   REQUIRE(s.text().empty());
   REQUIRE(s.Evaluate(Event()) == Truth::kTrue);
   REQUIRE(s.DebugString().empty());
-  REQUIRE(s.ast() == nullptr);
+  REQUIRE(s.program() == nullptr);
 }
 
 TEST_CASE("an empty or blank selector matches every event and keeps its text", "[selector]") {
@@ -96,10 +106,10 @@ TEST_CASE("Matches is true only for TRUE", "[selector]") {
 TEST_CASE("copies of a selector share one parsed tree", "[selector]") {
   Selector a = MustParse("a = 1 AND b LIKE 'x%'");
   Selector b = a;
-  REQUIRE(a.ast() == b.ast());
+  REQUIRE(a.program() == b.program());
   REQUIRE(b.text() == a.text());
   Selector c = std::move(b);
-  REQUIRE(c.ast() == a.ast());
+  REQUIRE(c.program() == a.program());
 }
 
 TEST_CASE("a selector outlives the text it was parsed from", "[selector]") {
@@ -497,7 +507,7 @@ TEST_CASE("long flat conjunctions and lists are limited only by the length", "[s
   absl::StatusOr<Selector> parsed = Selector::Parse(text, unlimited);
   REQUIRE_OK(parsed);
   const Selector& s = *parsed;
-  REQUIRE(Conjuncts(s.ast()->root()).size() == 5000);
+  REQUIRE(Viewed(s).conjuncts.size() == 5000);
   Event e;
   for (int i = 0; i < 5000; ++i) e.SetInt64(absl::StrCat("a", i), i);
   REQUIRE(s.Matches(e));
@@ -562,52 +572,53 @@ TEST_CASE("conjuncts flatten top-level ANDs, parenthesized or not", "[selector]"
   Selector s = MustParse(
       "a = 1 AND (b > 2 AND c IN ('x', 'y')) AND 5 < d AND e BETWEEN 1 AND 2.5 AND f <> 3 AND "
       "g LIKE 'x%' AND -5 >= h AND 'k' = i");
-  std::vector<const selector_ast::Node*> conjuncts = Conjuncts(s.ast()->root());
+  const Viewed v(s);
+  const std::vector<const ViewNode*>& conjuncts = v.conjuncts;
   REQUIRE(conjuncts.size() == 9);
 
-  auto a = AsIndexable(*conjuncts[0]);
+  auto a = AsIndexable(v.view, *conjuncts[0]);
   REQUIRE(a.has_value());
   REQUIRE(a->kind == IndexableConjunct::Kind::kEqual);
   REQUIRE(a->attribute == "a");
-  REQUIRE(*a->values[0] == AttributeValue(int64_t{1}));
+  REQUIRE(a->values[0] == AttributeValue(int64_t{1}));
 
-  auto b = AsIndexable(*conjuncts[1]);
+  auto b = AsIndexable(v.view, *conjuncts[1]);
   REQUIRE(b->kind == IndexableConjunct::Kind::kRange);
   REQUIRE(b->attribute == "b");
   REQUIRE(*b->lower == AttributeValue(int64_t{2}));
   REQUIRE_FALSE(b->lower_inclusive);
   REQUIRE(b->upper == nullptr);
 
-  auto c = AsIndexable(*conjuncts[2]);
+  auto c = AsIndexable(v.view, *conjuncts[2]);
   REQUIRE(c->kind == IndexableConjunct::Kind::kIn);
   REQUIRE(c->values.size() == 2);
-  REQUIRE(*c->values[1] == AttributeValue(std::string("y")));
+  REQUIRE(c->values[1] == AttributeValue(std::string("y")));
 
-  auto d = AsIndexable(*conjuncts[3]);  // 5 < d is d > 5
+  auto d = AsIndexable(v.view, *conjuncts[3]);  // 5 < d is d > 5
   REQUIRE(d->attribute == "d");
   REQUIRE(*d->lower == AttributeValue(int64_t{5}));
   REQUIRE_FALSE(d->lower_inclusive);
 
-  auto e = AsIndexable(*conjuncts[4]);
+  auto e = AsIndexable(v.view, *conjuncts[4]);
   REQUIRE(e->kind == IndexableConjunct::Kind::kRange);
   REQUIRE(*e->lower == AttributeValue(int64_t{1}));
   REQUIRE(*e->upper == AttributeValue(2.5));
   REQUIRE(e->lower_inclusive);
   REQUIRE(e->upper_inclusive);
 
-  REQUIRE_FALSE(AsIndexable(*conjuncts[5]).has_value());  // <>
-  REQUIRE_FALSE(AsIndexable(*conjuncts[6]).has_value());  // LIKE
+  REQUIRE_FALSE(AsIndexable(v.view, *conjuncts[5]).has_value());  // <>
+  REQUIRE_FALSE(AsIndexable(v.view, *conjuncts[6]).has_value());  // LIKE
 
-  auto h = AsIndexable(*conjuncts[7]);  // -5 >= h is h <= -5
+  auto h = AsIndexable(v.view, *conjuncts[7]);  // -5 >= h is h <= -5
   REQUIRE(h->attribute == "h");
   REQUIRE(h->lower == nullptr);
   REQUIRE(*h->upper == AttributeValue(int64_t{-5}));
   REQUIRE(h->upper_inclusive);
 
-  auto i = AsIndexable(*conjuncts[8]);
+  auto i = AsIndexable(v.view, *conjuncts[8]);
   REQUIRE(i->kind == IndexableConjunct::Kind::kEqual);
   REQUIRE(i->attribute == "i");
-  REQUIRE(*i->values[0] == AttributeValue(std::string("k")));
+  REQUIRE(i->values[0] == AttributeValue(std::string("k")));
 }
 
 TEST_CASE("only plain comparisons with literals are indexable", "[selector]") {
@@ -615,12 +626,13 @@ TEST_CASE("only plain comparisons with literals are indexable", "[selector]") {
        {"a = 1 OR b = 2", "NOT a = 1", "a NOT IN ('x')", "a NOT BETWEEN 1 AND 2",
         "a BETWEEN b AND 2", "a + 1 = 2", "a = b", "1 = 1", "a IS NULL", "a", "TRUE"}) {
     Selector s = MustParse(text);
-    std::vector<const selector_ast::Node*> conjuncts = Conjuncts(s.ast()->root());
+    const Viewed v(s);
+    const std::vector<const ViewNode*>& conjuncts = v.conjuncts;
     INFO(text);
     REQUIRE(conjuncts.size() == 1);
-    REQUIRE_FALSE(AsIndexable(*conjuncts[0]).has_value());
+    REQUIRE_FALSE(AsIndexable(v.view, *conjuncts[0]).has_value());
   }
-  REQUIRE(Conjuncts(MustParse("").ast()->root()).empty());
+  REQUIRE(Viewed(MustParse("")).conjuncts.empty());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -36,9 +36,13 @@
 // that input which fails early (a megabyte of `(`) fails fast and cheaply. LIKE matching takes
 // time linear in the attribute's length (docs/selectors.md, "LIKE").
 //
-// Thread-safety: a Selector is immutable after Parse and thread-safe; copies share the parsed
-// tree (copying is a reference-count increment), and any number of threads may evaluate the
-// same Selector concurrently.
+// A parsed selector is compiled into one flat program (lib/selector/program.h) that Evaluate runs
+// and gryph's matcher keeps; the parsed tree is not kept. Encode() gives that program's bytes
+// (with the text), and Decode() takes them back without parsing, for storing many selectors.
+//
+// Thread-safety: a Selector is immutable after Parse or Decode and thread-safe; copies share the
+// compiled program and the text (copying is two reference-count increments), and any number of
+// threads may evaluate the same Selector concurrently.
 
 #ifndef GRYPH_SELECTOR_H_
 #define GRYPH_SELECTOR_H_
@@ -54,9 +58,9 @@
 
 namespace gryph {
 
-namespace selector_ast {
-class Ast;
-}  // namespace selector_ast
+namespace selector_program {
+class Program;
+}  // namespace selector_program
 
 // SQL's three truth values.
 enum class Truth : uint8_t { kFalse, kTrue, kUnknown };
@@ -79,8 +83,16 @@ class Selector {
   // neither parsing nor evaluation can exhaust the stack.
   static constexpr int kMaxDepth = 256;
 
+  // The first byte of every encoded selector. DO NOT CHANGE: stored on disk.
+  static constexpr uint8_t kEncodingVersion = 1;
+
   // The empty selector, which matches every event (same as Parse("")).
   Selector();
+  Selector(const Selector& other);
+  Selector(Selector&& other) noexcept;
+  Selector& operator=(const Selector& other);
+  Selector& operator=(Selector&& other) noexcept;
+  ~Selector();
 
   // Parses `text`. Fails with InvalidArgument on a syntax or type error, or when `text` is longer
   // than options.max_length; the message has the form "selector:LINE:COLUMN: what was expected
@@ -107,14 +119,37 @@ class Selector {
   // tree (unless that would exceed kMaxDepth). The empty selector renders as "".
   std::string DebugString() const;
 
-  // The parsed tree, for gryph's matcher (lib/selector/ast.h); nullptr only for a
-  // default-constructed Selector. Valid as long as any copy of this Selector lives.
-  const selector_ast::Ast* ast() const { return ast_.get(); }
+  // The persisted form (docs/selectors.md, "Encoding"):
+  //
+  //   version  1 byte  = kEncodingVersion
+  //   text     varint length, then the text given to Parse
+  //   program  varint length, then the compiled program (lib/selector/program.h); length 0 for a
+  //            selector that matches everything
+  //   crc      4 bytes, big-endian: CRC-32C of everything before it
+  //
+  // Appends to *out, or returns the bytes.
+  void EncodeTo(std::string* out) const;
+  std::string Encode() const;
+
+  // The selector whose Encode() is `bytes`, without parsing its text: the program is checked
+  // instead (every operation, operand, type and jump), in time linear in its size. Fails with
+  // DataLoss (a message naming what is wrong and where) on truncated, damaged or trailing bytes
+  // (a checksum mismatch among them), and with InvalidArgument on an unknown version. Never crashes
+  // or reads outside `bytes`. Any input it accepts gives a selector whose Encode() is `bytes`
+  // again.
+  static absl::StatusOr<Selector> Decode(absl::string_view bytes);
+
+  // The compiled program, for gryph's matcher (lib/selector/program.h); nullptr when the
+  // selector matches every event. Valid as long as any copy of this Selector lives.
+  const selector_program::Program* program() const { return program_; }
 
  private:
-  explicit Selector(std::shared_ptr<const selector_ast::Ast> ast) : ast_(std::move(ast)) {}
+  Selector(const selector_program::Program* program, std::shared_ptr<const std::string> text)
+      : program_(program), text_(std::move(text)) {}
 
-  std::shared_ptr<const selector_ast::Ast> ast_;  // null only when default-constructed
+  // A counted reference (lib/selector/program.h ProgramRef), or null: matches everything.
+  const selector_program::Program* program_ = nullptr;
+  std::shared_ptr<const std::string> text_;  // null for the default-constructed selector
 };
 
 }  // namespace gryph

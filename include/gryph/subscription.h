@@ -11,8 +11,8 @@
 //   selector varint length, then the selector text as given to Create
 //   filter   varint length, then the topic filter text; length 0 means "no topic filter"
 //
-// Thread-safety: immutable after Create or Decode; thread-safe. Copying is cheap (the selector's
-// tree is shared).
+// Thread-safety: immutable after Create or Decode; thread-safe. Copying is cheap for the selector
+// (its compiled program is shared) and copies the topic filter.
 
 #ifndef GRYPH_SUBSCRIPTION_H_
 #define GRYPH_SUBSCRIPTION_H_
@@ -29,6 +29,10 @@
 
 namespace gryph {
 
+namespace matcher_internal {
+struct SubscriptionParts;
+}  // namespace matcher_internal
+
 // The longest durable subscription name, in bytes: names are storage keys at the SHB, which
 // refuses a longer one (InvalidArgument, for that connection alone).
 inline constexpr size_t kMaxSubscriptionNameBytes = 256;
@@ -44,6 +48,12 @@ class Subscription {
   static absl::StatusOr<Subscription> Create(absl::string_view selector,
                                              absl::string_view topic_filter = "",
                                              const SelectorOptions& options = SelectorOptions());
+
+  // A subscription of an already parsed (or decoded, Selector::Decode) selector and
+  // `topic_filter` (empty: no topic filter): nothing is parsed but the topic filter. Fails with
+  // InvalidArgument as TopicFilter::Parse does.
+  static absl::StatusOr<Subscription> Create(Selector selector,
+                                             absl::string_view topic_filter = "");
 
   // Whether `event` interests this subscription: topic filter (if any) and selector TRUE.
   bool Matches(const Event& event) const;
@@ -69,6 +79,8 @@ class Subscription {
   friend bool operator==(const Subscription& a, const Subscription& b);
 
  private:
+  friend struct matcher_internal::SubscriptionParts;  // takes the parts apart, for the matcher
+
   Subscription(Selector selector, std::optional<TopicFilter> topic_filter)
       : selector_(std::move(selector)), topic_filter_(std::move(topic_filter)) {}
 

@@ -83,7 +83,7 @@ Group& Index::GroupFor(const Record* rec) {
     case Placement::kWildcardTopic: break;
   }
   TrieNode* node = &wildcards_;
-  for (const std::string& level : rec->subscription.topic_filter()->levels()) {
+  for (const std::string& level : rec->topic_filter()->levels()) {
     if (level == "#") {
       if (node->rest == nullptr) node->rest = NewTrieGroup(node);
       return *node->rest;
@@ -229,9 +229,10 @@ void Index::RemoveFromGroup(Group& g, Record* rec, uint32_t slot) {
 void Index::Add(Record* rec) {
   // Counted by id, so that only a name's first user and last user hash it (the owner hands an
   // id to another name only after its last user's removal, which this copy applies first).
-  for (const auto& [name, id] : rec->attributes()) {
+  for (const AttributeRef& a : rec->attributes()) {
+    const uint32_t id = a.id;
     if (id >= name_refs_.size()) name_refs_.resize(id + 1, 0);
-    if (name_refs_[id]++ == 0) names_.emplace(name, id);
+    if (name_refs_[id]++ == 0) names_.emplace(rec->name(a), id);
     id_limit_ = std::max(id_limit_, id + 1);
   }
   Group& g = GroupFor(rec);
@@ -255,8 +256,8 @@ void Index::Remove(Record* rec) {
     }
     case Placement::kWildcardTopic: RemoveWildcard(rec); break;
   }
-  for (const auto& [name, id] : rec->attributes()) {
-    if (--name_refs_[id] == 0) names_.erase(name);
+  for (const AttributeRef& a : rec->attributes()) {
+    if (--name_refs_[a.id] == 0) names_.erase(rec->name(a));
   }
 }
 
@@ -291,7 +292,7 @@ void Index::PrefetchDeeper(const Record* rec, bool add, int depth) const {
 }
 
 bool Index::StepWalk(TrieWalk& w) const {
-  const absl::Span<const std::string> levels = w.rec->subscription.topic_filter()->levels();
+  const absl::Span<const std::string> levels = w.rec->topic_filter()->levels();
   if (w.node == nullptr) {
     // The levels' array is a block of its own; the short levels' bytes are inside it.
     __builtin_prefetch(levels.data());

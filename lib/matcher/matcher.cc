@@ -106,14 +106,14 @@ class Matcher::Impl {
     // and the topic filter's text: ask for them first, so that they arrive together while the
     // record is compiled (undone below in the rare case of a duplicate).
     records_.prefetch(id);
-    __builtin_prefetch(subscription.selector().ast());
+    __builtin_prefetch(subscription.selector().program());
     if (const TopicFilter* f = subscription.topic_filter()) __builtin_prefetch(f->text().data());
     mi::Record* rec = mi::Compile(
         id, std::move(subscription), [this](absl::string_view name) { return Intern(name); },
-        stats_, pool_);
+        stats_, pool_, &view_);
     auto [it, inserted] = records_.try_emplace(id, RecordRef(rec));
     if (!inserted) {
-      for (const auto& [name, name_id] : rec->attributes()) Release(name);
+      for (const mi::AttributeRef& a : rec->attributes()) Release(rec->name(a));
       mi::DestroyRecord(rec, pool_);
       return absl::AlreadyExistsError(
           absl::StrCat("subscriber ", id.value, " already has a subscription in the matcher"));
@@ -135,7 +135,7 @@ class Matcher::Impl {
     mi::Record* rec = ref.rec();
     if (!ref.plain()) {  // else nothing to uncount: the record stays out of the cache until Apply
       stats_.Count(*rec, -1);
-      for (const auto& [name, name_id] : rec->attributes()) Release(name);
+      for (const mi::AttributeRef& a : rec->attributes()) Release(rec->name(a));
     }
     pending_.push_back(Op{rec, false});
     if (pending_.size() >= options_.max_unpublished) Publish();
@@ -318,7 +318,8 @@ class Matcher::Impl {
   MatcherOptions options_;
 
   // The owner's state.
-  mi::Pool pool_;  // records and index nodes; declared first, destroyed last
+  mi::Pool pool_;                // records and index nodes; declared first, destroyed last
+  selector_program::View view_;  // the planner's scratch (owner only)
   // Owned; the latest state.
   absl::flat_hash_map<SubscriberId, RecordRef> records_;
   absl::flat_hash_map<std::string, Name> names_;  // interned attribute names

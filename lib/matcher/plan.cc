@@ -7,16 +7,17 @@
 #include <optional>
 
 #include "absl/hash/hash.h"
-#include "lib/selector/evaluator.h"
 #include "lib/selector/like_pattern.h"
 #include "lib/selector/numeric.h"
+#include "lib/selector/program.h"
 
 namespace gryph::matcher_internal {
 
 namespace sa = selector_ast;
-using selector_ast::And;
-using selector_ast::Not;
-using selector_ast::Or;
+namespace sp = selector_program;
+using selector_program::And;
+using selector_program::Not;
+using selector_program::Or;
 
 namespace {
 
@@ -49,7 +50,7 @@ inline std::optional<bool> EqualNonNumeric(const AttributeValue& v, const Check&
       return s->size() == c.flags && (c.flags == 0 || std::memcmp(s->data(), &c.lo, c.flags) == 0);
     }
     if (s->size() < sizeof(c.lo) || std::memcmp(s->data(), &c.lo, sizeof(c.lo)) != 0) return false;
-    return *s == *static_cast<const std::string*>(c.ptr);
+    return *s == sp::BytesAt(static_cast<const uint8_t*>(c.ptr));
   }
   const auto* b = std::get_if<bool>(&v);
   if (b == nullptr) return std::nullopt;
@@ -58,8 +59,8 @@ inline std::optional<bool> EqualNonNumeric(const AttributeValue& v, const Check&
 
 }  // namespace
 
-// Each case follows lib/selector/evaluator.cc: a missing attribute is UNKNOWN, NaN in a
-// comparison is UNKNOWN, and unlike types compare FALSE.
+// Each case follows the program's evaluation (lib/selector/program.cc): a missing attribute is
+// UNKNOWN, NaN in a comparison is UNKNOWN, and unlike types compare FALSE.
 Truth Check::Evaluate(AttrValues values, const Event& event) const {
   switch (kind) {
     case Kind::kEqual:
@@ -99,38 +100,14 @@ Truth Check::Evaluate(AttrValues values, const Event& event) const {
       }
       return t;
     }
-    case Kind::kIn: {
-      const AttributeValue* v = values[attr];
-      if (v == nullptr) return Truth::kUnknown;
-      const auto& in = *static_cast<const sa::InNode*>(ptr);
-      bool found;
-      switch (v->index()) {
-        case 0:
-          if (!in.numeric) return Truth::kFalse;
-          found = in.ContainsInt64(*std::get_if<int64_t>(v));
-          break;
-        case 1: {
-          const double d = *std::get_if<double>(v);
-          if (!in.numeric) return Truth::kFalse;
-          if (std::isnan(d)) return Truth::kUnknown;
-          found = in.ContainsDouble(d);
-          break;
-        }
-        case 2:
-          if (in.numeric) return Truth::kFalse;
-          found = in.ContainsString(*std::get_if<std::string>(v));
-          break;
-        default: return Truth::kFalse;  // a boolean is in no list, nor outside one
-      }
-      return FromBool(found != in.negated);
-    }
+    case Kind::kIn: return sp::Program::In(static_cast<const uint8_t*>(ptr), values[attr]);
     case Kind::kLike: {
       const AttributeValue* v = values[attr];
       if (v == nullptr) return Truth::kUnknown;
       const auto* s = std::get_if<std::string>(v);
       if (s == nullptr) return Truth::kFalse;
-      const auto& like = *static_cast<const sa::LikeNode*>(ptr);
-      return FromBool(like.compiled_pattern.Matches(*s) != like.negated);
+      const auto& like = *static_cast<const sa::LikePattern*>(ptr);
+      return FromBool(like.Matches(*s) != ((flags & kNotLike) != 0));
     }
     case Kind::kIsNull: return FromBool(values[attr] == nullptr);
     case Kind::kIsNotNull: return FromBool(values[attr] != nullptr);
@@ -180,7 +157,10 @@ Truth Check::Evaluate(AttrValues values, const Event& event) const {
       }
       return FromBool(found != (kind == Kind::kNotInShort));
     }
-    case Kind::kGeneric: return sa::EvaluateCondition(*static_cast<const sa::Node*>(ptr), event);
+    case Kind::kGeneric:
+      return static_cast<const sp::Program*>(ptr)->EvaluateRange(
+          static_cast<uint32_t>(lo.i), static_cast<uint32_t>(static_cast<uint64_t>(lo.i) >> 32),
+          event);
   }
   return Truth::kUnknown;
 }
@@ -233,6 +213,11 @@ bool NumericKey(const AttributeValue& v, Access::Kind* kind, Scalar* key) {
   return true;
 }
 
+bool NumericKey(const sp::Literal& v, Access::Kind* kind, Scalar* key) {
+  if (v.type == sp::Literal::Type::kInt64) return NumericKey(AttributeValue(v.i), kind, key);
+  return NumericKey(AttributeValue(v.d), kind, key);
+}
+
 bool IntervalBucket(double lo, double hi, int32_t* width_class, int64_t* bucket) {
   const double w = hi - lo;
   if (!(w >= 0 && w < std::numeric_limits<double>::infinity())) return false;
@@ -262,7 +247,7 @@ namespace {
 struct Choice {
   // A branch of an OR access: its conjuncts, and the one its exact access proves (or -1).
   struct Branch {
-    std::vector<const sa::Node*> conjuncts;
+    std::vector<const sp::ViewNode*> conjuncts;
     int proves = -1;
   };
   double cost = std::numeric_limits<double>::infinity();
@@ -289,13 +274,13 @@ constexpr double kSelectiveRange = 0.03;
 constexpr double kRangeIndexCost = 1000;
 
 // Whether the literal `v` is exactly a float (so the range index compares it exactly).
-bool ExactFloat(const AttributeValue& v) {
+bool ExactFloat(const sp::Literal& v) {
   double d;
-  if (const int64_t* i = std::get_if<int64_t>(&v)) {
-    d = static_cast<double>(*i);
-    if (!(d < 0x1p63 && static_cast<int64_t>(d) == *i)) return false;
+  if (v.type == sp::Literal::Type::kInt64) {
+    d = static_cast<double>(v.i);
+    if (!(d < 0x1p63 && static_cast<int64_t>(d) == v.i)) return false;
   } else {
-    d = *std::get_if<double>(&v);
+    d = v.d;
   }
   return static_cast<double>(FloatRounding::Nearest(d)) == d;
 }
@@ -325,24 +310,24 @@ int CheckCost(Check::Kind k) {
 }
 
 // Sets a numeric literal; returns its tag.
-Tag SetNumber(const AttributeValue& v, Scalar* s) {
-  if (v.index() == 0) {
-    s->i = *std::get_if<int64_t>(&v);
+Tag SetNumber(const sp::Literal& v, Scalar* s) {
+  if (v.type == sp::Literal::Type::kInt64) {
+    s->i = v.i;
     return Tag::kInt;
   }
-  s->d = *std::get_if<double>(&v);
+  s->d = v.d;
   return Tag::kDouble;
 }
 
 // Sets the literal of an = or <> check.
-void SetLiteral(const AttributeValue& v, Check* k) {
-  switch (v.index()) {
-    case 0:
-    case 1: k->set_lo_tag(SetNumber(v, &k->lo)); break;
-    case 2: {
-      const std::string& str = *std::get_if<std::string>(&v);
+void SetLiteral(const sp::Literal& v, Check* k) {
+  switch (v.type) {
+    case sp::Literal::Type::kInt64:
+    case sp::Literal::Type::kDouble: k->set_lo_tag(SetNumber(v, &k->lo)); break;
+    case sp::Literal::Type::kString: {
+      const absl::string_view str = v.s;
       k->set_lo_tag(Tag::kString);
-      k->ptr = &str;
+      k->ptr = v.encoded;
       k->lo.i = 0;
       std::memcpy(&k->lo, str.data(), std::min<size_t>(str.size(), sizeof(k->lo)));
       k->flags =
@@ -351,53 +336,36 @@ void SetLiteral(const AttributeValue& v, Check* k) {
     }
     default:
       k->set_lo_tag(Tag::kBool);
-      k->lo.b = *std::get_if<bool>(&v);
+      k->lo.b = v.b;
       break;
   }
 }
 
 // Compiles `attr [NOT] IN (...)` with at most two values — strings of at most 8 bytes, or
 // numbers — into a check that reads no tree memory. The caller set k->attr.
-bool ShortIn(const sa::InNode& in, Check* k) {
-  if (in.values.empty() || in.values.size() > 2) return false;
+bool ShortIn(const std::vector<sp::Literal>& values, bool negated, Check* k) {
+  if (values.empty() || values.size() > 2) return false;
   Scalar packed[2] = {{0}, {0}};
   Tag tags[2] = {Tag::kNone, Tag::kNone};
   uint8_t lengths[2] = {0, 0};
-  for (size_t i = 0; i < in.values.size(); ++i) {
-    const AttributeValue& v = in.values[i];
-    if (const auto* s = std::get_if<std::string>(&v)) {
-      if (s->size() > sizeof(Scalar)) return false;
-      std::memcpy(&packed[i], s->data(), s->size());
-      lengths[i] = static_cast<uint8_t>(s->size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    const sp::Literal& v = values[i];
+    if (v.type == sp::Literal::Type::kString) {
+      if (v.s.size() > sizeof(Scalar)) return false;
+      std::memcpy(&packed[i], v.s.data(), v.s.size());
+      lengths[i] = static_cast<uint8_t>(v.s.size());
       tags[i] = Tag::kString;
     } else {
       tags[i] = SetNumber(v, &packed[i]);
     }
   }
-  k->kind = in.negated ? Check::Kind::kNotInShort : Check::Kind::kInShort;
+  k->kind = negated ? Check::Kind::kNotInShort : Check::Kind::kInShort;
   k->lo = packed[0];
   k->hi = packed[1];
   k->set_lo_tag(tags[0]);
   k->set_hi_tag(tags[1]);
   k->flags = static_cast<uint8_t>(lengths[0] | (lengths[1] << 4));
   return true;
-}
-
-// The branches of the OR `node` in order, nested ORs flattened.
-std::vector<const sa::Node*> OrBranches(const sa::Node& node) {
-  std::vector<const sa::Node*> branches;
-  std::vector<const sa::Node*> stack = {&node};
-  while (!stack.empty()) {
-    const sa::Node* n = stack.back();
-    stack.pop_back();
-    if (n->kind() == sa::NodeKind::kOr) {
-      const auto& ops = n->As<sa::LogicalNode>()->operands;
-      for (auto it = ops.rbegin(); it != ops.rend(); ++it) stack.push_back(it->get());
-    } else {
-      branches.push_back(n);
-    }
-  }
-  return branches;
 }
 
 bool SameKey(const Access& a, const Access& b) {
@@ -418,13 +386,11 @@ bool IsEquality(Access::Kind k) {
 
 class Compiler {
  public:
-  Compiler(Record* rec, InternFn intern, const AccessStats& stats)
-      : rec_(rec), intern_(intern), stats_(stats) {}
+  Compiler(Record* rec, InternFn intern, const AccessStats& stats, const sp::View& view)
+      : rec_(rec), intern_(intern), stats_(stats), view_(view) {}
 
-  void Run(const sa::Node* root) {
-    const std::vector<const sa::Node*> conjuncts = sa::Conjuncts(root);
-    // Sized once: a record's names are mostly one per conjunct.
-    details().attributes.reserve(conjuncts.size());
+  void Run(const sp::ViewNode* root) {
+    const std::vector<const sp::ViewNode*> conjuncts = view_.Conjuncts(root);
     const Ranges ranges = CollectRanges(conjuncts);
     Choice best = BestAccess(conjuncts, ranges, /*allow_or=*/true);
     if (Choice all = RangeIndexAccess(conjuncts, ranges, best); all.valid()) best = std::move(all);
@@ -434,7 +400,7 @@ class Compiler {
     if (rec_->ranges_proven) {
       // No check list: the range terms are the selector, and RangesHold verifies them.
     } else if (best.branches.empty()) {
-      details().checks.push_back(CompileAllBut(conjuncts, best.proves));
+      checks_.push_back(CompileAllBut(conjuncts, best.proves));
     } else {
       // Each branch is verified by its own conjuncts and the selector's other conjuncts: the
       // selector is TRUE exactly when, for some branch, all of these are.
@@ -442,15 +408,25 @@ class Compiler {
         std::vector<Check> checks = CompileAllBut(b.conjuncts, b.proves);
         for (Check& c : CompileAllBut(conjuncts, best.or_conjunct)) checks.push_back(c);
         SortChecks(checks);
-        details().checks.push_back(std::move(checks));
+        checks_.push_back(std::move(checks));
       }
+    }
+    rec_->details = Details::Make(terms_, attributes_);
+    // Only lists with a check in them need to be kept (BranchChecks gives an empty list else).
+    const bool any = !disjunctions_.empty() ||
+                     std::any_of(checks_.begin(), checks_.end(),
+                                 [](const std::vector<Check>& l) { return !l.empty(); });
+    if (any) {
+      rec_->details->lists = std::make_unique<Details::Lists>();
+      rec_->details->lists->checks = std::move(checks_);
+      rec_->details->lists->disjunctions = std::move(disjunctions_);  // the inner arrays stay put
     }
     rec_->verify = VerifyOf(rec_->BranchChecks(0));
   }
 
  private:
   // Checks for conjuncts[i] for every i but `skip`, most selective first.
-  std::vector<Check> CompileAllBut(const std::vector<const sa::Node*>& conjuncts, int skip) {
+  std::vector<Check> CompileAllBut(const std::vector<const sp::ViewNode*>& conjuncts, int skip) {
     std::vector<Check> checks;
     for (size_t i = 0; i < conjuncts.size(); ++i) {
       if (static_cast<int>(i) != skip) checks.push_back(CompileCheck(*conjuncts[i]));
@@ -469,54 +445,66 @@ class Compiler {
     }
   }
 
-  Details& details() {
-    if (rec_->details == nullptr) rec_->details = std::make_unique<Details>();
-    return *rec_->details;
-  }
-
   uint32_t Id(absl::string_view name) {
-    for (const auto& [n, id] : details().attributes) {
+    for (const auto& [n, id] : names_) {
       if (n == name) return id;
     }
     const uint32_t id = intern_(name);
-    details().attributes.emplace_back(name, id);
+    names_.emplace_back(name, id);
+    // The name is a view into the program, just past its varint length.
+    uint32_t length_bytes = 1;
+    for (size_t n = name.size(); n >= 0x80; n >>= 7) ++length_bytes;
+    attributes_.push_back(AttributeRef{
+        static_cast<uint32_t>(name.data() - reinterpret_cast<const char*>(view_.program().data()) -
+                              length_bytes),
+        id});
     return id;
   }
 
   // A check for `conjunct`: NOTs are peeled into `negated` when what they wrap is a simple
   // condition; anything else is evaluated whole by the evaluator.
-  Check CompileCheck(const sa::Node& conjunct) {
+  Check CompileCheck(const sp::ViewNode& conjunct) {
     bool negated = false;
-    const sa::Node* inner = &conjunct;
-    while (inner->kind() == sa::NodeKind::kNot) {
+    const sp::ViewNode* inner = &conjunct;
+    while (inner->kind == sp::ViewNode::Kind::kNot) {
       negated = !negated;
-      inner = inner->As<sa::UnaryNode>()->operand.get();
+      inner = &view_.child(*inner, 0);
     }
     Check k = CompileSimple(*inner);
     if (k.kind == Check::Kind::kGeneric) {
-      k.ptr = &conjunct;
+      Generic(conjunct, &k);
       return k;
     }
     k.negated = negated;
     return k;
   }
 
-  Check CompileSimple(const sa::Node& c) {
+  // Evaluated by the program, over the code of `c`.
+  void Generic(const sp::ViewNode& c, Check* k) const {
+    k->kind = Check::Kind::kGeneric;
+    k->ptr = &view_.program();
+    k->lo.i = static_cast<int64_t>(uint64_t{c.begin} | uint64_t{c.end} << 32);
+  }
+
+  const void* InOp(const sp::ViewNode& c) const { return view_.program().data() + c.op; }
+
+  Check CompileSimple(const sp::ViewNode& c) {
+    using K = sp::ViewNode::Kind;
     Check k;
-    if (const std::optional<sa::IndexableConjunct> ix = sa::AsIndexable(c)) {
+    if (const std::optional<sp::IndexableConjunct> ix = sp::AsIndexable(view_, c)) {
       k.attr = Id(ix->attribute);
       switch (ix->kind) {
-        case sa::IndexableConjunct::Kind::kEqual:
+        case sp::IndexableConjunct::Kind::kEqual:
           k.kind = Check::Kind::kEqual;
-          SetLiteral(*ix->values[0], &k);
+          SetLiteral(ix->values[0], &k);
           return k;
-        case sa::IndexableConjunct::Kind::kIn:
-          if (!ShortIn(*c.As<sa::InNode>(), &k)) {
+        case sp::IndexableConjunct::Kind::kIn:
+          if (!ShortIn(ix->values, c.negated, &k)) {
             k.kind = Check::Kind::kIn;
-            k.ptr = c.As<sa::InNode>();
+            k.ptr = InOp(c);
           }
           return k;
-        case sa::IndexableConjunct::Kind::kRange:
+        case sp::IndexableConjunct::Kind::kRange:
           k.kind = Check::Kind::kRange;
           k.hi.i = 0;
           if (ix->lower != nullptr) {
@@ -530,84 +518,81 @@ class Compiler {
           return k;
       }
     }
-    if (const auto* b = c.As<sa::BinaryNode>();
-        b != nullptr && b->kind() == sa::NodeKind::kNotEqual) {
-      const auto* id = b->lhs->As<sa::IdentifierNode>();
-      const auto* lit = b->rhs->As<sa::LiteralNode>();
-      if (id == nullptr || lit == nullptr) {
-        id = b->rhs->As<sa::IdentifierNode>();
-        lit = b->lhs->As<sa::LiteralNode>();
-      }
-      if (id != nullptr && lit != nullptr) {
+    if (c.kind == K::kNotEqual) {
+      const sp::ViewNode* id = &view_.child(c, 0);
+      const sp::ViewNode* lit = &view_.child(c, 1);
+      if (id->kind != K::kIdentifier || lit->kind != K::kLiteral) std::swap(id, lit);
+      if (id->kind == K::kIdentifier && lit->kind == K::kLiteral) {
         k.kind = Check::Kind::kNotEqual;
         k.attr = Id(id->name);
-        SetLiteral(lit->value, &k);
+        SetLiteral(lit->literal, &k);
         return k;
       }
     }
-    if (const auto* in = c.As<sa::InNode>(); in != nullptr && in->negated) {  // NOT IN
-      k.attr = Id(in->attribute);
-      if (!ShortIn(*in, &k)) {
+    if (c.kind == K::kIn && c.negated) {  // NOT IN
+      k.attr = Id(c.name);
+      if (!ShortIn(sp::InValues(view_.program().data() + c.op), true, &k)) {
         k.kind = Check::Kind::kIn;
-        k.ptr = in;
+        k.ptr = InOp(c);
       }
       return k;
     }
-    if (const auto* like = c.As<sa::LikeNode>()) {
+    if (c.kind == K::kLike) {
       k.kind = Check::Kind::kLike;
-      k.attr = Id(like->attribute);
-      k.ptr = like;
+      k.attr = Id(c.name);
+      k.ptr = c.like;
+      if (c.negated) k.flags = Check::kNotLike;
       return k;
     }
-    if (const auto* n = c.As<sa::IsNullNode>()) {
-      k.kind = n->negated ? Check::Kind::kIsNotNull : Check::Kind::kIsNull;
-      k.attr = Id(n->attribute);
+    if (c.kind == K::kIsNull) {
+      k.kind = c.negated ? Check::Kind::kIsNotNull : Check::Kind::kIsNull;
+      k.attr = Id(c.name);
       return k;
     }
-    if (const auto* id = c.As<sa::IdentifierNode>()) {
+    if (c.kind == K::kIdentifier) {
       k.kind = Check::Kind::kIsTrue;
-      k.attr = Id(id->name);
+      k.attr = Id(c.name);
       return k;
     }
-    if (c.kind() == sa::NodeKind::kOr) {
+    if (c.kind == K::kOr) {
       // Nested ORs flatten into one disjunction; each branch is compiled like a selector, its
       // checks followed by a kBranchEnd, all in one array.
       std::vector<Check> checks;
-      for (const sa::Node* n : OrBranches(c)) {
-        for (const sa::Node* conjunct : sa::Conjuncts(n)) checks.push_back(CompileCheck(*conjunct));
+      for (const sp::ViewNode* n : view_.OrBranches(c)) {
+        for (const sp::ViewNode* conjunct : view_.Conjuncts(n)) {
+          checks.push_back(CompileCheck(*conjunct));
+        }
         Check end;
         end.kind = Check::Kind::kBranchEnd;
         checks.push_back(end);
       }
       k.kind = Check::Kind::kOr;
       k.lo.i = static_cast<int64_t>(checks.size());
-      details().disjunctions.push_back(std::move(checks));
-      k.ptr = details().disjunctions.back().data();  // stays put when the outer vector grows
+      disjunctions_.push_back(std::move(checks));
+      k.ptr = disjunctions_.back().data();  // stays put when the outer vector grows or moves
       return k;
     }
-    k.kind = Check::Kind::kGeneric;
-    k.ptr = &c;
+    Generic(c, &k);
     return k;
   }
 
   // Equality accesses for `values` of `attribute`, duplicates (5 and 5.0) merged.
-  bool AddKeys(absl::string_view attribute, const std::vector<const AttributeValue*>& values,
-               Choice* out) {
+  bool AddKeys(absl::string_view attribute, const std::vector<sp::Literal>& values, Choice* out) {
     const uint32_t attr = Id(attribute);
-    for (const AttributeValue* v : values) {
+    for (const sp::Literal& v : values) {
       Access a;
       a.attr = attr;
-      switch (v->index()) {
-        case 2:
+      switch (v.type) {
+        case sp::Literal::Type::kString:
           a.kind = Access::Kind::kEqString;
-          a.str = *std::get_if<std::string>(v);
+          a.str = v.s;
           break;
-        case 3:
+        case sp::Literal::Type::kBool:
           a.kind = Access::Kind::kEqBool;
-          a.key.b = *std::get_if<bool>(v);
+          a.key.b = v.b;
           break;
         default:
-          if (!NumericKey(*v, &a.kind, &a.key)) continue;  // NaN literals do not exist; be safe
+          if (!NumericKey(v, &a.kind, &a.key)) continue;  // NaN literals do not exist; be safe
       }
       if (std::none_of(out->accesses.begin(), out->accesses.end(),
                        [&](const Access& b) { return SameKey(a, b); })) {
@@ -632,11 +617,11 @@ class Compiler {
   };
   using Ranges = absl::InlinedVector<Range, 5>;
 
-  static Ranges CollectRanges(const std::vector<const sa::Node*>& conjuncts) {
+  Ranges CollectRanges(const std::vector<const sp::ViewNode*>& conjuncts) const {
     Ranges ranges;
-    for (const sa::Node* c : conjuncts) {
-      const std::optional<sa::IndexableConjunct> ix = sa::AsIndexable(*c);
-      if (!ix.has_value() || ix->kind != sa::IndexableConjunct::Kind::kRange) continue;
+    for (const sp::ViewNode* c : conjuncts) {
+      const std::optional<sp::IndexableConjunct> ix = sp::AsIndexable(view_, *c);
+      if (!ix.has_value() || ix->kind != sp::IndexableConjunct::Kind::kRange) continue;
       auto it = std::find_if(ranges.begin(), ranges.end(),
                              [&](const Range& r) { return r.attribute == ix->attribute; });
       if (it == ranges.end()) {
@@ -661,7 +646,7 @@ class Compiler {
   // The range index, when `conjuncts` hold at least two ranges (on distinct attributes), none of
   // them selective, and `best` is no cheap equality, prefix or OR access. Sets the record's
   // range terms and ranges_proven when chosen.
-  Choice RangeIndexAccess(const std::vector<const sa::Node*>& conjuncts, const Ranges& ranges,
+  Choice RangeIndexAccess(const std::vector<const sp::ViewNode*>& conjuncts, const Ranges& ranges,
                           const Choice& best) {
     if (ranges.size() < 2) return Choice();
     const bool single_range = best.valid() && best.branches.empty() && best.accesses.size() == 1 &&
@@ -682,9 +667,7 @@ class Compiler {
                                 r.has_hi ? FloatRounding::Up(r.hi) : FloatRounding::kInf});
     }
     rec_->ranges_proven = proven && merged == conjuncts.size();
-    details().ranges = std::make_unique<RangeTerm[]>(terms.size());
-    std::copy(terms.begin(), terms.end(), details().ranges.get());
-    details().range_count = static_cast<uint32_t>(terms.size());
+    terms_.assign(terms.begin(), terms.end());
     Choice ch;
     Access a;
     a.kind = Access::Kind::kRanges;
@@ -696,16 +679,16 @@ class Compiler {
 
   // The best single access among `conjuncts` (an OR among them counts only when allow_or), whose
   // ranges are `ranges` (CollectRanges).
-  Choice BestAccess(const std::vector<const sa::Node*>& conjuncts, const Ranges& ranges,
+  Choice BestAccess(const std::vector<const sp::ViewNode*>& conjuncts, const Ranges& ranges,
                     bool allow_or) {
     Choice best;
     auto consider = [&best](Choice c) {
       if (c.valid() && c.cost < best.cost) best = std::move(c);
     };
     for (size_t i = 0; i < conjuncts.size(); ++i) {
-      const sa::Node& c = *conjuncts[i];
-      if (const std::optional<sa::IndexableConjunct> ix = sa::AsIndexable(c)) {
-        if (ix->kind == sa::IndexableConjunct::Kind::kRange) continue;  // in `ranges`
+      const sp::ViewNode& c = *conjuncts[i];
+      if (const std::optional<sp::IndexableConjunct> ix = sp::AsIndexable(view_, c)) {
+        if (ix->kind == sp::IndexableConjunct::Kind::kRange) continue;  // in `ranges`
         Choice eq;
         if (AddKeys(ix->attribute, ix->values, &eq)) {
           eq.proves = static_cast<int>(i);
@@ -713,11 +696,11 @@ class Compiler {
         }
         continue;
       }
-      if (const auto* like = c.As<sa::LikeNode>(); like != nullptr && !like->negated) {
-        const sa::LikePattern& p = like->compiled_pattern;
+      if (c.kind == sp::ViewNode::Kind::kLike && !c.negated) {
+        const sa::LikePattern& p = *c.like;
         Choice ch;
         Access a;
-        a.attr = Id(like->attribute);
+        a.attr = Id(c.name);
         a.str = p.literal_prefix();
         if (p.is_exact()) {
           a.kind = Access::Kind::kEqString;  // LIKE without wildcards is string equality
@@ -733,7 +716,9 @@ class Compiler {
         consider(std::move(ch));
         continue;
       }
-      if (allow_or && c.kind() == sa::NodeKind::kOr) consider(OrAccess(c, static_cast<int>(i)));
+      if (allow_or && c.kind == sp::ViewNode::Kind::kOr) {
+        consider(OrAccess(c, static_cast<int>(i)));
+      }
     }
     for (const Range& r : ranges) {
       Choice ch;
@@ -760,14 +745,14 @@ class Compiler {
   // An access per branch of the OR `node` (nested ORs flattened), or nothing when a branch has
   // none. Branches that are all equalities on one attribute need no dedupe (an event value hits
   // one key), and prove the OR when each branch is a lone equality.
-  Choice OrAccess(const sa::Node& node, int index) {
-    const std::vector<const sa::Node*> branches = OrBranches(node);
+  Choice OrAccess(const sp::ViewNode& node, int index) {
+    const std::vector<const sp::ViewNode*> branches = view_.OrBranches(node);
     if (branches.size() > kMaxBranches) return Choice();
     Choice out;
     out.cost = kCostOrOverhead;
     out.or_conjunct = index;
-    for (const sa::Node* b : branches) {
-      Choice::Branch branch{sa::Conjuncts(b), -1};
+    for (const sp::ViewNode* b : branches) {
+      Choice::Branch branch{view_.Conjuncts(b), -1};
       Choice c = BestAccess(branch.conjuncts, CollectRanges(branch.conjuncts), /*allow_or=*/false);
       if (!c.valid()) return Choice();
       branch.proves = c.proves;
@@ -795,6 +780,13 @@ class Compiler {
   Record* rec_;
   InternFn intern_;
   const AccessStats& stats_;
+  const sp::View& view_;
+  // What the record's Details will hold.
+  std::vector<std::vector<Check>> checks_;
+  std::vector<std::vector<Check>> disjunctions_;
+  absl::InlinedVector<RangeTerm, RangeIndex::kMaxTerms> terms_;
+  absl::InlinedVector<std::pair<absl::string_view, uint32_t>, 8> names_;
+  absl::InlinedVector<AttributeRef, 8> attributes_;
 };
 
 }  // namespace
@@ -908,30 +900,58 @@ void AccessStats::Count(const Record& rec, int delta) {
   }
 }
 
+void Details::Deleter::operator()(Details* d) const {
+  d->~Details();
+  ::operator delete(d);
+}
+
+Details::Ptr Details::Make(absl::Span<const RangeTerm> terms,
+                           absl::Span<const AttributeRef> attributes) {
+  void* mem = ::operator new(sizeof(Details) + terms.size() * sizeof(RangeTerm) +
+                             attributes.size() * sizeof(AttributeRef));
+  Details* d = new (mem) Details();
+  d->range_count = static_cast<uint32_t>(terms.size());
+  d->attribute_count = static_cast<uint32_t>(attributes.size());
+  std::memcpy(static_cast<char*>(mem) + sizeof(Details), terms.data(),
+              terms.size() * sizeof(RangeTerm));
+  std::memcpy(static_cast<char*>(mem) + sizeof(Details) + terms.size() * sizeof(RangeTerm),
+              attributes.data(), attributes.size() * sizeof(AttributeRef));
+  return Ptr(d);
+}
+
 void DestroyRecord(Record* rec, Pool& pool) {
+  const TopicFilter* filter = rec->topic_filter();
+  const bool filtered = filter != nullptr;
+  if (filtered) filter->~TopicFilter();
   rec->~Record();
-  pool.Free(rec, sizeof(Record));
+  pool.Free(rec, sizeof(Record) + (filtered ? sizeof(TopicFilter) : 0));
 }
 
 Record* Compile(SubscriberId id, Subscription subscription, InternFn intern,
-                const AccessStats& stats, Pool& pool) {
-  Record* rec = new (pool.Allocate(sizeof(Record))) Record(id, std::move(subscription));
-  const TopicFilter* filter = rec->subscription.topic_filter();
-  if (filter == nullptr) {
-    rec->placement = Placement::kAnyTopic;
-  } else {
+                const AccessStats& stats, Pool& pool, sp::View* view) {
+  std::optional<TopicFilter>& filter = SubscriptionParts::topic_filter(subscription);
+  // A topic filter lives just past the record, in its pool block.
+  static_assert(sizeof(Record) % alignof(TopicFilter) == 0);
+  char* block = static_cast<char*>(
+      pool.Allocate(sizeof(Record) + (filter.has_value() ? sizeof(TopicFilter) : 0)));
+  Record* rec = new (block) Record(id);
+  if (filter.has_value()) {
     rec->placement = filter->has_wildcards() ? Placement::kWildcardTopic : Placement::kExactTopic;
+    new (block + sizeof(Record)) TopicFilter(*std::move(filter));
     rec->topic_hash = NameHash(rec->topic());
+  } else {
+    rec->placement = Placement::kAnyTopic;
   }
-  // Only now the selector's tree, which is elsewhere in memory (the caller may have prefetched
-  // it: the work above overlaps the miss).
-  const Selector& selector = rec->subscription.selector();
-  if (selector.matches_everything()) {
+  // Only now the selector's program, which is elsewhere in memory (the caller may have
+  // prefetched it: the work above overlaps the miss).
+  rec->program = sp::ProgramRef::Share(SubscriptionParts::selector(subscription).program());
+  if (!rec->program) {
     rec->accesses.push_back(Access{});
     rec->verify = Verify::kProven;
     return rec;
   }
-  Compiler(rec, intern, stats).Run(selector.ast()->root());
+  view->Reset(*rec->program);
+  Compiler(rec, intern, stats, *view).Run(view->root());
   return rec;
 }
 

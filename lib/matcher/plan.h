@@ -33,22 +33,27 @@
 // those are, for some branch whose access found the record. The final answer for every candidate
 // is therefore exactly Subscription::Matches.
 //
-// Checks replicate the evaluator's three-valued rules (lib/selector/evaluator.cc) for the simple
-// conditions — comparisons with a literal, IN, LIKE, IS NULL, a boolean attribute, NOT over any
-// of these, and ORs of them — reading attribute values through interned attribute ids; anything
-// else is evaluated with selector_ast::EvaluateCondition.
+// The record keeps the selector's compiled program (lib/selector/program.h), not its text or a
+// tree: the planner reads the program through a selector_program::View, and checks point into
+// the program. Checks apply the program's three-valued rules for the simple conditions —
+// comparisons with a literal, IN, LIKE, IS NULL, a boolean attribute, NOT over any of these, and
+// ORs of them — reading attribute values through interned attribute ids; IN lists, LIKE patterns
+// and anything else are evaluated by the program itself (Program::In, LikePattern, and
+// Program::EvaluateRange over the conjunct's code), so the semantics live there once.
 //
 // Invariants of a Record:
 //   - `accesses` is never empty; all accesses of a record live in the same topic group.
 //   - For each access and each index copy c, `pos[c]` is where that copy keeps the entry of that
 //     access (meaningful only in position-tracked lists; written by the copy's writer only).
-//   - details->checks[a.branch] exists for every access a, except that a record with an empty
+//   - details->lists->checks[a.branch] exists for every access a, except that a record with an
+//   empty
 //     selector has no details, and a ranges_proven record (whose range terms are exactly its
 //     selector: RangesHold verifies it) has no check list (BranchChecks gives an empty list).
 //   - `dedupe` is set when one event may reach the record through more than one access.
-//   - The record owns its Subscription, so every pointer into the selector tree (literals,
-//     IN and LIKE nodes, generic conditions) lives as long as the record; kOr checks point into
-//     details->disjunctions, which is never changed after Compile.
+//   - The record holds a reference to its program, so every pointer into the program (string
+//     literals, IN operations, LIKE patterns, generic conditions, attribute names) lives as long
+//     as the record; kOr checks point into details->lists->disjunctions, which is never changed
+//     after Compile.
 
 #ifndef GRYPH_LIB_MATCHER_PLAN_H_
 #define GRYPH_LIB_MATCHER_PLAN_H_
@@ -56,6 +61,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -71,7 +77,7 @@
 #include "gryph/tick.h"
 #include "lib/matcher/pool.h"
 #include "lib/matcher/range_index.h"
-#include "lib/selector/ast.h"
+#include "lib/selector/program.h"
 
 namespace gryph::matcher_internal {
 
@@ -96,8 +102,8 @@ struct Check {
     kEqual,     // attr = lit: a number in lo (lo_tag), a bool in lo.b, or a string (see below)
     kNotEqual,  // attr <> lit (same representation)
     kRange,     // lo <(=) attr <(=) hi; tag kNone for an absent bound
-    kIn,        // ptr: the InNode (NOT IN too)
-    kLike,      // ptr: the LikeNode (NOT LIKE too)
+    kIn,        // ptr: the program's IN operation (NOT IN too)
+    kLike,      // ptr: the LikePattern; flags kNotLike for NOT LIKE
     kIsNull,    // attr IS NULL
     kIsNotNull,
     kIsTrue,   // attr used as a condition: TRUE for boolean true, UNKNOWN unless boolean
@@ -105,15 +111,17 @@ struct Check {
     kNotInShort,
     kOr,  // ptr: lo.i checks, branches each closed by kBranchEnd (owned by the record)
     kBranchEnd,
-    kGeneric,  // ptr: a condition node, evaluated by the evaluator
+    kGeneric,  // ptr: the Program; lo.i: the condition's code, begin | end << 32
   };
   // Range flags.
   static constexpr uint8_t kLowInclusive = 1;
   static constexpr uint8_t kHighInclusive = 2;
-  // A string literal is `ptr` (the std::string in the tree); its first 8 bytes are also packed
-  // in lo, and `flags` is its length when at most 8 (then the comparison reads no other memory),
-  // else kLongString.
+  // A string literal is `ptr` (its varint length and bytes in the program, BytesAt); its first 8
+  // bytes are also packed in lo, and `flags` is its length when at most 8 (then the comparison
+  // reads no other memory), else kLongString.
   static constexpr uint8_t kLongString = 0xFF;
+  // kLike flags.
+  static constexpr uint8_t kNotLike = 1;
 
   Kind kind = Kind::kGeneric;
   uint8_t tags = 0;  // lo_tag() | hi_tag() << 4
@@ -200,7 +208,7 @@ struct Access {
     double hi;
   };
   union {
-    absl::string_view str{};  // kEqString, kPrefix: points into the record's selector tree
+    absl::string_view str{};  // kEqString, kPrefix: points into the record's program
     Bounds bounds;            // kInterval, kWide: the rounded bounds
   };
 };
@@ -218,28 +226,54 @@ Verify VerifyOf(const std::vector<Check>& checks);
 
 struct Group;  // lib/matcher/index.h
 
-// What only a record with a selector has (kept apart to keep topic-only records small).
-struct Details {
-  // Check lists, most selective first: checks[a.branch] verifies what access a finds. One list
-  // unless the access is an OR, with a list per branch.
-  std::vector<std::vector<Check>> checks;
-  // The distinct attribute names the checks and accesses use, with their interned ids (names
-  // point into the selector tree).
-  std::vector<std::pair<absl::string_view, uint32_t>> attributes;
-  // What kOr checks point to: an OR compiled so that verifying it reads one array of the
-  // record's own rather than walking the selector tree.
-  std::vector<std::vector<Check>> disjunctions;
-  // A kRanges access: the range terms the range index files (one per attribute, the ranges on
-  // it merged); the checks, if any, still hold every conjunct. An array and its length rather
-  // than a vector: most records have none, and this keeps Details in a smaller size class.
-  std::unique_ptr<RangeTerm[]> ranges;
-  uint32_t range_count = 0;
-  absl::Span<const RangeTerm> range_terms() const { return {ranges.get(), range_count}; }
+// An attribute a record uses: where its name is in the record's program (a varint length and
+// the name, selector_program::BytesAt), and its interned id.
+struct AttributeRef {
+  uint32_t name;
+  uint32_t id;
 };
+
+// What only a record with a selector has (kept apart to keep topic-only records small), in one
+// allocation: the fields, then range_count RangeTerms, then attribute_count AttributeRefs.
+struct Details {
+  // The check lists, apart: a record proven by its range terms has none, and its Details stay
+  // small.
+  struct Lists {
+    // Check lists, most selective first: checks[a.branch] verifies what access a finds. One list
+    // unless the access is an OR, with a list per branch.
+    std::vector<std::vector<Check>> checks;
+    // What kOr checks point to: an OR compiled so that verifying it reads one array of the
+    // record's own rather than walking the selector.
+    std::vector<std::vector<Check>> disjunctions;
+  };
+  std::unique_ptr<Lists> lists;  // null without checks
+  // A kRanges access: the range terms the range index files (one per attribute, the ranges on
+  // it merged); the checks, if any, still hold every conjunct.
+  uint32_t range_count = 0;
+  // The distinct attributes the checks and accesses use.
+  uint32_t attribute_count = 0;
+
+  absl::Span<const RangeTerm> range_terms() const {
+    return {reinterpret_cast<const RangeTerm*>(this + 1), range_count};
+  }
+  absl::Span<const AttributeRef> attributes() const {
+    return {reinterpret_cast<const AttributeRef*>(range_terms().data() + range_count),
+            attribute_count};
+  }
+
+  struct Deleter {
+    void operator()(Details* d) const;
+  };
+  using Ptr = std::unique_ptr<Details, Deleter>;
+  // Details with room for, and holding, `terms` and `attributes`.
+  static Ptr Make(absl::Span<const RangeTerm> terms, absl::Span<const AttributeRef> attributes);
+};
+static_assert(alignof(RangeTerm) <= alignof(Details) &&
+              alignof(AttributeRef) <= alignof(RangeTerm));
 
 // Fields are ordered so that what changes of the index read comes first.
 struct Record {
-  Record(SubscriberId i, Subscription s) : id(i), subscription(std::move(s)) {}
+  explicit Record(SubscriberId i) : id(i) {}
 
   SubscriberId id;
   Placement placement = Placement::kAnyTopic;
@@ -253,25 +287,37 @@ struct Record {
   // The group holding the record's entries in each index copy (set by that copy's Add).
   Group* group[2] = {nullptr, nullptr};
   absl::InlinedVector<Access, 1> accesses;
-  std::unique_ptr<Details> details;  // null for an empty selector
-  Subscription subscription;
+  Details::Ptr details;  // null for an empty selector
+  // The subscription, as much of it as matching needs: the compiled selector (null when it
+  // matches everything) and the topic filter (topic_filter()).
+  selector_program::ProgramRef program;
 
+  // The topic filter, or null without one (kAnyTopic). It lives in the record's pool block, just
+  // past the record (see Compile): no allocation and no pointer of its own.
+  const TopicFilter* topic_filter() const {
+    return placement == Placement::kAnyTopic ? nullptr
+                                             : reinterpret_cast<const TopicFilter*>(this + 1);
+  }
   // The topic filter's text; empty without one.
   absl::string_view topic() const {
-    const TopicFilter* f = subscription.topic_filter();
+    const TopicFilter* f = topic_filter();
     return f == nullptr ? absl::string_view() : absl::string_view(f->text());
   }
 
   // The checks of `branch`; none for an empty selector.
   const std::vector<Check>& BranchChecks(size_t branch) const {
     static const std::vector<Check> kNone;
-    return details != nullptr && branch < details->checks.size() ? details->checks[branch] : kNone;
+    return details != nullptr && details->lists != nullptr && branch < details->lists->checks.size()
+               ? details->lists->checks[branch]
+               : kNone;
   }
 
-  // The attributes the record's checks and accesses use.
-  const std::vector<std::pair<absl::string_view, uint32_t>>& attributes() const {
-    static const std::vector<std::pair<absl::string_view, uint32_t>> kNone;
-    return details != nullptr ? details->attributes : kNone;
+  // The attributes the record's checks and accesses use, and their names.
+  absl::Span<const AttributeRef> attributes() const {
+    return details != nullptr ? details->attributes() : absl::Span<const AttributeRef>();
+  }
+  absl::string_view name(const AttributeRef& a) const {
+    return selector_program::BytesAt(program->data() + a.name);
   }
 
   // Whether every range term holds, compared exactly with the event's values (a missing,
@@ -287,6 +333,12 @@ struct Record {
     }
     return true;
   }
+};
+
+// Takes a Subscription apart (its friend), so that a record keeps only what it needs.
+struct SubscriptionParts {
+  static const Selector& selector(const Subscription& s) { return s.selector_; }
+  static std::optional<TopicFilter>& topic_filter(Subscription& s) { return s.topic_filter_; }
 };
 
 // The hash the index's name tables use for topics and topic levels.
@@ -343,18 +395,23 @@ class AccessStats {
   void Extend(uint32_t attr, double v);
 };
 
-// Builds the record for `subscription` in memory from `pool`; DestroyRecord frees it.
+// Builds the record for `subscription` in memory from `pool`; DestroyRecord frees it. `view` is
+// scratch memory for the planner (the owner's, reused from one call to the next).
 Record* Compile(SubscriberId id, Subscription subscription, InternFn intern,
-                const AccessStats& stats, Pool& pool);
+                const AccessStats& stats, Pool& pool, selector_program::View* view);
 void DestroyRecord(Record* rec, Pool& pool);
 
 // Normalized equality keys: numbers equal by exact value get the same key (5 and 5.0 are int 5;
 // 0.5 stays a double). Returns false for NaN (equal to nothing).
 bool NumericKey(const AttributeValue& v, Access::Kind* kind, Scalar* key);
+bool NumericKey(const selector_program::Literal& v, Access::Kind* kind, Scalar* key);
 
 // Rounds a numeric value to the double the range indexes order it by. REQUIRES: v is numeric.
 inline double RangeValue(const AttributeValue& v) {
   return v.index() == 0 ? static_cast<double>(*std::get_if<int64_t>(&v)) : *std::get_if<double>(&v);
+}
+inline double RangeValue(const selector_program::Literal& v) {
+  return v.type == selector_program::Literal::Type::kInt64 ? static_cast<double>(v.i) : v.d;
 }
 
 // Interval buckets: an interval [lo, hi] (rounded, lo <= hi, finite width) has width class e with

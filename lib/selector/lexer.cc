@@ -48,7 +48,8 @@ std::string Printable(absl::string_view bytes) {
 // Reads one token from a position of the text.
 class Scanner {
  public:
-  Scanner(absl::string_view text, size_t pos) : text_(text), pos_(pos) {}
+  Scanner(absl::string_view text, size_t pos, std::forward_list<std::string>* unescaped)
+      : text_(text), pos_(pos), unescaped_(unescaped) {}
 
   // The token at the position, after whitespace (kEnd at the end of the text).
   absl::Status Scan(Token* token) {
@@ -109,15 +110,25 @@ class Scanner {
   absl::Status String(Token* token) {
     const size_t start = pos_++;
     token->kind = TokenKind::kString;
+    const size_t first = pos_;
+    std::string* copy = nullptr;
     while (true) {
       const size_t quote = text_.find('\'', pos_);
       if (quote == absl::string_view::npos) {
         return Error(start, "unterminated string literal");
       }
-      token->text.append(text_.data() + pos_, quote - pos_);
+      if (copy != nullptr) copy->append(text_.data() + pos_, quote - pos_);
       pos_ = quote + 1;
-      if (Peek() != '\'') return absl::OkStatus();
-      token->text.push_back('\'');  // '' stands for one quote
+      if (Peek() != '\'') {
+        token->view =
+            copy != nullptr ? absl::string_view(*copy) : text_.substr(first, quote - first);
+        return absl::OkStatus();
+      }
+      // '' stands for one quote: from here on the value is a copy.
+      if (copy == nullptr) {
+        copy = &unescaped_->emplace_front(text_.data() + first, quote - first);
+      }
+      copy->push_back('\'');
       ++pos_;
     }
   }
@@ -143,13 +154,14 @@ class Scanner {
     }
     const absl::string_view word = text_.substr(start, pos_ - start);
     for (const Keyword& k : kKeywords) {
-      if (absl::EqualsIgnoreCase(word, k.word)) {
+      if (k.word.size() == word.size() && (word[0] | 0x20) == (k.word[0] | 0x20) &&
+          absl::EqualsIgnoreCase(word, k.word)) {
         token->kind = k.kind;
         return absl::OkStatus();
       }
     }
     token->kind = TokenKind::kIdentifier;
-    token->text = std::string(word);
+    token->view = word;
     return absl::OkStatus();
   }
 
@@ -234,12 +246,14 @@ class Scanner {
         return Error(start, absl::StrCat("invalid octal literal ",
                                          Printable(text_.substr(start, pos_ - start))));
       }
-      if (value > (limit - d) / static_cast<uint64_t>(base)) {
+      uint64_t next;
+      if (__builtin_mul_overflow(value, static_cast<uint64_t>(base), &next) ||
+          __builtin_add_overflow(next, d, &next) || next > limit) {
         return Error(start,
                      absl::StrCat("integer literal ", Printable(text_.substr(start, pos_ - start)),
                                   " is out of the range of a 64-bit integer"));
       }
-      value = value * static_cast<uint64_t>(base) + d;
+      value = next;
     }
     token->integer = value;
     return absl::OkStatus();
@@ -260,12 +274,13 @@ class Scanner {
 
   absl::string_view text_;
   size_t pos_ = 0;
+  std::forward_list<std::string>* unescaped_;
 };
 
 }  // namespace
 
 absl::Status Lexer::Next(Token* token) {
-  Scanner scanner(text_, pos_);
+  Scanner scanner(text_, pos_, &unescaped_);
   absl::Status s = scanner.Scan(token);
   pos_ = scanner.pos();
   return s;

@@ -13,6 +13,7 @@
 #define GRYPH_LIB_SELECTOR_LEXER_H_
 
 #include <cstdint>
+#include <forward_list>
 #include <string>
 
 #include "absl/status/status.h"
@@ -66,12 +67,16 @@ struct Token {
   uint64_t integer = 0;
   bool decimal = true;
   double number = 0;  // kDouble
-  std::string text;   // kString: the value, with '' undone; kIdentifier: the name
+  // kIdentifier: the name; kString: the value (with '' undone). A view into the selector text,
+  // or, for a string literal holding '', into a copy the Lexer keeps (the only case that
+  // allocates). Tokens are plain values: copying one copies no string.
+  absl::string_view value() const { return view; }
+  absl::string_view view;
 };
 
 // Splits a text into tokens, from its start, one per call.
 //
-// Thread-compatible. The text must outlive the Lexer.
+// Thread-compatible. The text must outlive the Lexer; the tokens' views live as long as both.
 class Lexer {
  public:
   explicit Lexer(absl::string_view text) : text_(text) {}
@@ -84,7 +89,8 @@ class Lexer {
 
  private:
   absl::string_view text_;
-  size_t pos_ = 0;  // where the next token's leading whitespace starts
+  size_t pos_ = 0;                            // where the next token's leading whitespace starts
+  std::forward_list<std::string> unescaped_;  // string literals with '' undone (stable)
 };
 
 // "LINE:COLUMN" (1-based; columns count bytes) of byte `offset` of `text`.

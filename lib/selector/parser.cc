@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "gryph/selector.h"
 #include "lib/selector/lexer.h"
+#include "lib/selector/program.h"
 #include "lib/selector/utf8.h"
 #include "lib/util/status_macros.h"
 
@@ -16,7 +17,34 @@ namespace gryph::selector_ast {
 
 namespace {
 
+namespace sp = selector_program;
+
 constexpr uint64_t kTwoTo63 = uint64_t{1} << 63;
+
+// What the parser knows of an expression's value before seeing an event.
+enum class StaticType : uint8_t {
+  kAny,      // an identifier: any type, or NULL
+  kNumeric,  // a numeric literal or arithmetic (int64 or double, or NULL at run time)
+  kString,   // a string literal
+  kBoolean,  // a boolean literal or a condition (TRUE, FALSE or UNKNOWN at run time)
+};
+
+// A parsed expression: its code is the builder's from `code` on (postorder: an operator's code
+// follows its operands'), and what the type checks and error messages need to know of it.
+struct Operand {
+  StaticType type = StaticType::kAny;
+  bool literal = false;
+  size_t offset = 0;  // byte offset in the text of its first token
+  int height = 1;     // of its tree: 1 for a leaf
+  size_t code = 0;
+  absl::string_view name;  // an identifier's
+  // A numeric literal's value (for folding a sign into it): an int64 or a double.
+  bool is_int = false;
+  int64_t i = 0;
+  double d = 0;
+  AttributeValue value() const { return is_int ? AttributeValue(i) : AttributeValue(d); }
+  bool is_identifier() const { return type == StaticType::kAny; }
+};
 
 // Binding strength of operators, loosest first. The parser is a precedence climber: it recurses
 // only for parentheses, prefix operators and operands of tighter operators, which keeps the
@@ -49,14 +77,14 @@ bool CanStartValue(TokenKind k) {
 
 bool CanStartCondition(TokenKind k) { return k == TokenKind::kNot || CanStartValue(k); }
 
-std::optional<NodeKind> ComparisonKind(TokenKind k) {
+std::optional<sp::Op> ComparisonKind(TokenKind k) {
   switch (k) {
-    case TokenKind::kEqual: return NodeKind::kEqual;
-    case TokenKind::kNotEqual: return NodeKind::kNotEqual;
-    case TokenKind::kLess: return NodeKind::kLess;
-    case TokenKind::kLessEqual: return NodeKind::kLessEqual;
-    case TokenKind::kGreater: return NodeKind::kGreater;
-    case TokenKind::kGreaterEqual: return NodeKind::kGreaterEqual;
+    case TokenKind::kEqual: return sp::Op::kEqual;
+    case TokenKind::kNotEqual: return sp::Op::kNotEqual;
+    case TokenKind::kLess: return sp::Op::kLess;
+    case TokenKind::kLessEqual: return sp::Op::kLessEqual;
+    case TokenKind::kGreater: return sp::Op::kGreater;
+    case TokenKind::kGreaterEqual: return sp::Op::kGreaterEqual;
     default: return std::nullopt;
   }
 }
@@ -79,24 +107,22 @@ int InfixPrecedence(TokenKind k) {
   }
 }
 
-NodeKind ArithmeticKind(TokenKind k) {
+sp::Op ArithmeticKind(TokenKind k) {
   switch (k) {
-    case TokenKind::kPlus: return NodeKind::kAdd;
-    case TokenKind::kMinus: return NodeKind::kSubtract;
-    case TokenKind::kStar: return NodeKind::kMultiply;
-    default: return NodeKind::kDivide;
+    case TokenKind::kPlus: return sp::Op::kAdd;
+    case TokenKind::kMinus: return sp::Op::kSubtract;
+    case TokenKind::kStar: return sp::Op::kMultiply;
+    default: return sp::Op::kDivide;
   }
 }
 
-// "a string", "an arithmetic expression", ...: what a node is, for type errors.
-std::string WhatIs(const Node& n) {
-  switch (n.type()) {
-    case StaticType::kAny:
-      return absl::StrCat("the identifier '", n.As<IdentifierNode>()->name, "'");
+// "a string", "an arithmetic expression", ...: what an operand is, for type errors.
+std::string WhatIs(const Operand& n) {
+  switch (n.type) {
+    case StaticType::kAny: return absl::StrCat("the identifier '", n.name, "'");
     case StaticType::kString: return "a string";
-    case StaticType::kNumeric:
-      return n.kind() == NodeKind::kLiteral ? "a number" : "an arithmetic expression";
-    case StaticType::kBoolean: return n.kind() == NodeKind::kLiteral ? "a boolean" : "a condition";
+    case StaticType::kNumeric: return n.literal ? "a number" : "an arithmetic expression";
+    case StaticType::kBoolean: return n.literal ? "a boolean" : "a condition";
   }
   return "a value";
 }
@@ -112,23 +138,26 @@ AttributeValue Negate(const AttributeValue& v) {
 
 // Reads tokens as it goes (one or two ahead of what it has accepted), so that what a parse
 // allocates stays proportional to the text it accepted: a long input that fails early costs
-// little.
+// little. Emits the program as it parses: each parse function appends the code of what it
+// accepted to builder_ and returns what the checks need to know of it (an Operand).
 class Parser {
  public:
   explicit Parser(absl::string_view text) : text_(text), lexer_(text) {}
 
-  absl::StatusOr<NodePtr> Run() {
-    if (Peek().kind == TokenKind::kEnd) return NodePtr();  // empty: matches everything
+  absl::StatusOr<sp::ProgramRef> Run() {
+    if (Peek().kind == TokenKind::kEnd) return sp::ProgramRef();  // empty: matches everything
     if (!CanStartCondition(Peek().kind)) return Unexpected("a condition", Peek());
-    GRYPH_ASSIGN_OR_RETURN(NodePtr root, Expression(kOr));
+    // Typical code is about half the text: one allocation for it (bounded, as a long text may
+    // fail early).
+    builder_.Reserve(std::min<size_t>(text_.size(), 1024));
+    GRYPH_ASSIGN_OR_RETURN(Operand root, Expression(kOr));
     if (Peek().kind != TokenKind::kEnd) {
       return Unexpected(
-          root->type() == StaticType::kBoolean ? "AND, OR or end of selector" : "an operator",
-          Peek());
+          root.type == StaticType::kBoolean ? "AND, OR or end of selector" : "an operator", Peek());
     }
-    GRYPH_RETURN_IF_ERROR(CheckCondition(*root, nullptr));
+    GRYPH_RETURN_IF_ERROR(CheckCondition(root, nullptr));
     if (!lex_error_.ok()) return lex_error_;
-    return root;
+    return builder_.Finish();
   }
 
  private:
@@ -219,48 +248,51 @@ class Parser {
     return Unexpected(absl::StrCat(what, " after ", OperatorName(op)), Peek());
   }
 
-  // Sets the node's height from its operands; fails when it exceeds kMaxDepth.
-  absl::StatusOr<NodePtr> Finish(std::unique_ptr<Node> node, size_t error_offset) const {
-    int height = 0;
-    for (const Node* child : Children(*node)) height = std::max(height, child->height());
+  // An operator over operands of heights up to `height`: fails when it exceeds kMaxDepth.
+  absl::StatusOr<Operand> Composite(StaticType type, size_t offset, int height, size_t code,
+                                    size_t error_offset) const {
     if (height + 1 > Selector::kMaxDepth) return TooDeep(error_offset);
-    node->set_height(height + 1);
-    return NodePtr(std::move(node));
+    Operand out;
+    out.type = type;
+    out.offset = offset;
+    out.height = height + 1;
+    out.code = code;
+    return out;
   }
 
   // `n` is a condition operand of `op` (nullptr for the whole selector).
-  absl::Status CheckCondition(const Node& n, const char* op) const {
-    if (n.type() == StaticType::kBoolean || n.type() == StaticType::kAny) return absl::OkStatus();
+  absl::Status CheckCondition(const Operand& n, const char* op) const {
+    if (n.type == StaticType::kBoolean || n.type == StaticType::kAny) return absl::OkStatus();
     return NotACondition(n, op);
   }
-  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status NotACondition(const Node& n,
+  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status NotACondition(const Operand& n,
                                                                          const char* op) const {
-    return Error(n.offset(), op == nullptr
-                                 ? absl::StrCat("expected a condition, found ", WhatIs(n))
-                                 : absl::StrCat(op, " needs conditions, found ", WhatIs(n)));
+    return Error(n.offset, op == nullptr
+                               ? absl::StrCat("expected a condition, found ", WhatIs(n))
+                               : absl::StrCat(op, " needs conditions, found ", WhatIs(n)));
   }
 
   // `n` is an operand of BETWEEN or of the arithmetic operator `op` (unary when `unary`).
-  absl::Status CheckNumeric(const Node& n, const Token& op, bool unary = false) const {
-    if (n.type() == StaticType::kNumeric || n.type() == StaticType::kAny) return absl::OkStatus();
+  absl::Status CheckNumeric(const Operand& n, const Token& op, bool unary = false) const {
+    if (n.type == StaticType::kNumeric || n.type == StaticType::kAny) return absl::OkStatus();
     return NotANumber(n, op, unary);
   }
-  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status NotANumber(const Node& n,
+  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status NotANumber(const Operand& n,
                                                                       const Token& op,
                                                                       bool unary) const {
-    return Error(n.offset(), absl::StrCat(unary ? "unary " : "", OperatorName(op),
-                                          " needs numbers, found ", WhatIs(n)));
+    return Error(n.offset, absl::StrCat(unary ? "unary " : "", OperatorName(op),
+                                        " needs numbers, found ", WhatIs(n)));
   }
 
   // Parses operators of precedence `min` or tighter, starting with a prefix expression.
-  absl::StatusOr<NodePtr> Expression(int min) {
+  absl::StatusOr<Operand> Expression(int min) {
     // `limit` is the tightest infix operator that may still take `lhs` as its left operand.
     // After `NOT x` only AND and OR may follow (NOT a = b is NOT (a = b)); after a comparison
     // too, since comparisons do not chain (a = b = c is an error); and after `x op y` nothing
     // tighter than op, which y would have taken had its own limit allowed (a AND NOT b = c = d
     // is an error, not (a AND NOT b = c) = d).
     int limit = kTightest;
-    GRYPH_ASSIGN_OR_RETURN(NodePtr lhs, Prefix(&limit));
+    GRYPH_ASSIGN_OR_RETURN(Operand lhs, Prefix(&limit));
     while (true) {
       const int prec = InfixPrecedence(Peek().kind);
       if (prec == 0 || prec < min || prec > limit) return lhs;
@@ -278,60 +310,61 @@ class Parser {
   }
 
   // `lhs` + - * or / the operand that follows.
-  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<NodePtr> Arithmetic(NodePtr lhs, int prec) {
-    const Token& op = Take();
-    GRYPH_RETURN_IF_ERROR(CheckNumeric(*lhs, op));
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<Operand> Arithmetic(Operand lhs, int prec) {
+    const Token op = Take();
+    GRYPH_RETURN_IF_ERROR(CheckNumeric(lhs, op));
     GRYPH_RETURN_IF_ERROR(RequireValueAfter(op));
-    GRYPH_ASSIGN_OR_RETURN(NodePtr rhs, Expression(prec + 1));  // left-associative
-    GRYPH_RETURN_IF_ERROR(CheckNumeric(*rhs, op));
-    const size_t offset = lhs->offset();
-    return Finish(std::make_unique<BinaryNode>(ArithmeticKind(op.kind), std::move(lhs),
-                                               std::move(rhs), offset),
-                  op.offset);
+    GRYPH_ASSIGN_OR_RETURN(Operand rhs, Expression(prec + 1));  // left-associative
+    GRYPH_RETURN_IF_ERROR(CheckNumeric(rhs, op));
+    builder_.Simple(ArithmeticKind(op.kind));
+    return Composite(StaticType::kNumeric, lhs.offset, std::max(lhs.height, rhs.height), lhs.code,
+                     op.offset);
   }
 
   // `first` AND ... AND ..., or the same with OR, as one node.
-  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<NodePtr> Logical(NodePtr first, int prec) {
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<Operand> Logical(Operand first, int prec) {
     const TokenKind token = prec == kOr ? TokenKind::kOr : TokenKind::kAnd;
-    const NodeKind kind = prec == kOr ? NodeKind::kOr : NodeKind::kAnd;
     const char* const name = prec == kOr ? "OR" : "AND";
-    GRYPH_RETURN_IF_ERROR(CheckCondition(*first, name));
-    const size_t offset = first->offset();
-    std::vector<NodePtr> operands;
-    operands.push_back(std::move(first));
+    GRYPH_RETURN_IF_ERROR(CheckCondition(first, name));
+    const size_t group = builder_.LogicalBegin(prec == kOr);
+    int height = first.height;
+    bool more = false;
     while (Peek().kind == token) {
-      const Token& op = Take();
+      if (more) builder_.LogicalNext(group);  // the previous operand was not the last
+      const Token op = Take();
       GRYPH_RETURN_IF_ERROR(RequireConditionAfter(op));
-      GRYPH_ASSIGN_OR_RETURN(NodePtr next, Expression(prec + 1));
-      GRYPH_RETURN_IF_ERROR(CheckCondition(*next, name));
-      operands.push_back(std::move(next));
+      GRYPH_ASSIGN_OR_RETURN(Operand next, Expression(prec + 1));
+      GRYPH_RETURN_IF_ERROR(CheckCondition(next, name));
+      height = std::max(height, next.height);
+      more = true;
     }
-    return Finish(std::make_unique<LogicalNode>(kind, std::move(operands), offset), offset);
+    builder_.LogicalEnd(group);
+    return Composite(StaticType::kBoolean, first.offset, height, first.code, first.offset);
   }
 
-  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status NotOrderable(const Token& op,
-                                                                        const Node& operand) const {
+  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status NotOrderable(
+      const Token& op, const Operand& operand) const {
     return Error(op.offset,
                  absl::StrCat(OperatorName(op), " compares only numbers, found ", WhatIs(operand),
                               " (strings and booleans allow only = and <>)"));
   }
 
   // The comparison-level operator after `lhs`.
-  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<NodePtr> Comparison(NodePtr lhs) {
-    if (std::optional<NodeKind> kind = ComparisonKind(Peek().kind)) {
-      const Token& op = Take();
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<Operand> Comparison(Operand lhs) {
+    if (std::optional<sp::Op> kind = ComparisonKind(Peek().kind)) {
+      const Token op = Take();
       GRYPH_RETURN_IF_ERROR(RequireValueAfter(op));
-      GRYPH_ASSIGN_OR_RETURN(NodePtr rhs, Expression(kSum));
-      if (*kind != NodeKind::kEqual && *kind != NodeKind::kNotEqual) {
-        for (const Node* operand : {lhs.get(), rhs.get()}) {
-          if (operand->type() == StaticType::kString || operand->type() == StaticType::kBoolean) {
+      GRYPH_ASSIGN_OR_RETURN(Operand rhs, Expression(kSum));
+      if (*kind != sp::Op::kEqual && *kind != sp::Op::kNotEqual) {
+        for (const Operand* operand : {&lhs, &rhs}) {
+          if (operand->type == StaticType::kString || operand->type == StaticType::kBoolean) {
             return NotOrderable(op, *operand);
           }
         }
       }
-      const size_t offset = lhs->offset();
-      return Finish(std::make_unique<BinaryNode>(*kind, std::move(lhs), std::move(rhs), offset),
-                    op.offset);
+      builder_.Simple(*kind);
+      return Composite(StaticType::kBoolean, lhs.offset, std::max(lhs.height, rhs.height), lhs.code,
+                       op.offset);
     }
     bool negated = false;
     if (Peek().kind == TokenKind::kNot) {
@@ -350,35 +383,45 @@ class Parser {
     }
   }
 
-  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<NodePtr> Between(NodePtr value, bool negated) {
-    const Token& between = Take();
-    GRYPH_RETURN_IF_ERROR(CheckNumeric(*value, between));
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<Operand> Between(Operand value, bool negated) {
+    const Token between = Take();
+    GRYPH_RETURN_IF_ERROR(CheckNumeric(value, between));
     GRYPH_RETURN_IF_ERROR(RequireValueAfter(between));
-    GRYPH_ASSIGN_OR_RETURN(NodePtr low, Expression(kSum));
-    GRYPH_RETURN_IF_ERROR(CheckNumeric(*low, between));
+    GRYPH_ASSIGN_OR_RETURN(Operand low, Expression(kSum));
+    GRYPH_RETURN_IF_ERROR(CheckNumeric(low, between));
     if (Peek().kind != TokenKind::kAnd) {
       return Unexpected("AND after the lower bound of BETWEEN", Peek());
     }
-    const Token& op = Take();
+    const Token op = Take();
     GRYPH_RETURN_IF_ERROR(RequireValueAfter(op));
-    GRYPH_ASSIGN_OR_RETURN(NodePtr high, Expression(kSum));
-    GRYPH_RETURN_IF_ERROR(CheckNumeric(*high, between));
-    const size_t offset = value->offset();
-    return Finish(std::make_unique<BetweenNode>(negated, std::move(value), std::move(low),
-                                                std::move(high), offset),
-                  between.offset);
+    GRYPH_ASSIGN_OR_RETURN(Operand high, Expression(kSum));
+    GRYPH_RETURN_IF_ERROR(CheckNumeric(high, between));
+    builder_.Simple(negated ? sp::Op::kNotBetween : sp::Op::kBetween);
+    return Composite(StaticType::kBoolean, value.offset,
+                     std::max({value.height, low.height, high.height}), value.code, between.offset);
   }
 
   // The attribute on the left of IN, LIKE or IS NULL.
-  absl::StatusOr<std::string> AttributeOperand(const Node& lhs, absl::string_view op) const {
-    if (const auto* id = lhs.As<IdentifierNode>()) return id->name;
-    return Error(lhs.offset(),
+  absl::StatusOr<absl::string_view> AttributeOperand(const Operand& lhs,
+                                                     absl::string_view op) const {
+    if (lhs.is_identifier()) return lhs.name;
+    return Error(lhs.offset,
                  absl::StrCat(op, " needs an identifier on its left, found ", WhatIs(lhs)));
   }
 
-  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<NodePtr> In(NodePtr lhs, bool negated) {
-    const Token& in = Take();
-    GRYPH_ASSIGN_OR_RETURN(std::string attribute, AttributeOperand(*lhs, "IN"));
+  // An attribute-only predicate (IN, LIKE, IS NULL) replaces its attribute's code: the
+  // operation names the attribute itself.
+  Operand Predicate(const Operand& lhs) {
+    Operand out;
+    out.type = StaticType::kBoolean;
+    out.offset = lhs.offset;
+    out.code = lhs.code;
+    return out;
+  }
+
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<Operand> In(Operand lhs, bool negated) {
+    Take();  // IN
+    GRYPH_ASSIGN_OR_RETURN(absl::string_view attribute, AttributeOperand(lhs, "IN"));
     if (Peek().kind != TokenKind::kLeftParen) return Unexpected("'(' after IN", Peek());
     Take();
     std::vector<AttributeValue> values;
@@ -395,16 +438,15 @@ class Parser {
       Take();
     }
     Take();  // ')'
-    const size_t offset = lhs->offset();
-    return Finish(
-        std::make_unique<InNode>(negated, std::move(attribute), std::move(values), offset),
-        in.offset);
+    builder_.Truncate(lhs.code);
+    builder_.In(negated, attribute, values);
+    return Predicate(lhs);
   }
 
   // A string literal, or a numeric literal with an optional sign.
   absl::StatusOr<AttributeValue> InListLiteral() {
     const TokenKind kind = Peek().kind;
-    if (kind == TokenKind::kString) return AttributeValue(Take().text);
+    if (kind == TokenKind::kString) return AttributeValue(std::string(Take().value()));
     bool minus = false;
     if ((kind == TokenKind::kMinus || kind == TokenKind::kPlus) &&
         (Peek(1).kind == TokenKind::kInteger || Peek(1).kind == TokenKind::kDouble)) {
@@ -434,37 +476,36 @@ class Parser {
     return minus ? Negate(v) : v;
   }
 
-  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<NodePtr> Like(NodePtr lhs, bool negated) {
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<Operand> Like(Operand lhs, bool negated) {
     Take();  // LIKE
-    GRYPH_ASSIGN_OR_RETURN(std::string attribute, AttributeOperand(*lhs, "LIKE"));
+    GRYPH_ASSIGN_OR_RETURN(absl::string_view attribute, AttributeOperand(lhs, "LIKE"));
     if (Peek().kind != TokenKind::kString) {
       return Unexpected("a string literal pattern after LIKE", Peek());
     }
-    const Token& pattern = Take();
-    std::string escape;
+    const Token pattern = Take();
+    Token escape;
     if (Peek().kind == TokenKind::kEscape) {
       Take();
       const Token& e = Peek();
       if (e.kind != TokenKind::kString) {
         return Unexpected("a one-character string literal after ESCAPE", e);
       }
-      if (e.text.empty() || Utf8CharLength(e.text, 0) != e.text.size()) {
+      if (e.value().empty() || Utf8CharLength(e.value(), 0) != e.value().size()) {
         return Error(e.offset, absl::StrCat("ESCAPE needs exactly one character, found ",
                                             Describe(text_, e)));
       }
-      escape = Take().text;
+      escape = Take();
     }
-    absl::StatusOr<LikePattern> compiled = LikePattern::Compile(pattern.text, escape);
+    absl::StatusOr<LikePattern> compiled = LikePattern::Compile(pattern.value(), escape.value());
     if (!compiled.ok()) return Error(pattern.offset, compiled.status().message());
-    const size_t offset = lhs->offset();
-    return Finish(std::make_unique<LikeNode>(negated, std::move(attribute), pattern.text,
-                                             std::move(escape), *std::move(compiled), offset),
-                  pattern.offset);
+    builder_.Truncate(lhs.code);
+    builder_.Like(negated, attribute, pattern.value(), escape.value(), *std::move(compiled));
+    return Predicate(lhs);
   }
 
-  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<NodePtr> IsNull(NodePtr lhs) {
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<Operand> IsNull(Operand lhs) {
     Take();  // IS
-    GRYPH_ASSIGN_OR_RETURN(std::string attribute, AttributeOperand(*lhs, "IS NULL"));
+    GRYPH_ASSIGN_OR_RETURN(absl::string_view attribute, AttributeOperand(lhs, "IS NULL"));
     bool negated = false;
     if (Peek().kind == TokenKind::kNot) {
       Take();
@@ -472,13 +513,14 @@ class Parser {
     }
     if (Peek().kind != TokenKind::kNull) return Unexpected("NULL or NOT NULL after IS", Peek());
     Take();
-    const size_t offset = lhs->offset();
-    return Finish(std::make_unique<IsNullNode>(negated, std::move(attribute), offset), offset);
+    builder_.Truncate(lhs.code);
+    builder_.IsNull(negated, attribute);
+    return Predicate(lhs);
   }
 
   // NOT x, a signed value, a parenthesized expression, a literal or an identifier. Sets *limit
   // (see Expression) to kNot after NOT.
-  absl::StatusOr<NodePtr> Prefix(int* limit) {
+  absl::StatusOr<Operand> Prefix(int* limit) {
     const Token& t = Peek();
     switch (t.kind) {
       case TokenKind::kNot: *limit = kNot; return Not();
@@ -489,45 +531,90 @@ class Parser {
     }
   }
 
+  // Emits a literal.
+  Operand EmitLiteral(AttributeValue v, size_t offset) {
+    Operand out;
+    out.literal = true;
+    out.offset = offset;
+    out.code = builder_.size();
+    switch (v.index()) {
+      case 0:
+        out.type = StaticType::kNumeric;
+        builder_.Int64(*std::get_if<int64_t>(&v));
+        break;
+      case 1:
+        out.type = StaticType::kNumeric;
+        builder_.Double(*std::get_if<double>(&v));
+        break;
+      case 2:
+        out.type = StaticType::kString;
+        builder_.String(*std::get_if<std::string>(&v));
+        break;
+      default:
+        out.type = StaticType::kBoolean;
+        builder_.Bool(*std::get_if<bool>(&v));
+        break;
+    }
+    if (const int64_t* i = std::get_if<int64_t>(&v)) {
+      out.is_int = true;
+      out.i = *i;
+    } else if (const double* d = std::get_if<double>(&v)) {
+      out.d = *d;
+    }
+    return out;
+  }
+
   // A literal or an identifier.
-  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<NodePtr> Leaf() {
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<Operand> Leaf() {
     const size_t offset = Peek().offset;
     switch (Peek().kind) {
-      case TokenKind::kIdentifier:
-        return NodePtr(std::make_unique<IdentifierNode>(Take().text, offset));
+      case TokenKind::kIdentifier: {
+        Operand out;
+        out.offset = offset;
+        out.code = builder_.size();
+        out.name = Take().view;  // a view into the text
+        builder_.Attr(out.name);
+        return out;
+      }
       case TokenKind::kInteger:
       case TokenKind::kDouble: {
         GRYPH_ASSIGN_OR_RETURN(AttributeValue v, NumericLiteral(Take(), /*minus=*/false));
-        return NodePtr(std::make_unique<LiteralNode>(std::move(v), offset));
+        return EmitLiteral(std::move(v), offset);
       }
-      case TokenKind::kString:
-        return NodePtr(std::make_unique<LiteralNode>(AttributeValue(Take().text), offset));
+      case TokenKind::kString: {
+        Operand out;
+        out.type = StaticType::kString;
+        out.literal = true;
+        out.offset = offset;
+        out.code = builder_.size();
+        builder_.String(Take().value());
+        return out;
+      }
       case TokenKind::kTrue:
       case TokenKind::kFalse:
-        return NodePtr(
-            std::make_unique<LiteralNode>(AttributeValue(Take().kind == TokenKind::kTrue), offset));
+        return EmitLiteral(AttributeValue(Take().kind == TokenKind::kTrue), offset);
       case TokenKind::kNull: return NullMisplaced(Peek());
       default: return Unexpected("a value", Peek());
     }
   }
 
-  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<NodePtr> Not() {
-    const Token& op = Take();
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<Operand> Not() {
+    const Token op = Take();
     DepthGuard guard(&depth_);
     if (depth_ > Selector::kMaxDepth) return TooDeep(op.offset);
     GRYPH_RETURN_IF_ERROR(RequireConditionAfter(op));
-    GRYPH_ASSIGN_OR_RETURN(NodePtr operand, Expression(kComparison));
-    GRYPH_RETURN_IF_ERROR(CheckCondition(*operand, "NOT"));
-    return Finish(std::make_unique<UnaryNode>(NodeKind::kNot, std::move(operand), op.offset),
-                  op.offset);
+    GRYPH_ASSIGN_OR_RETURN(Operand operand, Expression(kComparison));
+    GRYPH_RETURN_IF_ERROR(CheckCondition(operand, "NOT"));
+    builder_.Simple(sp::Op::kNot);
+    return Composite(StaticType::kBoolean, op.offset, operand.height, operand.code, op.offset);
   }
 
-  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<NodePtr> Parenthesized() {
-    const Token& open = Take();
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<Operand> Parenthesized() {
+    const Token open = Take();
     DepthGuard guard(&depth_);
     if (depth_ > Selector::kMaxDepth) return TooDeep(open.offset);
     if (!CanStartCondition(Peek().kind)) return Unexpected("an expression after '('", Peek());
-    GRYPH_ASSIGN_OR_RETURN(NodePtr inner, Expression(kOr));
+    GRYPH_ASSIGN_OR_RETURN(Operand inner, Expression(kOr));
     if (Peek().kind != TokenKind::kRightParen) return Unclosed(open);
     Take();
     return inner;
@@ -539,8 +626,8 @@ class Parser {
   }
 
   // Unary + or -, which binds tighter than any infix operator.
-  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<NodePtr> Sign() {
-    const Token& op = Take();
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<Operand> Sign() {
+    const Token op = Take();
     const bool minus = op.kind == TokenKind::kMinus;
     DepthGuard guard(&depth_);
     if (depth_ > Selector::kMaxDepth) return TooDeep(op.offset);
@@ -548,27 +635,18 @@ class Parser {
     // A sign directly before a number is part of the literal: this is how -9223372036854775808
     // is written, and it gives the matcher `a > -5` as a comparison with a literal.
     if (Peek().kind == TokenKind::kInteger || Peek().kind == TokenKind::kDouble) {
-      return SignedLiteral(op);
+      GRYPH_ASSIGN_OR_RETURN(AttributeValue v, NumericLiteral(Take(), minus));
+      return EmitLiteral(std::move(v), op.offset);
     }
     int unused_limit = kTightest;  // the operand cannot start with NOT (RequireValueAfter)
-    GRYPH_ASSIGN_OR_RETURN(NodePtr operand, Prefix(&unused_limit));
-    GRYPH_RETURN_IF_ERROR(CheckNumeric(*operand, op, /*unary=*/true));
-    if (operand->kind() == NodeKind::kLiteral) return FoldSign(op, *operand);  // as in -(5)
-    return Finish(std::make_unique<UnaryNode>(minus ? NodeKind::kNegate : NodeKind::kUnaryPlus,
-                                              std::move(operand), op.offset),
-                  op.offset);
-  }
-
-  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<NodePtr> SignedLiteral(const Token& sign) {
-    GRYPH_ASSIGN_OR_RETURN(AttributeValue v,
-                           NumericLiteral(Take(), sign.kind == TokenKind::kMinus));
-    return NodePtr(std::make_unique<LiteralNode>(std::move(v), sign.offset));
-  }
-
-  ABSL_ATTRIBUTE_NOINLINE NodePtr FoldSign(const Token& sign, const Node& literal) const {
-    const AttributeValue& v = literal.As<LiteralNode>()->value;
-    return std::make_unique<LiteralNode>(sign.kind == TokenKind::kMinus ? Negate(v) : v,
-                                         sign.offset);
+    GRYPH_ASSIGN_OR_RETURN(Operand operand, Prefix(&unused_limit));
+    GRYPH_RETURN_IF_ERROR(CheckNumeric(operand, op, /*unary=*/true));
+    if (operand.literal) {  // as in -(5): the literal is the last code emitted, folded
+      builder_.Truncate(operand.code);
+      return EmitLiteral(minus ? Negate(operand.value()) : operand.value(), op.offset);
+    }
+    builder_.Simple(minus ? sp::Op::kNegate : sp::Op::kUnaryPlus);
+    return Composite(StaticType::kNumeric, op.offset, operand.height, operand.code, op.offset);
   }
 
   const absl::string_view text_;
@@ -577,12 +655,13 @@ class Parser {
   mutable size_t buffered_ = 0;
   mutable absl::Status lex_error_;  // the lexer's error, once it failed
   int depth_ = 0;
+  sp::ProgramBuilder builder_;
 };
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<const Ast>> ParseSelector(absl::string_view text,
-                                                         const SelectorOptions& options) {
+absl::StatusOr<selector_program::ProgramRef> ParseSelector(absl::string_view text,
+                                                           const SelectorOptions& options) {
   if (text.size() > options.max_length) {
     // Positioned at the first byte beyond the limit, as any other parse error.
     return SyntaxError(
@@ -591,8 +670,7 @@ absl::StatusOr<std::shared_ptr<const Ast>> ParseSelector(absl::string_view text,
                      options.max_length, " (SelectorOptions::max_length)"));
   }
   Parser parser(text);
-  GRYPH_ASSIGN_OR_RETURN(NodePtr root, parser.Run());
-  return std::make_shared<const Ast>(std::string(text), std::move(root));
+  return parser.Run();
 }
 
 }  // namespace gryph::selector_ast

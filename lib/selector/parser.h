@@ -1,4 +1,5 @@
-// Internal: turns selector text into an Ast.
+// Internal: turns selector text into its compiled program (lib/selector/program.h), in one pass
+// with no tree in between.
 //
 // Grammar (keywords case-insensitive; precedence from loosest to tightest):
 //
@@ -16,8 +17,9 @@
 //   unary       := ('+' | '-') unary | primary
 //   primary     := identifier | number | string | TRUE | FALSE | '(' or ')'
 //
-// Comparisons do not chain (`a = b = c` is an error). Type checks happen as nodes are built
-// (see the invariants in ast.h).
+// Comparisons do not chain (`a = b = c` is an error). Type checks happen as operators are
+// parsed (see the invariants in program.h); a sign before a numeric literal (or a parenthesized
+// one) is folded into it.
 
 #ifndef GRYPH_LIB_SELECTOR_PARSER_H_
 #define GRYPH_LIB_SELECTOR_PARSER_H_
@@ -27,16 +29,17 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "gryph/selector.h"
-#include "lib/selector/ast.h"
+#include "lib/selector/program.h"
 
 namespace gryph::selector_ast {
 
-// Parses `text`. Fails with InvalidArgument "selector:LINE:COLUMN: ..." on any syntax or type
-// error, when nesting exceeds Selector::kMaxDepth, or when `text` is longer than
-// options.max_length (then without reading it). Reads tokens only as far as it accepts the
-// text, so what it allocates is proportional to what it accepted.
-absl::StatusOr<std::shared_ptr<const Ast>> ParseSelector(absl::string_view text,
-                                                         const SelectorOptions& options);
+// Parses `text` into its program (null for an empty or blank text). Fails with InvalidArgument
+// "selector:LINE:COLUMN: ..." on any syntax or type error, when nesting exceeds
+// Selector::kMaxDepth, or when `text` is longer than options.max_length (then without reading
+// it). Reads tokens only as far as it accepts the text, so what it allocates is proportional to
+// what it accepted; identifiers and string literals are views into the text, not copies.
+absl::StatusOr<selector_program::ProgramRef> ParseSelector(absl::string_view text,
+                                                           const SelectorOptions& options);
 
 }  // namespace gryph::selector_ast
 

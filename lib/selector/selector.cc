@@ -1,43 +1,110 @@
 #include "gryph/selector.h"
 
-#include "lib/selector/ast.h"
-#include "lib/selector/evaluator.h"
+#include "absl/strings/str_cat.h"
 #include "lib/selector/parser.h"
+#include "lib/selector/program.h"
+#include "lib/util/coding.h"
+#include "lib/util/crc32c.h"
 #include "lib/util/status_macros.h"
 
 namespace gryph {
 
+namespace sp = selector_program;
+
 Selector::Selector() = default;
+
+Selector::Selector(const Selector& other)
+    : program_(sp::ProgramRef::Share(other.program_).release()), text_(other.text_) {}
+
+Selector::Selector(Selector&& other) noexcept
+    : program_(std::exchange(other.program_, nullptr)), text_(std::move(other.text_)) {}
+
+Selector& Selector::operator=(const Selector& other) {
+  if (this != &other) *this = Selector(other);
+  return *this;
+}
+
+Selector& Selector::operator=(Selector&& other) noexcept {
+  std::swap(program_, other.program_);
+  std::swap(text_, other.text_);
+  return *this;
+}
+
+Selector::~Selector() { sp::ProgramRef drop(program_); }
 
 absl::StatusOr<Selector> Selector::Parse(absl::string_view text, const SelectorOptions& options) {
   if (text.empty()) {
-    // The commonest selector (topic-only subscriptions) shares one tree: no allocation per
-    // subscription, and whoever asks whether it matches everything reads memory that is hot.
-    static const std::shared_ptr<const selector_ast::Ast>* const kEmpty =
-        new std::shared_ptr<const selector_ast::Ast>(
-            *selector_ast::ParseSelector("", SelectorOptions()));
-    return Selector(*kEmpty);
+    // The commonest selector (topic-only subscriptions) shares one text: no allocation per
+    // subscription.
+    static const std::shared_ptr<const std::string>* const kEmpty =
+        new std::shared_ptr<const std::string>(std::make_shared<const std::string>());
+    return Selector(nullptr, *kEmpty);
   }
-  GRYPH_ASSIGN_OR_RETURN(std::shared_ptr<const selector_ast::Ast> ast,
-                         selector_ast::ParseSelector(text, options));
-  return Selector(std::move(ast));
+  GRYPH_ASSIGN_OR_RETURN(sp::ProgramRef program, selector_ast::ParseSelector(text, options));
+  return Selector(program.release(), std::make_shared<const std::string>(text));
 }
 
 Truth Selector::Evaluate(const Event& event) const {
-  if (matches_everything()) return Truth::kTrue;
-  return selector_ast::EvaluateCondition(*ast_->root(), event);
+  if (program_ == nullptr) return Truth::kTrue;
+  return program_->Evaluate(event);
 }
 
 const std::string& Selector::text() const {
   static const std::string* const kEmpty = new std::string();
-  return ast_ == nullptr ? *kEmpty : ast_->text();
+  return text_ == nullptr ? *kEmpty : *text_;
 }
 
-bool Selector::matches_everything() const { return ast_ == nullptr || ast_->root() == nullptr; }
+bool Selector::matches_everything() const { return program_ == nullptr; }
 
 std::string Selector::DebugString() const {
-  if (matches_everything()) return "";
-  return selector_ast::ToString(*ast_->root());
+  if (program_ == nullptr) return "";
+  const sp::View view(*program_);
+  return view.ToString(*view.root());
+}
+
+void Selector::EncodeTo(std::string* out) const {
+  const size_t start = out->size();
+  out->push_back(static_cast<char>(kEncodingVersion));
+  internal::PutLengthPrefixed(out, text());
+  internal::PutLengthPrefixed(out, program_ == nullptr ? absl::string_view() : program_->code());
+  const uint32_t crc = internal::Crc32c(absl::string_view(*out).substr(start));
+  internal::PutFixed32BE(out, crc);
+}
+
+std::string Selector::Encode() const {
+  std::string out;
+  EncodeTo(&out);
+  return out;
+}
+
+absl::StatusOr<Selector> Selector::Decode(absl::string_view bytes) {
+  if (bytes.empty()) return absl::DataLossError("selector encoding: empty");
+  if (static_cast<uint8_t>(bytes[0]) != kEncodingVersion) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("selector encoding: unsupported version ", static_cast<uint8_t>(bytes[0])));
+  }
+  if (bytes.size() < 1 + 4) return absl::DataLossError("selector encoding: truncated");
+  const absl::string_view body = bytes.substr(0, bytes.size() - 4);
+  if (internal::Crc32c(body) != internal::DecodeFixed32BE(bytes.data() + body.size())) {
+    return absl::DataLossError("selector encoding: checksum mismatch");
+  }
+  internal::ByteReader in(body.substr(1), "selector");
+  absl::string_view text;
+  absl::string_view code;
+  if (!in.ReadLengthPrefixed(&text, "text") || !in.ReadLengthPrefixed(&code, "program") ||
+      !in.ExpectEnd()) {
+    return absl::DataLossError(in.status().message());
+  }
+  const bool blank = text.find_first_not_of(" \t\n\r\f") == absl::string_view::npos;
+  if (code.empty()) {
+    // Only a blank text compiles to no program.
+    if (!blank) return absl::DataLossError("selector encoding: a nonblank text without a program");
+    if (text.empty()) return Parse("");
+    return Selector(nullptr, std::make_shared<const std::string>(text));
+  }
+  if (blank) return absl::DataLossError("selector encoding: a program for a blank text");
+  GRYPH_ASSIGN_OR_RETURN(sp::ProgramRef program, sp::Program::Make(code));
+  return Selector(program.release(), std::make_shared<const std::string>(text));
 }
 
 }  // namespace gryph

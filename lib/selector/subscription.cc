@@ -17,6 +17,15 @@ absl::StatusOr<Subscription> Subscription::Create(absl::string_view selector,
   return Subscription(std::move(parsed), std::move(filter));
 }
 
+absl::StatusOr<Subscription> Subscription::Create(Selector selector,
+                                                  absl::string_view topic_filter) {
+  std::optional<TopicFilter> filter;
+  if (!topic_filter.empty()) {
+    GRYPH_ASSIGN_OR_RETURN(filter, TopicFilter::Parse(topic_filter));
+  }
+  return Subscription(std::move(selector), std::move(filter));
+}
+
 bool Subscription::Matches(const Event& event) const {
   if (topic_filter_.has_value() && !topic_filter_->Matches(event.topic())) return false;
   return selector_.Matches(event);

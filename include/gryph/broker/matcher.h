@@ -70,7 +70,8 @@ class Matcher {
 
   // Adds `subscription` under `id`, visible to Match from the next publication. Fails with
   // AlreadyExists, changing nothing, when `id` is already present (published or not). The
-  // matcher keeps the subscription (copies share the parsed selector) until Remove.
+  // matcher keeps what matching needs until Remove: the selector's compiled program (shared with
+  // the selector's copies) and the topic filter, not the selector's text.
   // Owner only.
   absl::Status Add(SubscriberId id, Subscription subscription);
 
