@@ -380,8 +380,9 @@ class SubscriberNode : public SimNode, public DurableSubscriber::Handler {
     }
     if (c.kind == DeliveryKind::kGap) {
       auto lp = app_->log->l_prefix.find(p);
-      c.excusable_through =
-          std::max(app_->high_water.Get(p), lp == app_->log->l_prefix.end() ? 0 : lp->second);
+      const gryph::Tick released =
+          app_->log->early_release && lp != app_->log->l_prefix.end() ? lp->second : 0;
+      c.excusable_through = std::max(app_->high_water.Get(p), released);
     }
     app_->ct.Set(p, c.tick);
     app_->high_water.Set(p, std::max(app_->high_water.Get(p), c.tick));
@@ -414,6 +415,7 @@ class SubscriberNode : public SimNode, public DurableSubscriber::Handler {
 };
 
 World::World(uint64_t seed, WorldOptions options) : options_(options), sim_(seed) {
+  log_.early_release = options_.max_retain != absl::InfiniteDuration();
   for (const auto& [a, b] : BrokerLinks()) {
     sim_.SetLink(a, b, options_.broker_link);
     sim_.SetLink(b, a, options_.broker_link);
@@ -668,7 +670,7 @@ std::vector<std::string> World::Check() const {
     const PubendId p{static_cast<uint32_t>(i)};
     checker.AddPubend(p);
     auto lp = log_.l_prefix.find(p);
-    if (lp != log_.l_prefix.end()) checker.Released(p, lp->second);
+    if (log_.early_release && lp != log_.l_prefix.end()) checker.Released(p, lp->second);
   }
   std::vector<std::string> bad = log_.errors;
   // The publishing side: every publish acknowledged once the run settled, each at the tick that

@@ -67,6 +67,11 @@ struct WorldOptions {
 struct Log {
   std::map<PubendId, std::map<Tick, EventRef>> events;
   std::map<PubendId, Tick> l_prefix;
+  // Whether the pubends discard what subscribers have not acknowledged (a finite max_retain).
+  // Without, the L prefix grows only over what every subscription acknowledged, so it excuses
+  // no Gap: a subscriber's Gap must lie within what it had consumed itself (it came back with an
+  // older CT). A broker that released what a subscription still needed shows as a violation.
+  bool early_release = false;
   std::vector<std::string> errors;  // a tick logged twice with different events, an undecodable one
 };
 
