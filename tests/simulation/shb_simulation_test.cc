@@ -117,6 +117,7 @@ TEST_CASE("PHB to SHB under faults: exactly once or an honest Gap", "[simulation
   o.subscriber_crash = 0.01;
   o.shb_crash = 0.01;
   o.phb_crash = 0.01;
+  o.late_subscribers = 0.5;
   RunSeeds("phb->shb", o, 1000, 500);
 }
 

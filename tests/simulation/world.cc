@@ -430,6 +430,13 @@ World::World(uint64_t seed, WorldOptions options) : options_(options), sim_(seed
     // Seeded like everything else: which subscribers move right after they first connect.
     subs_[i].move_after_start =
         options_.subscriber_move > 0 && !subs_[i].steady && sim_.Random() % 3 == 0;
+    if (options_.late_subscribers > 0 && !subs_[i].steady &&
+        static_cast<double>(sim_.Random() % 1000) < options_.late_subscribers * 1000) {
+      SubscriberApp* a = &subs_[i];
+      a->want_connected = false;
+      sim_.Schedule(absl::Milliseconds(static_cast<int64_t>(sim_.Random() % 1000)),
+                    [a] { a->want_connected = true; });
+    }
     const LinkProfile link = subs_[i].steady ? LinkProfile{} : options_.subscriber_link;
     for (const std::string& shb : ShbNames()) {
       sim_.SetLink(subs_[i].name, shb, link);

@@ -49,6 +49,10 @@ struct WorldOptions {
   // they are durable and completions land among the messages. false: inline, as a hand-written
   // loop drives them.
   bool commit_thread = true;
+  // The share of the subscribers (not the steady ones) that create their subscription late: at
+  // a seeded instant in the first second rather than at the start, so that its creation meets
+  // the faults (a broker crash with the creating commit in flight, say).
+  double late_subscribers = 0;
   // Faults (each a probability per fault tick of 50 ms while faults are on).
   double subscriber_disconnect = 0;
   double subscriber_old_checkpoint = 0;  // on reconnect, use an older stored CT
