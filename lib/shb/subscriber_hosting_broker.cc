@@ -304,14 +304,12 @@ void SubscriberHostingBrokerImpl::ProcessCommits() {
       a.pubend->lease = a.lease;
       a.pubend->pfs->MarkCommitted(a.pfs_through);
     }
-    for (const std::string& name : in_flight_.front().created) {
-      auto it = subscriptions_.find(name);
-      if (it == subscriptions_.end() || !it->second.creating) continue;  // deleted meanwhile
-      it->second.creating = false;
-      if (it->second.awaiting_creation) {
-        ready_connects_.push_back(*std::move(it->second.awaiting_creation));
-        it->second.awaiting_creation.reset();
-      }
+    for (SubscriberId id : in_flight_.front().created) {
+      auto it = by_id_.find(id.value);
+      if (it == by_id_.end()) continue;  // deleted meanwhile
+      SubscriptionState& s = *it->second;
+      if (s.awaiting_creation) ready_connects_.push_back(*std::move(s.awaiting_creation));
+      s.awaiting_creation.reset();
     }
     in_flight_.pop_front();
     dirty_ = true;  // a larger lease may let the constreams go on
@@ -791,12 +789,11 @@ void SubscriberHostingBrokerImpl::OnConnect(absl::string_view from, const Connec
     matcher_.Publish();
     by_id_[it->second.id.value] = &it->second;
     for (const auto& [id, pos] : it->second.positions) PutPosition(it->second, id, wb);
-    // Answered once this commit is durable (SubscriptionState::creating): the matcher and the
-    // PFS have it from now on, so the session's catchup from the subscription's start serves
-    // what matches meanwhile.
-    it->second.creating = true;
+    // Answered once this commit is durable (SubscriptionState::awaiting_creation): the matcher
+    // and the PFS have it from now on, so the session's catchup from the subscription's start
+    // serves what matches meanwhile.
     it->second.awaiting_creation.emplace(std::string(from), m);
-    creating_.push_back(it->second.name);
+    creating_.push_back(it->second.id);
     Submit(std::move(wb), {});
     return;
   } else {
@@ -815,10 +812,10 @@ void SubscriberHostingBrokerImpl::OnConnect(absl::string_view from, const Connec
                     "epoch ", m.epoch, " is older than the subscription's epoch ", s.epoch)));
       return;
     }
-    if (s.creating) {
+    if (s.awaiting_creation) {
       // Not durable yet: this Connect (a retry, or a newer process) waits in the place of the
       // one before, which is told it was replaced if it came from elsewhere.
-      if (s.awaiting_creation && s.awaiting_creation->first != from) {
+      if (s.awaiting_creation->first != from) {
         SendError(
             s.awaiting_creation->first, s.name,
             absl::AbortedError(absl::StrCat("fenced by a newer connection (epoch ", m.epoch, ")")));

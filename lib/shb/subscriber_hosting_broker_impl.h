@@ -76,11 +76,10 @@ class SubscriberHostingBrokerImpl final : public SubscriberHostingBroker {
     // std::map: its nodes do not move, and the streams hold pointers to their sessions.
     std::map<PubendId, Position> positions;
     absl::Time last_heard = absl::InfinitePast();  // the session's connection or its last ack
-    // A new subscription until the commit that creates it is durable, and the Connect that
+    // Set while the commit that creates the subscription is not yet durable: the Connect that
     // waits for it (the latest, with its sender). Connected goes out only then: a subscriber
     // told earlier would hold a CT for a subscription that a crash can take away, and the
     // restarted broker, not knowing it, would release upstream what that CT still needs.
-    bool creating = false;
     std::optional<std::pair<std::string, ConnectMessage>> awaiting_creation = std::nullopt;
   };
   struct PubendState {
@@ -200,12 +199,12 @@ class SubscriberHostingBrokerImpl final : public SubscriberHostingBroker {
   struct InFlight {
     uint64_t seq;
     std::vector<Advance> advances;
-    std::vector<std::string> created;  // the new subscriptions it makes durable
+    std::vector<SubscriberId> created;  // the new subscriptions it makes durable
   };
   std::deque<InFlight> in_flight_;
   uint64_t next_seq_ = 1;
   // New subscriptions that the next Submit creates (its InFlight::created).
-  std::vector<std::string> creating_;
+  std::vector<SubscriberId> creating_;
   // Connects whose subscription became durable, handled by the next Flush (not inside the
   // commit's processing, which may run in the middle of another handler).
   std::vector<std::pair<std::string, ConnectMessage>> ready_connects_;
