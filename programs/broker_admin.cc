@@ -99,6 +99,8 @@ Json ShbStats(SubscriberHostingBroker& shb) {
           {"resent", s.resent},
           {"subscriptions_deleted", s.subscriptions_deleted},
           {"subscriptions_expired", s.subscriptions_expired},
+          {"full_store_reopens", s.full_store_reopens},
+          {"waiting_for_room", shb.waiting_for_room()},
           {"deliver_to_ack", HistogramJson(s.deliver_to_ack)},
           {"commits_done", CommitterJson(shb.committer())},
           {"status", shb.status().ok() ? "ok" : shb.status().ToString()}};
@@ -206,6 +208,12 @@ void AddShbMetrics(SubscriberHostingBroker& shb, MetricsText* out) {
   const SubscriberHostingBroker::Stats& s = shb.stats();
   out->Gauge("gryph_shb_up", "1 while the SHB serves, 0 once a storage error stopped it",
              shb.status().ok() ? 1 : 0);
+  out->Gauge("gryph_shb_waiting_for_room",
+             "1 while a full store holds the constreams still (catchups and acks go on)",
+             shb.waiting_for_room() ? 1 : 0);
+  out->Counter("gryph_shb_full_store_reopens_total",
+               "times a commit found the store full and the SHB read its state again",
+               static_cast<double>(s.full_store_reopens));
   out->Gauge("gryph_shb_subscriptions", "durable subscriptions hosted",
              static_cast<double>(shb.subscription_count()));
   out->Gauge("gryph_shb_catching_up", "catchup streams running",

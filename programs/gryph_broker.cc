@@ -222,6 +222,10 @@ int Run() {
           absl::StrCat("shb subscriptions ", shb->subscription_count(), " catching up ",
                        shb->catching_up(), " delivered ", s.events_delivered, " gaps ",
                        s.gaps_delivered, " nacks ", s.nacks_sent, " commits ", s.commits);
+      if (shb->waiting_for_room()) {
+        absl::StrAppend(&line, " WAITING FOR ROOM (the store is full; full-store reopens ",
+                        s.full_store_reopens, ")");
+      }
       if (!shb->status().ok()) absl::StrAppend(&line, " STOPPED: ", shb->status().ToString());
       return absl::StrCat(line, " | ", ChannelStats(*c));
     };

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <thread>
@@ -207,6 +208,14 @@ class ShbTest {
     CloseBroker();
     NewStorage();
   }
+  // From now on the broker's storage is an LMDB store with `storage_options` (its state survives
+  // Restart() as the memory's does). Call before Open().
+  void UseLmdb(const StorageOptions& storage_options) {
+    faults_.reset();
+    base_.reset();
+    lmdb_ = storage_options;
+    NewStorage();
+  }
   GateStorage& UseGate() {
     gate_ = std::make_unique<GateStorage>(faults_.get());
     return *gate_;
@@ -331,21 +340,28 @@ class ShbTest {
     return out;
   }
   void NewStorage() {
-    memory_ = std::make_unique<MemoryStorage>(state_);
-    faults_ = std::make_unique<FaultInjectingStorage>(memory_.get());
+    if (lmdb_) {
+      auto opened = OpenLmdbStorage(*lmdb_);
+      REQUIRE_OK(opened);
+      base_ = *std::move(opened);
+    } else {
+      base_ = std::make_unique<MemoryStorage>(state_);
+    }
+    faults_ = std::make_unique<FaultInjectingStorage>(base_.get());
   }
   void CloseBroker() {
     if (gate_ != nullptr) gate_->Open();  // the broker's destructor commits what is pending
     shb_.reset();
     gate_.reset();
     faults_.reset();
-    memory_.reset();
+    base_.reset();
   }
 
   // Declared first: destroyed last, after every endpoint.
   InProcessNetwork net_;
   std::shared_ptr<MemoryStorage::State> state_ = MemoryStorage::NewState();
-  std::unique_ptr<MemoryStorage> memory_;
+  std::optional<StorageOptions> lmdb_;  // UseLmdb
+  std::unique_ptr<Storage> base_;
   std::unique_ptr<FaultInjectingStorage> faults_;
   std::unique_ptr<GateStorage> gate_;
   std::unique_ptr<Channel> phb_;
@@ -1642,6 +1658,186 @@ TEST_CASE("after a failed commit the subscriber resumes after its CT, without du
   t.Pump();
   REQUIRE(red.rec.log == Strings{"E11", "E13", "E15", "E17", "E22", "S30"});
   REQUIRE(red.ds->duplicates_dropped() == 0);
+}
+
+TEST_CASE(
+    "a full store does not stop the broker: it reads its state again, waits for room, then "
+    "goes on",
+    "[shb][full]") {
+  ShbTest t;
+  t.options.delivery_lease_ticks = 1000;
+  t.Open();
+  Client& red = t.Subscribe("red", "color = 'red'");
+  t.Publish(Knowledge(1, 10, {{3, "red"}}));
+  REQUIRE(t.shb().latest_delivered(kP) == 10);
+
+  t.faults().FailNextCommitWithMapFull();
+  t.Publish(Knowledge(11, 15, {{11, "red"}, {13, "red"}}));
+  // The round went out before its commit failed.
+  REQUIRE(red.rec.log == Strings{"E3", "E11", "E13"});
+  // Before: the broker stopped (kResourceExhausted) until its owner opened it again.
+  REQUIRE_OK(t.shb().status());
+  REQUIRE(t.shb().waiting_for_room());
+  REQUIRE(t.shb().stats().full_store_reopens == 1);
+  REQUIRE(t.shb().stats().events_delivered == 3);  // the counters go on
+  REQUIRE(t.shb().latest_delivered(kP) == 10);     // read again from storage
+  REQUIRE(red.rec.errors.size() == 1);
+  REQUIRE(absl::IsUnavailable(red.rec.errors[0]));
+  REQUIRE_FALSE(red.ds->connected());
+
+  // While it waits: no new subscription, ...
+  RawClient& late = t.AddRaw("late");
+  late.Send(ConnectMessage{"late", "", "", {}, 1, true});
+  t.Pump();
+  REQUIRE(OnlyError(late.Take(), "late") == absl::StatusCode::kResourceExhausted);
+  REQUIRE(t.shb().subscription_count() == 1);
+  // ... an existing one is served (its CT, ahead of latestDelivered, is within the recovered
+  // lease), and knowledge above latestDelivered is dropped, not kept in memory.
+  REQUIRE_OK(red.ds->Connect());
+  t.Pump();
+  REQUIRE(red.ds->connected());
+  t.Publish(Knowledge(11, 20, {{11, "red"}, {13, "red"}, {17, "red"}}));
+  REQUIRE(t.shb().latest_delivered(kP) == 10);
+  REQUIRE(red.rec.log == Strings{"E3", "E11", "E13"});
+  t.Timer(t.options.release_interval);
+  REQUIRE(t.TakeCuriosity().empty());  // nothing is asked for either
+
+  // No commit has freed space (nothing to chop): the wait ends after twice its least length.
+  t.Timer(2 * t.options.full_store_wait);
+  REQUIRE_FALSE(t.shb().waiting_for_room());
+  t.Publish(Knowledge(11, 20, {{11, "red"}, {13, "red"}, {17, "red"}}));
+  REQUIRE(t.shb().latest_delivered(kP) == 20);
+  REQUIRE(red.rec.log == Strings{"E3", "E11", "E13", "E17"});
+  REQUIRE(red.ds->duplicates_dropped() == 0);
+  REQUIRE(red.rec.errors.size() == 1);
+  REQUIRE_OK(t.shb().status());
+}
+
+TEST_CASE("a chop committed while waiting for room ends the wait at its least length",
+          "[shb][full]") {
+  ShbTest t;
+  t.options.delivery_lease_ticks = 1000;
+  t.Open();
+  RawClient& a = t.AddRaw("a");
+  a.Send(ConnectMessage{"a", "color = 'red'", "", {}, 1, true});
+  t.Pump();
+  a.Take();
+  t.Publish(Knowledge(1, 20, {{5, "red"}, {13, "red"}}));
+  REQUIRE(Deliveries(a.Take()) == Strings{"E5", "E13"});
+
+  t.faults().FailNextCommitWithMapFull();
+  t.Publish(Knowledge(21, 30, {{25, "red"}}));
+  std::vector<Message> got = a.Take();
+  REQUIRE(Deliveries(got) == Strings{"E25"});
+  REQUIRE(t.shb().waiting_for_room());
+  REQUIRE(t.shb().latest_delivered(kP) == 20);
+
+  a.Send(ConnectMessage{"a", "color = 'red'", "", Ct(25), 1, true});
+  t.Pump();
+  REQUIRE(OnlyConnected(a.Take()).start == Ct(25));
+  a.Send(AckMessage{"a", Ct(25)});
+  t.Pump();
+  // released(p) = min(latestDelivered 20, 25): the PFS is chopped through 20, from the reserve.
+  const uint64_t commits = t.faults().commits_attempted();
+  t.Timer(t.options.release_interval);
+  REQUIRE(t.TakeReleases() == Release(20, 20));
+  REQUIRE(t.faults().commits_attempted() > commits);
+  REQUIRE(t.shb().waiting_for_room());
+  // The wait's least length passes: the chop ended it (its longest is twice that).
+  t.Timer(t.options.full_store_wait - t.options.release_interval);
+  REQUIRE_FALSE(t.shb().waiting_for_room());
+  t.Publish(Knowledge(21, 40, {{25, "red"}, {33, "red"}}));
+  REQUIRE(Deliveries(a.Take()) == Strings{"E33"});
+  REQUIRE(t.shb().latest_delivered(kP) == 40);
+}
+
+TEST_CASE(
+    "at an LMDB store's ceiling the broker waits for room, chops from the reserve and goes on, "
+    "every event delivered once",
+    "[shb][full]") {
+  testing::TempDir dir;
+  StorageOptions so;
+  so.path = (dir.path() / "shb").string();
+  so.durability = Durability::kNoSync;
+  so.initial_map_bytes = uint64_t{256} << 10;
+  so.max_map_bytes = uint64_t{2} << 20;  // a reserve of 256 KiB
+  ShbTest t;
+  t.UseLmdb(so);
+  t.Open();
+  RawClient& a = t.AddRaw("a");
+  a.Send(ConnectMessage{"a", "", "", {}, 1, true});
+  t.Pump();
+  REQUIRE(a.Take().size() == 1);  // Connected
+
+  // Every tick an event matching "a", which never acks: the PFS grows until the store is full.
+  std::vector<Tick> got;
+  auto take = [&] {
+    for (const Message& m : a.Take()) {
+      if (const auto* d = std::get_if<DeliveryMessage>(&m)) {
+        if (d->kind == DeliveryKind::kEvent) got.push_back(d->tick);
+      }
+    }
+  };
+  auto events = [](Tick first, Tick last) {
+    std::map<Tick, std::string> e;
+    for (Tick tick = first; tick <= last; ++tick) e[tick] = "red";
+    return Knowledge(first, last, e);
+  };
+  constexpr Tick kStep = 500;
+  Tick next = 1;
+  while (!t.shb().waiting_for_room() && next < 2'000'000) {
+    t.Publish(events(next, next + kStep - 1));
+    next += kStep;
+    take();
+  }
+  // Before: the broker stopped with kResourceExhausted, and stopped again after each reopen.
+  REQUIRE(t.shb().waiting_for_room());
+  REQUIRE_OK(t.shb().status());
+  REQUIRE(t.shb().stats().full_store_reopens == 1);
+  const Tick committed = t.shb().latest_delivered(kP);
+  REQUIRE(committed > 10'000);
+  REQUIRE(!got.empty());
+
+  // The subscriber is back from the last tick it received, catches up (acknowledging as it
+  // goes: its unacknowledged events are bounded), and the chop that follows commits from the
+  // reserve.
+  a.Send(ConnectMessage{"a", "", "", Ct(got.back()), 1, true});
+  t.Pump();
+  for (int i = 0; i < 10'000 && (got.empty() || got.back() < committed); ++i) {
+    take();
+    a.Send(AckMessage{"a", Ct(got.back())});
+    t.Pump();
+    // The events were cached by the broker before it read its state again: it asks upstream.
+    t.Timer(t.options.renack_interval);
+    for (const CuriosityMessage& nack : t.TakeCuriosity()) {
+      for (const TickRange& r : nack.ranges) t.Publish(events(r.first, r.last));
+    }
+  }
+  REQUIRE(got.back() == committed);
+  t.TakeReleases();
+  t.Timer(t.options.release_interval);
+  REQUIRE(t.TakeReleases() == Release(committed, committed));
+  REQUIRE(t.shb().stats().full_store_reopens == 1);  // the chops committed
+  t.Timer(t.options.full_store_wait);
+  REQUIRE_FALSE(t.shb().waiting_for_room());
+  REQUIRE_OK(t.shb().status());
+
+  // Upstream sends again what the broker had not committed, and more: the room the chop made
+  // takes it.
+  const Tick end = next + 4 * kStep;
+  for (Tick first = committed + 1; first < end; first += kStep) {
+    t.Publish(events(first, std::min(first + kStep - 1, end - 1)));
+    take();
+    a.Send(AckMessage{"a", Ct(got.back())});
+  }
+  t.Timer(t.options.release_interval);
+  REQUIRE(t.shb().latest_delivered(kP) == end - 1);
+  REQUIRE_OK(t.shb().status());
+  REQUIRE(t.shb().stats().full_store_reopens == 1);
+  // Every tick once, in order.
+  std::vector<Tick> every(end - 1);
+  std::iota(every.begin(), every.end(), Tick{1});
+  REQUIRE(got == every);
 }
 
 TEST_CASE("after a restart a CT up to the recovered lease is accepted, beyond it refused",

@@ -66,6 +66,17 @@
 // to an existing subscription is answered at once (it writes a row only to raise the epoch; a
 // crash that loses that brings back the older epoch, which the subscriber's outranks).
 //
+// A full store (a commit fails with kResourceExhausted: the map at max_map_bytes less its
+// reserve, or the disk full) does not stop the broker. Its state in memory has run ahead of the
+// failed commit, so it ends every session (kUnavailable, "reconnect"), reads its state from
+// storage again as a restart would, and waits for room: its constreams hold still (knowledge
+// above latestDelivered is dropped, to be nacked later) and new subscriptions are refused with
+// kResourceExhausted, while sessions, catchups, acks, releases upstream and PFS chops go on,
+// committing from the store's reserve (StorageOptions::reserve_bytes). The wait lasts
+// full_store_wait, doubled while one full store follows another, and ends then if a chop or a
+// deletion has committed meanwhile, otherwise after twice as long (a disk an operator cleared).
+// waiting_for_room() and Stats::full_store_reopens say so.
+//
 // Thread-safety: owned by one thread, which delivers its channel's messages and calls Flush and
 // OnTimer. With commit_thread, the commit thread only reports completions, which that thread
 // picks up in its next Flush or OnTimer (on_commit tells it when).
@@ -156,6 +167,10 @@ struct SubscriberHostingBrokerOptions {
   // upstream has released meanwhile arrives as a Gap, never as a silent hole. Infinite (the
   // default): never.
   absl::Duration subscription_expiry = absl::InfiniteDuration();
+  // After a full store (see the file comment), the constreams hold still for at least this long,
+  // doubled (up to 64 times) while one full store follows another; a commit that freed space
+  // meanwhile ends the wait then, otherwise it ends after twice as long.
+  absl::Duration full_store_wait = absl::Seconds(1);
   // Where the broker reports what its operator must know (log.h): its stop and why, a damaged
   // PFS record ending a catchup, fenced and timed-out sessions, each Gap and to whom, expired and
   // deleted subscriptions. Empty: nothing.
@@ -219,6 +234,7 @@ class SubscriberHostingBroker {
     uint64_t conflicting_knowledge = 0;  // should stay 0
     uint64_t subscriptions_deleted = 0;  // by DeleteSubscription
     uint64_t subscriptions_expired = 0;  // by subscription_expiry
+    uint64_t full_store_reopens = 0;     // state read again after a commit found the store full
     // A send of Events to a session -> the ack that covers it (one sample per send; the
     // broker's clock). What an operator watches for subscribers falling behind.
     LatencyHistogram deliver_to_ack;
@@ -289,8 +305,11 @@ class SubscriberHostingBroker {
   // FailedPrecondition on a stopped broker.
   virtual absl::Status DeleteSubscription(absl::string_view name) = 0;
 
-  // OK, or the storage error that stopped the broker (reopen it).
+  // OK, or the storage error that stopped the broker (reopen it). A full store does not stop it
+  // (see the file comment): status stays OK.
   virtual const absl::Status& status() const = 0;
+  // Whether the broker is waiting for room in a full store: its constreams hold still.
+  virtual bool waiting_for_room() const = 0;
   // The committer of the broker's rounds, for an owner that plays the commit thread
   // (simulated_commit_thread). Anyone else leaves it alone.
   virtual GroupCommitter& committer() = 0;

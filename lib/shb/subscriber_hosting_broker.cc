@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "lib/shb/shb_host.h"
 #include "lib/shb/shb_keys.h"
 #include "lib/shb/subscriber_hosting_broker_impl.h"
 #include "lib/util/coding.h"
@@ -37,7 +38,6 @@ SubscriberHostingBrokerImpl::SubscriberHostingBrokerImpl(SubscriberHostingBroker
 }
 
 SubscriberHostingBrokerImpl::~SubscriberHostingBrokerImpl() {
-  channel_->SetReceiver(nullptr);
   committer_->Stop();  // commits what was submitted: a clean shutdown loses nothing
   // Readers must go before their PFS.
   for (auto& [name, s] : subscriptions_) s.positions.clear();
@@ -45,7 +45,18 @@ SubscriberHostingBrokerImpl::~SubscriberHostingBrokerImpl() {
 
 void SubscriberHostingBrokerImpl::Start() {
   if (options_.commit_thread && !options_.simulated_commit_thread) committer_->Start();
-  channel_->SetReceiver([this](absl::string_view from, Message m) { HandleMessage(from, m); });
+}
+
+void SubscriberHostingBrokerImpl::WaitForRoom(absl::Duration least) {
+  waiting_ = true;
+  room_least_ = Now() + least;
+  room_probe_ = Now() + 2 * least;
+}
+
+void SubscriberHostingBrokerImpl::StopWaiting(absl::string_view why) {
+  waiting_ = false;
+  dirty_ = true;
+  Log(LogLevel::kInfo, absl::StrCat("the constreams go on (", why, ")"));
 }
 
 absl::Status SubscriberHostingBrokerImpl::Recover() {
@@ -258,7 +269,11 @@ void SubscriberHostingBrokerImpl::Submit(WriteBatch batch, std::vector<Advance> 
   }
   dirty_released_.clear();
   const uint64_t seq = next_seq_++;
-  in_flight_.push_back(InFlight{seq, std::move(advances), std::exchange(creating_, {})});
+  // Waiting for room, every batch may use the store's reserve: none grows the store (no round,
+  // no new subscription), and the chops among them are what makes room.
+  if (waiting_) batch.set_frees_space(true);
+  in_flight_.push_back(InFlight{seq, std::move(advances), std::exchange(creating_, {}),
+                                std::exchange(freeing_, false)});
   ++stats_.commits;
   committer_->Submit(std::move(batch), 1, [this, seq](absl::Status st) {
     {
@@ -296,9 +311,13 @@ void SubscriberHostingBrokerImpl::ProcessCommits() {
       return;
     }
     if (!st.ok()) {
+      // Nothing of it applied, but the state in memory has run ahead of it: the owner reads it
+      // again from storage (ShbHost).
+      if (absl::IsResourceExhausted(st)) store_full_ = true;
       Fail(st);
       return;
     }
+    room_made_ |= in_flight_.front().frees;
     for (const Advance& a : in_flight_.front().advances) {
       a.pubend->committed = a.through;
       a.pubend->lease = a.lease;
@@ -345,15 +364,24 @@ void SubscriberHostingBrokerImpl::OnKnowledge(absl::string_view from, const Know
   auto it = pubends_.find(m.pubend);
   if (it == pubends_.end() || it->second.upstream != from || !status_.ok()) return;
   PubendState& p = it->second;
-  for (const KnowledgeSpan& s : m.spans) {
+  for (const KnowledgeSpan& span : m.spans) {
+    const KnowledgeSpan* s = &span;
+    KnowledgeSpan clipped;
+    if (waiting_ && span.range.last > p.committed) {
+      // The constream holds still: what lies above it would pile up in memory. Catchups read
+      // only below it; the rest is nacked once the wait is over.
+      if (span.range.first > p.committed) continue;
+      clipped = KnowledgeSpan{{span.range.first, p.committed}, span.value, span.event};
+      s = &clipped;
+    }
     // Knowledge below what was forgotten is accumulated too: a catchup stream nacked it.
-    absl::Status st = p.istream.Accumulate(s);
+    absl::Status st = p.istream.Accumulate(*s);
     if (absl::IsFailedPrecondition(st)) {
       ++stats_.stale_knowledge;
     } else if (!st.ok()) {
       ++stats_.conflicting_knowledge;  // and it says nothing about how far upstream has got
     } else {
-      p.highest_seen = std::max(p.highest_seen, s.range.last);
+      p.highest_seen = std::max(p.highest_seen, s->range.last);
     }
   }
   p.curiosity.Prune(p.istream);
@@ -381,7 +409,7 @@ bool SubscriberHostingBrokerImpl::Flush() {
   dirty_ = false;
   // A failed round has moved constream positions past what is neither sent nor committed: the
   // broker stops (reopen it).
-  if (absl::Status st = AdvanceConStreams(); !st.ok()) {
+  if (absl::Status st = waiting_ ? absl::OkStatus() : AdvanceConStreams(); !st.ok()) {
     Fail(st);
     return false;
   }
@@ -743,6 +771,13 @@ void SubscriberHostingBrokerImpl::OnConnect(absl::string_view from, const Connec
                 absl::NotFoundError(absl::StrCat("no subscription '", m.subscription, "'")));
       return;
     }
+    if (waiting_) {
+      SendError(from, m.subscription,
+                absl::ResourceExhaustedError(
+                    "the broker's store is full: new subscriptions wait until its subscribers' "
+                    "acknowledgements make room; retry later"));
+      return;
+    }
     // A CT that names no pubend is a new subscription's. Any other comes from a broker that
     // hosted the subscription (reconnect anywhere), and must say where the subscriber stands on
     // every pubend served here: starting one it does not name at latestDelivered would skip
@@ -985,6 +1020,7 @@ void SubscriberHostingBrokerImpl::Delete(
   matcher_.Publish();
   by_id_.erase(s.id.value);
   subscriptions_.erase(it);
+  freeing_ = true;
   Submit(std::move(wb), {});  // not waited for (see OnConnect): a crash first brings it back
 }
 
@@ -1088,6 +1124,11 @@ void SubscriberHostingBrokerImpl::OnTimer(absl::Time now) {
     }
   }
   last_timer_ = now;
+  if (waiting_ && room_made_ && now >= room_least_) {
+    StopWaiting("commits that freed space went through");
+  } else if (waiting_ && now >= room_probe_) {
+    StopWaiting("its longest wait for room has passed");
+  }
   // Rounds first: the chop below must follow every PFS write in commit order.
   dirty_ = true;
   Flush();
@@ -1139,6 +1180,7 @@ void SubscriberHostingBrokerImpl::OnTimer(absl::Time now) {
           Fail(st);
           return;
         }
+        freeing_ = true;
       }
     }
   }
@@ -1190,6 +1232,7 @@ absl::Time SubscriberHostingBrokerImpl::NextDeadline(absl::Time now) const {
   }
   // Missing ticks start their nack_delay at the next OnTimer; after a nack they wait for the
   // answer or the renack (at least a millisecond apart, so that a nack_delay of 0 cannot spin).
+  if (waiting_) next = std::min(next, room_made_ ? room_least_ : room_probe_);
   const absl::Duration q_wait = std::max(options_.nack_delay, absl::Milliseconds(1));
   for (const auto& [id, p] : pubends_) {
     if (p.highest_seen > p.constream->latest_delivered()) {
@@ -1226,7 +1269,8 @@ absl::StatusOr<std::unique_ptr<SubscriberHostingBroker>> SubscriberHostingBroker
                                       {options.release_interval, "release_interval"},
                                       {options.silence_interval, "silence_interval"},
                                       {options.session_timeout, "session_timeout"},
-                                      {options.subscription_expiry, "subscription_expiry"}}));
+                                      {options.subscription_expiry, "subscription_expiry"},
+                                      {options.full_store_wait, "full_store_wait"}}));
   if (options.nack_delay < absl::ZeroDuration() || options.commit_interval < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("SHB options nack_delay and commit_interval must be >= 0");
   }
@@ -1246,10 +1290,8 @@ absl::StatusOr<std::unique_ptr<SubscriberHostingBroker>> SubscriberHostingBroker
     return absl::InvalidArgumentError("an SHB needs a storage and a channel");
   }
   if (!options.clock) options.clock = [] { return absl::Now(); };
-  auto shb =
-      std::make_unique<internal::SubscriberHostingBrokerImpl>(std::move(options), storage, channel);
-  GRYPH_RETURN_IF_ERROR(shb->Recover());
-  shb->Start();
+  GRYPH_ASSIGN_OR_RETURN(std::unique_ptr<internal::ShbHost> shb,
+                         internal::ShbHost::Open(std::move(options), storage, channel));
   return shb;
 }
 

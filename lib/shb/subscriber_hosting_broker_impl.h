@@ -36,8 +36,19 @@ class SubscriberHostingBrokerImpl final : public SubscriberHostingBroker {
 
   // Reads the stored state (SubscriberHostingBroker::Open).
   absl::Status Recover();
-  // Starts the commit thread (with commit_thread) and receives from the channel.
+  // Starts the commit thread (with commit_thread). The broker does not set itself as the
+  // channel's receiver: its owner (ShbHost) passes the messages on.
   void Start();
+  // Before Recover: the broker starts waiting for room in a full store (the file comment of
+  // gryph/subscriber_hosting_broker.h) for at least `least`.
+  void WaitForRoom(absl::Duration least);
+  // Whether a commit failed for want of room: the broker stopped, and its state is to be read
+  // again (ShbHost).
+  bool store_full() const { return store_full_; }
+  // Stops the broker with `st` (its status), ending every session.
+  void Stop(const absl::Status& st) { Fail(st); }
+  // Continues the counters of the broker this one replaces.
+  void AdoptStats(const Stats& stats) { stats_ = stats; }
 
   void HandleMessage(absl::string_view from, const Message& message) override;
   bool Flush() override;
@@ -49,6 +60,7 @@ class SubscriberHostingBrokerImpl final : public SubscriberHostingBroker {
   const Stats& stats() const override { return stats_; }
   const Recovery& recovery() const override { return recovery_; }
   const absl::Status& status() const override { return status_; }
+  bool waiting_for_room() const override { return waiting_; }
   GroupCommitter& committer() override { return *committer_; }
   std::vector<SubscriptionStatus> Subscriptions() const override;
   absl::StatusOr<SubscriptionStatus> FindSubscription(absl::string_view name) const override;
@@ -173,6 +185,8 @@ class SubscriberHostingBrokerImpl final : public SubscriberHostingBroker {
   }
   // Reports a Gap sent to `subscription`.
   void LogGap(absl::string_view subscription, PubendId p, Tick t) const;
+  // Ends the wait for room (`why` says what ended it).
+  void StopWaiting(absl::string_view why);
 
   const SubscriberHostingBrokerOptions options_;
   Storage* const storage_;
@@ -191,6 +205,14 @@ class SubscriberHostingBrokerImpl final : public SubscriberHostingBroker {
   absl::Time last_release_ = absl::InfinitePast();
   absl::Time last_timer_ = absl::InfinitePast();  // the `now` of the previous OnTimer
   bool dirty_ = false;  // knowledge arrived (or a commit finished) since the last Flush
+  // Waiting for room in a full store (WaitForRoom): no constream round, only batches that free
+  // space or keep it. Once one that frees space has committed (room_made_), room_least_ ends the
+  // wait; room_probe_ ends it anyway.
+  bool waiting_ = false;
+  bool room_made_ = false;
+  absl::Time room_least_ = absl::InfinitePast();
+  absl::Time room_probe_ = absl::InfinitePast();
+  bool store_full_ = false;  // a commit failed with kResourceExhausted
   // A constream round of one pubend (AdvanceConStreams, SendRound); kept from round to round for
   // its buffer.
   ConStream::Round round_;
@@ -200,11 +222,14 @@ class SubscriberHostingBrokerImpl final : public SubscriberHostingBroker {
     uint64_t seq;
     std::vector<Advance> advances;
     std::vector<SubscriberId> created;  // the new subscriptions it makes durable
+    bool frees = false;                 // it chops the PFS or deletes subscriptions
   };
   std::deque<InFlight> in_flight_;
   uint64_t next_seq_ = 1;
   // New subscriptions that the next Submit creates (its InFlight::created).
   std::vector<SubscriberId> creating_;
+  // Whether the next Submit frees space (its InFlight::frees).
+  bool freeing_ = false;
   // Connects whose subscription became durable, handled by the next Flush (not inside the
   // commit's processing, which may run in the middle of another handler).
   std::vector<std::pair<std::string, ConnectMessage>> ready_connects_;

@@ -1,6 +1,7 @@
 // Exactly-once, end to end, under seeded faults: every subscriber is checked against the pubends'
 // logs by World::Check (tests/simulation/world.h). GRYPH_SEED=<n> reruns one seed;
-// GRYPH_SIM_SEEDS=<count> runs more seeds (tests/simulation/run_many_seeds.sh).
+// GRYPH_SIM_SEEDS=<count> runs more seeds (tests/simulation/run_many_seeds.sh); GRYPH_SIM_LOG=1
+// prints the SHBs' logs.
 
 #include <cstdlib>
 
@@ -93,6 +94,7 @@ TEST_CASE("one seed replays the same trace", "[simulation]") {
   WorldOptions o;
   o.subscriber_disconnect = 0.05;
   o.shb_crash = 0.01;
+  o.shb_store_full = 0.005;
   o.broker_link.loss = 0.1;
   auto run = [&] {
     World w(77, o);
@@ -116,6 +118,7 @@ TEST_CASE("PHB to SHB under faults: exactly once or an honest Gap", "[simulation
   o.subscriber_old_checkpoint = 0.3;
   o.subscriber_crash = 0.01;
   o.shb_crash = 0.01;
+  o.shb_store_full = 0.005;
   o.phb_crash = 0.01;
   o.late_subscribers = 0.5;
   RunSeeds("phb->shb", o, 1000, 500);
@@ -134,6 +137,7 @@ TEST_CASE("four pubends with early release under faults", "[simulation]") {
   o.subscriber_disconnect = 0.04;
   o.subscriber_old_checkpoint = 0.3;
   o.shb_crash = 0.01;
+  o.shb_store_full = 0.005;
   o.phb_crash = 0.01;
   RunSeeds("4 pubends, maxRetain 300ms", o, 5000, 500);
 }
@@ -156,6 +160,7 @@ TEST_CASE("PHB to intermediate to two SHBs under faults", "[simulation][intermed
   o.subscriber_old_checkpoint = 0.3;
   o.subscriber_crash = 0.01;
   o.shb_crash = 0.01;
+  o.shb_store_full = 0.005;
   o.phb_crash = 0.01;
   o.ib_crash = 0.02;
   o.subscriber_move = 0.02;
@@ -182,6 +187,7 @@ TEST_CASE("subscribers moving between two SHBs under faults", "[simulation]") {
   o.subscriber_crash = 0.01;
   o.subscriber_move = 0.04;
   o.shb_crash = 0.01;
+  o.shb_store_full = 0.005;
   o.phb_crash = 0.01;
   RunSeeds("phb->2 shbs, moving subscribers", o, 13000, 500);
 }

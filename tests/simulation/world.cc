@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -73,13 +74,15 @@ const char* const kSelectors[] = {
 // uncommitted and unanswered.
 class SimCommitThread {
  public:
-  SimCommitThread(SimContext& ctx, GroupCommitter* committer) : ctx_(ctx), committer_(committer) {
+  // `committer` names the node's committer (the SHB's changes when a full store reopens it).
+  SimCommitThread(SimContext& ctx, std::function<GroupCommitter*()> committer)
+      : ctx_(ctx), committer_(std::move(committer)) {
     Poll();
   }
 
  private:
   void Poll() {
-    std::optional<absl::Time> due = committer_->NextDeadline();
+    std::optional<absl::Time> due = committer_()->NextDeadline();
     if (!due) {
       ctx_.After(absl::Microseconds(250), [this] { Poll(); });  // the thread waits for work
       return;
@@ -88,13 +91,13 @@ class SimCommitThread {
     const absl::Duration fsync =
         absl::Microseconds(20 + static_cast<int64_t>(ctx_.Random() % 2000));
     ctx_.After(wait + fsync, [this] {
-      (void)committer_->Flush();  // a failure reaches the broker through the callbacks
+      (void)committer_()->Flush();  // a failure reaches the broker through the callbacks
       Poll();
     });
   }
 
   SimContext& ctx_;
-  GroupCommitter* const committer_;
+  const std::function<GroupCommitter*()> committer_;
 };
 
 }  // namespace
@@ -127,7 +130,8 @@ class PhbNode : public SimNode {
     if (!phb.ok()) std::abort();
     phb_ = *std::move(phb);
     if (w->options_.commit_thread) {
-      commit_thread_ = std::make_unique<SimCommitThread>(ctx, &phb_->committer());
+      commit_thread_ =
+          std::make_unique<SimCommitThread>(ctx, [this] { return &phb_->committer(); });
     }
     // The application retries whatever was not acknowledged before a crash: idempotent.
     for (const auto& [seq, pe] : w_->publisher_.unacked) Publish(seq, pe.first, pe.second);
@@ -205,7 +209,14 @@ class ShbNode : public SimNode {
     // Small enough that busy subscribers pass it between acks: demotion to catchup, paced
     // catchup and the return to the constream run all the time.
     o.max_unacked_events = 24;
+    o.full_store_wait = absl::Milliseconds(100);
     o.clock = [&ctx] { return ctx.Now(); };
+    if (std::getenv("GRYPH_SIM_LOG") != nullptr) {  // the SHBs' logs, on the virtual clock
+      o.log = [&ctx](const LogRecord& r) {
+        std::fprintf(stderr, "%s %s: %s\n", absl::FormatTime(ctx.Now()).c_str(), ctx.name().c_str(),
+                     r.message.c_str());
+      };
+    }
     if (w->options_.commit_thread) {
       o.commit_thread = true;
       o.simulated_commit_thread = true;
@@ -220,7 +231,8 @@ class ShbNode : public SimNode {
     }
     shb_ = *std::move(shb);
     if (w->options_.commit_thread) {
-      commit_thread_ = std::make_unique<SimCommitThread>(ctx, &shb_->committer());
+      commit_thread_ =
+          std::make_unique<SimCommitThread>(ctx, [this] { return &shb_->committer(); });
     }
     Tick();
   }
@@ -237,6 +249,9 @@ class ShbNode : public SimNode {
     faults_.FailCommitNumber(faults_.commits_attempted() + 1,
                              absl::UnavailableError("simulated crash during a commit"));
   }
+  // The next commit fails as at a full store; the broker reads its state again and waits for
+  // room (gryph/subscriber_hosting_broker.h).
+  void FillStoreAtNextCommit() { faults_.FailNextCommitWithMapFull(); }
   void DisarmFaults() { faults_.ClearFaults(); }
 
  private:
@@ -578,6 +593,14 @@ void World::FaultTick() {
       sim_.Crash(app.name);
       sim_.Schedule(later(20, 400), [this, a] { sim_.Restart(a->name); });
     }
+  }
+  for (auto& [name, node] : shb_nodes_) {
+    if (!sim_.is_up(name) || !chance(options_.shb_store_full)) continue;
+    // Its sessions end as at a crash.
+    for (SubscriberApp& app : subs_) {
+      if (!two_shbs() || app.broker == name) app.well_behaved = false;
+    }
+    node->FillStoreAtNextCommit();
   }
   if (!two_shbs()) {
     if (sim_.is_up("shb") && chance(options_.shb_crash)) {

@@ -58,6 +58,8 @@ struct WorldOptions {
   double subscriber_old_checkpoint = 0;  // on reconnect, use an older stored CT
   double subscriber_crash = 0;
   double shb_crash = 0;
+  // The SHB's next commit fails as at a full store (it reads its state again, waits for room).
+  double shb_store_full = 0;
   double phb_crash = 0;
   double ib_crash = 0;  // crash and restart the intermediate (it starts empty)
   // With two SHBs: a subscriber moves to the other SHB with its CT (reconnect anywhere), as a
