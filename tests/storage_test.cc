@@ -1414,6 +1414,71 @@ TEST_CASE("a full disk fails the commit with ResourceExhausted and loses nothing
   REQUIRE(ReadTable(*storage, "log").size() == 2000);
 }
 
+TEST_CASE("reader slots left by killed reader processes are reclaimed when the table is full",
+          "[storage][lmdb]") {
+  LmdbKind kind;
+  kind.options.max_readers = 6;
+  WriteBatch batch;
+  batch.Put("t", "k", "v");
+  REQUIRE_OK(kind.Open()->Commit(batch));
+  // Readers in other processes (an inspection tool, say) fill the table and are killed while
+  // reading: their slots stay taken. They are forked before this process opens the store (a
+  // child must not inherit an open environment), and open theirs once it has.
+  StorageOptions reader = kind.options;
+  reader.read_only = true;
+  int go[2];
+  REQUIRE(pipe(go) == 0);
+  struct Child {
+    pid_t pid;
+    int ready;
+  };
+  std::vector<Child> children;
+  for (int i = 0; i < kind.options.max_readers - 1; ++i) {
+    int fds[2];
+    REQUIRE(pipe(fds) == 0);
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      close(fds[0]);
+      close(go[1]);
+      char byte = 0;
+      if (read(go[0], &byte, 1) != 0) _exit(5);  // the parent closes it: go
+      auto opened = OpenLmdbStorage(reader);
+      if (!opened.ok()) _exit(2);
+      auto cursor = (*opened)->NewCursor("t");
+      if (!cursor.ok()) _exit(3);
+      byte = 'r';
+      if (write(fds[1], &byte, 1) != 1) _exit(4);
+      for (;;) pause();
+    }
+    close(fds[1]);
+    children.push_back({pid, fds[0]});
+  }
+  close(go[0]);
+  auto storage = kind.Open();
+  REQUIRE(GetOrDie(*storage, "t", "k") == std::optional<std::string>("v"));
+  close(go[1]);
+  for (const Child& c : children) {
+    char ready = 0;
+    REQUIRE(read(c.ready, &ready, 1) == 1);
+    close(c.ready);
+  }
+  for (const Child& c : children) {
+    kill(c.pid, SIGKILL);
+    REQUIRE(waitpid(c.pid, nullptr, 0) == c.pid);
+  }
+  // This process needs new slots: three snapshots at once. Before, MDB_READERS_FULL
+  // (kResourceExhausted) for as long as the process lived.
+  std::vector<std::unique_ptr<Cursor>> cursors;
+  for (int i = 0; i < 3; ++i) {
+    auto cursor = storage->NewCursor("t");
+    REQUIRE_OK(cursor);
+    cursors.push_back(*std::move(cursor));
+  }
+  cursors.clear();
+  REQUIRE_OK(storage->Commit(batch));
+}
+
 TEST_CASE("a killed process leaves exactly its acknowledged batches or more, whole", "[storage]") {
   // The real crash: a child commits batches and reports each acknowledgement through a pipe;
   // the parent kills it with SIGKILL at a random moment and reopens the store.

@@ -100,7 +100,9 @@ struct StorageOptions {
   // The most tables the store may ever hold (LMDB named databases).
   int max_tables = 128;
 
-  // The most concurrent read snapshots (Get, Scan, open Cursors) across the process.
+  // The most concurrent read snapshots (Get, Scan, open Cursors) of all the processes that
+  // have the store open (a slot each; LMDB's reader table). Slots left by a process that died
+  // while reading are freed at Open and whenever the table is found full.
   int max_readers = 126;
 
   // Room at the top of the map kept for batches that free space (WriteBatch::set_frees_space:

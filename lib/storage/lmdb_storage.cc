@@ -1021,7 +1021,15 @@ absl::StatusOr<ReadSnapshot> LmdbStorage::BeginRead() {
     GRYPH_RETURN_IF_ERROR(CheckSticky());
     GateEntry entry(&gate_);
     MDB_txn* txn = nullptr;
-    const int rc = AcquireReadTxn(&txn);
+    int rc = AcquireReadTxn(&txn);
+    if (rc == MDB_READERS_FULL) {
+      // Slots may be held by readers in processes that died (killed while reading): free them
+      // and try once more. (Open frees them too, but this process may outlive many such.)
+      int dead = 0;
+      if (mdb_reader_check(env_.get(), &dead) == MDB_SUCCESS && dead > 0) {
+        rc = mdb_txn_begin(env_.get(), nullptr, MDB_RDONLY, &txn);
+      }
+    }
     if (rc == MDB_SUCCESS) return ReadSnapshot(this, std::move(entry), txn);
     if (rc != MDB_MAP_RESIZED || attempt == kMaxMapResizedRetries) {
       return Fail("mdb_txn_begin", rc);
