@@ -1713,6 +1713,38 @@ TEST_CASE(
   REQUIRE_OK(t.shb().status());
 }
 
+TEST_CASE("with a commit thread, a full store stops that thread, reads the state again and goes on",
+          "[shb][full]") {
+  ShbTest t;
+  t.options.commit_thread = true;
+  t.options.commit_interval = absl::ZeroDuration();
+  t.options.delivery_lease_ticks = 1000;
+  t.Open();
+  Client& red = t.Subscribe("red", "color = 'red'");
+  t.Publish(Knowledge(1, 10, {{3, "red"}}));
+  REQUIRE(t.PumpUntil([&] { return t.shb().latest_delivered(kP) == 10; }));
+
+  t.faults().FailNextCommitWithMapFull();
+  t.Publish(Knowledge(11, 15, {{11, "red"}, {13, "red"}}));
+  REQUIRE(t.PumpUntil([&] { return t.shb().stats().full_store_reopens == 1; }));
+  REQUIRE(t.shb().waiting_for_room());
+  REQUIRE_OK(t.shb().status());
+  REQUIRE(t.shb().latest_delivered(kP) == 10);
+  REQUIRE(red.rec.log == Strings{"E3", "E11", "E13"});
+  REQUIRE(t.PumpUntil([&] { return !red.ds->connected(); }));
+
+  REQUIRE_OK(red.ds->Connect());
+  REQUIRE(t.PumpUntil([&] { return red.ds->connected(); }));
+  t.Timer(2 * t.options.full_store_wait);
+  REQUIRE_FALSE(t.shb().waiting_for_room());
+  t.Publish(Knowledge(11, 20, {{11, "red"}, {13, "red"}, {17, "red"}}));
+  REQUIRE(t.PumpUntil([&] { return t.shb().latest_delivered(kP) == 20; }));
+  REQUIRE(t.PumpUntil([&] { return red.rec.log.size() == 4; }));
+  REQUIRE(red.rec.log == Strings{"E3", "E11", "E13", "E17"});
+  REQUIRE(red.ds->duplicates_dropped() == 0);
+  REQUIRE(t.shb().stats().full_store_reopens == 1);
+}
+
 TEST_CASE("a chop committed while waiting for room ends the wait at its least length",
           "[shb][full]") {
   ShbTest t;
