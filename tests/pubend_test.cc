@@ -19,6 +19,7 @@
 #include "gryph/publisher_hosting_broker.h"
 #include "gryph/testing/fault_injecting_storage.h"
 #include "lib/pubend/pubend_keys.h"
+#include "lib/storage/lmdb_storage.h"
 #include "tests/gate_storage.h"
 #include "tests/test_util.h"
 
@@ -587,6 +588,108 @@ TEST_CASE(
   REQUIRE_OK(phb->pubend(kP)->status());
   // And it keeps publishing into the room the release made.
   for (int i = 0; i < 100; ++i) REQUIRE_OK(publish());
+}
+
+TEST_CASE(
+    "storage limits: stores grown from a tiny map to a random ceiling, filled, released and "
+    "filled again, lose nothing acknowledged",
+    "[pubend][release][campaign]") {
+  const uint64_t seed = testing::Seeds(41, 1)[0];
+  INFO("seed " << seed << " (rerun with GRYPH_SEED=" << seed << ")");
+  testing::Rng rng(seed);
+  uint64_t growths = 0;
+  int cycles = 0;
+  for (; cycles < 40 && growths < 100; ++cycles) {
+    INFO("cycle " << cycles);
+    testing::TempDir dir;
+    StorageOptions so;
+    so.path = (dir.path() / "store").string();
+    so.durability = Durability::kNoSync;
+    so.initial_map_bytes = uint64_t{32} << 10;
+    so.max_map_bytes = uint64_t{1} << (20 + rng.Range(0, 2));  // 1, 2 or 4 MiB
+    auto storage = OpenLmdbStorage(so);
+    REQUIRE_OK(storage);
+    InProcessNetwork net;
+    auto shb = *net.Connect("shb");
+    std::map<Tick, std::string> answered;  // the events a nack brings back, by tick
+    shb->SetReceiver([&answered](absl::string_view, Message m) {
+      if (auto* k = std::get_if<KnowledgeMessage>(&m)) {
+        for (const KnowledgeSpan& span : k->spans) {
+          if (span.value == TickValue::kD) answered[span.range.first] = span.event->payload();
+        }
+      }
+    });
+    auto channel = *net.Connect("phb");
+    PublisherHostingBrokerOptions o;
+    o.pubends = {PubendOptions{kP}};
+    o.downstream = {"shb"};
+    o.commit_thread = false;
+    absl::Time now = kT0;
+    o.clock = [&now] { return now; };
+    auto phb = PublisherHostingBroker::Open(o, storage->get(), channel.get());
+    REQUIRE_OK(phb);
+    uint64_t sequence = 0;
+    std::map<Tick, std::string> acked;
+    auto publish = [&]() -> absl::Status {
+      Event e;
+      const std::string payload =
+          absl::StrCat(sequence + 1, ":", std::string(rng.Range(50, 3000), 'p'));
+      e.SetPayload(payload);
+      now += absl::Microseconds(10);
+      auto slot = std::make_shared<std::optional<absl::StatusOr<Tick>>>();
+      (*phb)->Publish(kP, "writer", ++sequence, MakeEventRef(std::move(e)),
+                      [slot](absl::StatusOr<Tick> r) { *slot = r; });
+      (void)(*phb)->Flush();
+      net.DeliverAll();
+      REQUIRE(slot->has_value());
+      if (!slot->value().ok()) {
+        --sequence;  // not logged: the sequence is free again
+        return slot->value().status();
+      }
+      acked[***slot] = payload;
+      return absl::OkStatus();
+    };
+    // Every acknowledged event that is not released comes back whole when nacked.
+    auto check = [&](Tick released) {
+      answered.clear();
+      REQUIRE_OK((*phb)->HandleMessage("shb", CuriosityMessage{kP, {{1, kMaxTick - 1}}}));
+      (void)(*phb)->Flush();
+      net.DeliverAll();
+      for (const auto& [tick, payload] : acked) {
+        if (tick <= released) continue;
+        auto it = answered.find(tick);
+        REQUIRE(it != answered.end());
+        REQUIRE(it->second == payload);
+      }
+    };
+    Tick released = 0;
+    for (int fill = 0; fill < 2; ++fill) {
+      absl::Status full;
+      for (int i = 0; i < 100'000 && full.ok(); ++i) full = publish();
+      REQUIRE_CODE(full, absl::StatusCode::kResourceExhausted);
+      REQUIRE_OK((*phb)->pubend(kP)->status());
+      check(released);
+      // Downstream acknowledges all of it: the release commits from the reserve and makes room.
+      released = acked.rbegin()->first;
+      REQUIRE_OK((*phb)->HandleMessage("shb", ReleaseMessage{{{kP, released, released}}}));
+      absl::Status again = absl::UnknownError("not tried");
+      for (int round = 0; round < 200 && !again.ok(); ++round) {
+        now += absl::Milliseconds(10);
+        (*phb)->OnTimer(now);
+        (void)(*phb)->Flush();
+        net.DeliverAll();
+        again = publish();
+      }
+      REQUIRE_OK(again);
+      REQUIRE((*phb)->pubend(kP)->l_prefix() == released);
+    }
+    check(released);
+    internal::LmdbStorageStats stats;
+    REQUIRE(internal::GetLmdbStorageStats(storage->get(), &stats));
+    growths += stats.map_growths;
+  }
+  INFO(cycles << " stores, " << growths << " map growths");
+  REQUIRE(growths >= 100);
 }
 
 TEST_CASE(
