@@ -59,6 +59,7 @@ Json ChannelJson(const ZmqChannel& channel) {
           {"dropped_full", s.dropped_full},
           {"unreachable", s.unreachable},
           {"malformed", s.malformed},
+          {"corrupted", s.corrupted},
           {"oversized", s.oversized},
           {"impersonations", s.impersonations},
           {"not_encodable", s.not_encodable},
@@ -303,6 +304,9 @@ void AddChannelMetrics(const ZmqChannel& channel, MetricsText* out) {
                static_cast<double>(s.unreachable));
   out->Counter("gryph_channel_rejected_frames_total", "frames that did not decode or were too big",
                static_cast<double>(s.malformed + s.oversized));
+  out->Counter("gryph_channel_corrupted_frames_total",
+               "frames whose checksum did not match: damaged on the way",
+               static_cast<double>(s.corrupted));
   out->Counter("gryph_channel_denied_total", "CURVE handshakes refused and impersonations",
                static_cast<double>(s.denied + s.impersonations));
 }

@@ -109,7 +109,7 @@ std::string ChannelStats(const ZmqChannel& c) {
   const ZmqChannel::Stats s = c.stats();
   return absl::StrCat("sent ", s.sent, " received ", s.received, " dropped ", s.dropped_full,
                       " unreachable ", s.unreachable, " malformed ", s.malformed + s.oversized,
-                      " denied ", s.denied + s.impersonations);
+                      " corrupted ", s.corrupted, " denied ", s.denied + s.impersonations);
 }
 
 int Run() {

@@ -6,7 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "lib/util/coding.h"
+#include "lib/util/crc32c.h"
 #include "tests/test_util.h"
 
 namespace gryph {
@@ -73,6 +76,13 @@ ZmqChannelOptions Dialing(const std::string& name, const std::string& peer,
 
 Message Nack(Tick first, Tick last) { return CuriosityMessage{kP, {{first, last}}}; }
 
+// What ZmqChannel puts in a frame: the encoded message, then its CRC-32C, big-endian.
+std::string Frame(const Message& m) {
+  std::string frame = EncodeMessage(m);
+  internal::PutFixed32BE(&frame, internal::Crc32c(frame));
+  return frame;
+}
+
 TEST_CASE("zmq channel: messages flow both ways between a dialer and a listener", "[zmq]") {
   Endpoint phb(Listening("phb"));
   Endpoint shb(Dialing("shb", "phb", phb.channel->bound_endpoint()));
@@ -121,9 +131,12 @@ TEST_CASE("zmq channel: malformed and oversized frames are dropped, counted and 
   int linger = 0;
   zmq_setsockopt(raw, ZMQ_LINGER, &linger, sizeof(linger));
   REQUIRE(zmq_connect(raw, shb.channel->bound_endpoint().c_str()) == 0);
-  const std::string good = EncodeMessage(Nack(1, 2));
-  std::string truncated = good.substr(0, good.size() - 1);
-  const std::string garbage = "\xff\x01garbage";
+  const std::string good = Frame(Nack(1, 2));
+  std::string truncated = EncodeMessage(Nack(1, 2));
+  truncated.pop_back();
+  internal::PutFixed32BE(&truncated, internal::Crc32c(truncated));
+  std::string garbage = "\xff\x01garbage";
+  internal::PutFixed32BE(&garbage, internal::Crc32c(garbage));
   // One multipart message: garbage, a good frame, a truncated one, a good one. The good ones
   // arrive; nothing of the bad ones does.
   zmq_send(raw, garbage.data(), garbage.size(), ZMQ_SNDMORE);
@@ -149,12 +162,48 @@ TEST_CASE("zmq channel: malformed and oversized frames are dropped, counted and 
   CHECK(shb.received[2].from == "honest");
   // And a message too large to send is refused before it leaves.
   ZmqChannelOptions small = Dialing("small", "shb", shb.channel->bound_endpoint());
-  small.max_message_bytes = good.size();
+  small.max_message_bytes = EncodeMessage(Nack(1, 2)).size();
   Endpoint tiny(small);
   REQUIRE_CODE(tiny.channel->Send("shb", Nack(1, 2)), absl::StatusCode::kOk);
   REQUIRE_CODE(tiny.channel->Send("shb", CuriosityMessage{kP, {{1, 2}, {5, 6}, {8, 9}}}),
                absl::StatusCode::kInvalidArgument);
   CHECK(tiny.channel->stats().not_encodable == 1);
+  zmq_close(raw);
+  zmq_ctx_term(ctx);
+}
+
+TEST_CASE("zmq channel: a frame whose checksum does not match is dropped and counted", "[zmq]") {
+  // The frame of a Nack of ticks 1 to 2 on pubend 1, as docs/format.md gives it.
+  CHECK(absl::BytesToHexString(Frame(Nack(1, 2))) == "0102010100014257730e");
+  Endpoint shb(Listening("shb"));
+  void* ctx = zmq_ctx_new();
+  void* raw = zmq_socket(ctx, ZMQ_DEALER);
+  const std::string id = "link";
+  zmq_setsockopt(raw, ZMQ_ROUTING_ID, id.data(), id.size());
+  int linger = 0;
+  zmq_setsockopt(raw, ZMQ_LINGER, &linger, sizeof(linger));
+  REQUIRE(zmq_connect(raw, shb.channel->bound_endpoint().c_str()) == 0);
+  // What a damaged link hands over: one bit of the tick flipped (the message still decodes:
+  // before, a Nack of other ticks arrived), a byte cut, a byte added, no checksum at all.
+  const std::string good = Frame(Nack(1, 2));
+  std::string flipped = good;
+  flipped[4] = static_cast<char>(flipped[4] ^ 0x10);
+  REQUIRE_OK(DecodeMessage(absl::string_view(flipped).substr(0, flipped.size() - 4)));
+  const std::string cut = good.substr(0, good.size() - 1);
+  const std::string added = good + "x";
+  const std::string bare = EncodeMessage(Nack(1, 2));
+  for (const std::string* f :
+       std::vector<const std::string*>{&flipped, &cut, &added, &bare, &good}) {
+    zmq_send(raw, f->data(), f->size(), 0);
+  }
+  REQUIRE(PumpUntil({&shb}, [&] { return shb.received.size() == 1; }));
+  PumpFor({&shb}, absl::Milliseconds(100));
+  CHECK(shb.received.size() == 1);
+  CHECK(shb.received[0].message == Nack(1, 2));
+  CHECK(shb.channel->stats().corrupted + shb.channel->stats().malformed == 4);
+  CHECK(shb.channel->stats().corrupted >= 3);
+  REQUIRE(!shb.log.empty());
+  CHECK(shb.log[0].find("corrupted frame") != std::string::npos);
   zmq_close(raw);
   zmq_ctx_term(ctx);
 }

@@ -13,18 +13,22 @@
 //   - one DEALER per peer this node dials (`peers`: its upstream brokers, a subscriber's
 //     broker). A DEALER queues while it connects and reconnects by itself after the peer
 //     restarts (reconnect_interval, backing off to reconnect_interval_max).
-// Messages keep their gryph encoding (message.h); SendMany sends consecutive messages for one
-// peer as one multipart message, one frame each, so a batch costs one system call.
+// Messages keep their gryph encoding (message.h), each in a frame of its own followed by the
+// CRC-32C of its bytes (docs/format.md, "ZeroMQ frames"); SendMany sends consecutive messages for
+// one peer as one multipart message, so a batch costs one system call.
 //
 // Loss is the protocol's to repair (nacks, resends, reconnections), so queues are bounded:
 // a send to a peer whose queue is full (send_queue_messages) is dropped and counted, as is one
 // to a peer that is not connected. Heartbeats (heartbeat_interval) find a peer that vanished
 // without closing its connection.
 //
-// Hostile peers. Every frame is decoded on its own: a malformed, truncated or oversized one
+// Hostile peers and damaged links. Every frame is checked and decoded on its own: one whose
+// checksum does not match (a bit flipped, bytes cut or added on the way: plain TCP's own checksum
+// misses some, and a buggy sender or middlebox none), a malformed, truncated or oversized one
 // (max_message_bytes; ZeroMQ drops a peer that sends a larger frame) is dropped and counted, and
-// reported through `log` at most once per peer per log_interval. The frames after it are still
-// delivered: a message is never half applied.
+// reported through `log` at most once per peer per log_interval; the protocol repairs the loss.
+// The frames after it are still delivered: a message is never half applied. The checksum
+// guards against damage, not against a peer that means harm: that is CURVE's part.
 //
 // Security. With `curve`, every connection is encrypted and authenticated with CURVE
 // (CurveZMQ, libzmq's, on libsodium). The listening socket accepts only clients whose public key
@@ -105,7 +109,7 @@ struct ZmqChannelOptions {
   // splits its knowledge messages at PubendOptions::max_bytes_per_message, 1 MiB.)
   int send_queue_messages = 100'000;
   int receive_queue_messages = 20'000;
-  // The largest frame sent or accepted (one encoded message).
+  // The largest frame sent or accepted (one encoded message; its checksum is not counted).
   size_t max_message_bytes = size_t{16} << 20;
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration heartbeat_timeout = absl::Seconds(5);
@@ -129,6 +133,7 @@ class ZmqChannel final : public Channel, public EventSource {
     uint64_t dropped_full = 0;    // sends dropped: the peer's queue was full
     uint64_t unreachable = 0;     // sends to a peer that is not connected
     uint64_t malformed = 0;       // frames that did not decode
+    uint64_t corrupted = 0;       // frames whose checksum did not match
     uint64_t oversized = 0;       // frames over max_message_bytes
     uint64_t impersonations = 0;  // messages from an allowed key under a name not its own
     uint64_t not_encodable = 0;   // messages to send over max_message_bytes

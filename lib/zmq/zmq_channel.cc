@@ -15,11 +15,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "lib/util/coding.h"
+#include "lib/util/crc32c.h"
 
 namespace gryph {
 namespace {
 
 constexpr size_t kMaxNameBytes = 255;  // ZeroMQ's routing ids
+constexpr size_t kChecksumBytes = 4;   // the CRC-32C that ends every frame
 constexpr size_t kZ85KeyChars = 40;
 constexpr size_t kBinaryKeyBytes = 32;
 // The endpoint of the ZAP handler, fixed by ZeroMQ (RFC 27).
@@ -247,7 +250,7 @@ class ZmqChannel::Impl {
   // The options every socket shares; `peer` for a dialing one.
   absl::Status Configure(void* s, const ZmqChannelOptions::Peer* peer) {
     const ZmqChannelOptions& o = options_;
-    const int64_t max = static_cast<int64_t>(o.max_message_bytes);
+    const int64_t max = static_cast<int64_t>(o.max_message_bytes + kChecksumBytes);
     if (zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max, sizeof(max)) != 0) {
       return absl::InternalError(ZmqError("setting MAXMSGSIZE"));
     }
@@ -374,6 +377,7 @@ class ZmqChannel::Impl {
     return absl::OkStatus();
   }
 
+  // A frame: the encoded message, then the CRC-32C of its bytes (4 bytes, big-endian).
   bool Encode(const Message& m, std::string* out) {
     out->clear();
     EncodeMessage(m, out);
@@ -381,6 +385,7 @@ class ZmqChannel::Impl {
       not_encodable_.fetch_add(1);
       return false;
     }
+    internal::PutFixed32BE(out, internal::Crc32c(*out));
     return true;
   }
 
@@ -493,10 +498,18 @@ class ZmqChannel::Impl {
     }
     *received += frames.parts.size() - first;
     for (size_t i = first; i < frames.parts.size(); ++i) {
-      const absl::string_view bytes = frames.view(i);
-      if (bytes.size() > options_.max_message_bytes) {
+      const absl::string_view frame = frames.view(i);
+      if (frame.size() > options_.max_message_bytes + kChecksumBytes) {
         oversized_.fetch_add(1);
-        Report(from, "oversized frame", absl::StrCat(bytes.size(), " bytes"));
+        Report(from, "oversized frame", absl::StrCat(frame.size(), " bytes"));
+        continue;
+      }
+      const absl::string_view bytes = frame.substr(0, frame.size() - kChecksumBytes);
+      if (frame.size() < kChecksumBytes ||
+          internal::Crc32c(bytes) != internal::DecodeFixed32BE(frame.data() + bytes.size())) {
+        corrupted_.fetch_add(1);
+        Report(from, "corrupted frame",
+               absl::StrCat(frame.size(), " bytes whose checksum does not match"));
         continue;
       }
       absl::StatusOr<Message> m = DecodeMessage(bytes);
@@ -564,6 +577,7 @@ class ZmqChannel::Impl {
     s.dropped_full = dropped_full_.load();
     s.unreachable = unreachable_.load();
     s.malformed = malformed_.load();
+    s.corrupted = corrupted_.load();
     s.oversized = oversized_.load();
     s.impersonations = impersonations_.load();
     s.not_encodable = not_encodable_.load();
@@ -604,7 +618,7 @@ class ZmqChannel::Impl {
   std::atomic<bool> queued_{false};  // outbox_ is not empty
 
   std::atomic<uint64_t> sent_{0}, received_{0}, dropped_full_{0}, unreachable_{0}, malformed_{0},
-      oversized_{0}, impersonations_{0}, not_encodable_{0};
+      corrupted_{0}, oversized_{0}, impersonations_{0}, not_encodable_{0};
 };
 
 ZmqChannel::ZmqChannel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -28,6 +28,13 @@
 # publisher's acknowledged event or a subscriber's match goes missing. GRYPH_BROKER_FLAGS adds
 # flags to both brokers (--durability=nosync shows the campaign catching acknowledged events
 # lost).
+#
+# Live frame mutation (#17, campaign 5): with GRYPH_MUTATE=DIR (DIR holds libgryph_zmq_mutate.so,
+# from tests/campaigns), every process runs with that library preloaded, which mutates one ZeroMQ
+# frame in GRYPH_MUTATE_ONE_IN (default 1000) that the process sends — bit flips, truncation,
+# bytes appended, four bytes of 0xFF, an earlier frame replayed before it — while the kills and
+# pauses go on. The oracle is the same, and in every form each delivered event must be whole:
+# its "k" is its "seq" modulo 10 and its payload gryph-pub's 100 bytes of 'x'.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -44,6 +51,11 @@ declare -A listen_of=([phb]="tcp://127.0.0.1:*" [shb]="tcp://127.0.0.1:*")
 declare -A selector_of=([sub-a]="k < 5" [sub-b]="k = 3 OR k >= 8")
 common=(--keys_dir="$dir/keys" --stats_interval=5s)
 power=${GRYPH_POWER_LOSS:-}
+mutate=""  # the library every process preloads (an empty LD_PRELOAD loads nothing)
+if [ -n "${GRYPH_MUTATE:-}" ]; then
+  mutate="$GRYPH_MUTATE/libgryph_zmq_mutate.so"
+  export GRYPH_MUTATE_ONE_IN=${GRYPH_MUTATE_ONE_IN:-1000} GRYPH_MUTATE_LOG="$dir/mutations"
+fi
 read -r -a broker_flags <<<"${GRYPH_BROKER_FLAGS:-}"
 cuts=()
 final=0  # the brokers' last start: they no longer die at a sync
@@ -54,15 +66,15 @@ start() {
       if [ -n "$power" ]; then
         local at_sync=0
         (( final == 0 && RANDOM % 2 == 0 )) && at_sync=$(( 1 + RANDOM % 200 ))
-        LD_PRELOAD="$power/libgryph_io_shim.so" GRYPH_IO_JOURNAL="$dir/$role.undo" \
+        LD_PRELOAD="$power/libgryph_io_shim.so $mutate" GRYPH_IO_JOURNAL="$dir/$role.undo" \
           GRYPH_IO_KILL_AT_SYNC=$at_sync start_broker "$role"
       else
-        start_broker "$role"
+        LD_PRELOAD="$mutate" start_broker "$role"
       fi ;;
-    sub-*) "$bin/gryph-sub" --broker="shb@${listen_of[shb]}" --name="$role" \
+    sub-*) LD_PRELOAD="$mutate" "$bin/gryph-sub" --broker="shb@${listen_of[shb]}" --name="$role" \
              --subscription="$role" --selector="${selector_of[$role]}" --state_dir="$dir/$role" \
              --out="$dir/$role.jsonl" "${common[@]}" 2>>"$dir/$role.log" & ;;
-    pub) "$bin/gryph-pub" --phb="phb@${listen_of[phb]}" --name=pub --state_dir="$dir/pub" \
+    pub) LD_PRELOAD="$mutate" "$bin/gryph-pub" --phb="phb@${listen_of[phb]}" --name=pub --state_dir="$dir/pub" \
            --rate="$rate" --count="$events" "${common[@]}" 2>>"$dir/pub.log" & ;;
   esac
   track "$role"
@@ -172,5 +184,19 @@ if [ -n "$power" ]; then
 fi
 check_matches "$dir/sub-a.jsonl" $(( events / 2 )) "s % 10 < 5"
 check_matches "$dir/sub-b.jsonl" $(( events * 3 / 10 )) "s % 10 == 3 || s % 10 >= 8"
+# Each event whole: what a damaged frame would have changed.
+for s in sub-a sub-b; do
+  bad=$(awk '{
+      k = -1; seq = -1; payload = "?"
+      if (match($0, /"k":[0-9]+/)) k = substr($0, RSTART + 4, RLENGTH - 4) + 0
+      if (match($0, /"seq":[0-9]+/)) seq = substr($0, RSTART + 6, RLENGTH - 6) + 0
+      if (match($0, /"payload":"[^"]*"/)) payload = substr($0, RSTART + 11, RLENGTH - 12)
+      if (k != seq % 10 || payload !~ /^x*$/ || length(payload) != 100) { print NR ": " $0; exit }
+    }' "$dir/$s.jsonl")
+  [ -z "$bad" ] || fail "$s.jsonl holds an event that is not whole: line $bad"
+done
+if [ -n "$mutate" ]; then
+  echo "frames mutated: $(sort "$dir/mutations" 2>/dev/null | uniq -c | awk '{ printf "%s%s %d", sep, $2, $1; sep = ", " }')"
+fi
 for role in sub-a sub-b shb phb; do stop "$role"; done
 echo "crash campaign: $done_kills kills${power:+ (power cuts)} over $events events; violations: 0"
