@@ -71,11 +71,11 @@ std::vector<Row> ReadRows(const std::string& path) {
   auto tables = (*storage)->ListTables();
   if (!tables.ok()) Fail("the base store lists no tables", tables.status().message());
   for (const std::string& table : *tables) {
-    const absl::Status st = (*storage)->Scan(table, "", "", [&](absl::string_view k,
-                                                                 absl::string_view v) {
-      rows.push_back({table, std::string(k), std::string(v)});
-      return true;
-    });
+    const absl::Status st =
+        (*storage)->Scan(table, "", "", [&](absl::string_view k, absl::string_view v) {
+          rows.push_back({table, std::string(k), std::string(v)});
+          return true;
+        });
     if (!st.ok()) Fail("the base store does not scan", st.message());
   }
   return rows;
@@ -85,8 +85,8 @@ std::vector<Row> ReadRows(const std::string& path) {
 const Base& TheBase() {
   static const Base* const base = [] {
     auto* b = new Base();
-    const std::filesystem::path dir =
-        std::filesystem::temp_directory_path() / ("gryph-stores-fuzzer-" + std::to_string(getpid()));
+    const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                      ("gryph-stores-fuzzer-" + std::to_string(getpid()));
     std::filesystem::remove_all(dir);
     {
       gryph::TopologyOptions o;
@@ -140,8 +140,9 @@ void Edit(std::vector<Row>& rows, uint8_t op, size_t index, absl::string_view by
     case 2: rows.erase(rows.begin() + static_cast<std::ptrdiff_t>(index % rows.size())); break;
     case 3:
       if (!row.value.empty() && bytes.size() >= 2) {
-        const size_t bit = ((static_cast<uint8_t>(bytes[0]) << 8) | static_cast<uint8_t>(bytes[1])) %
-                           (row.value.size() * 8);
+        const size_t bit =
+            ((static_cast<uint8_t>(bytes[0]) << 8) | static_cast<uint8_t>(bytes[1])) %
+            (row.value.size() * 8);
         row.value[bit / 8] = static_cast<char>(row.value[bit / 8] ^ (1 << (bit % 8)));
       }
       break;
