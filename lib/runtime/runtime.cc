@@ -228,13 +228,18 @@ class Runtime::Impl {
       Node& n = nodes_[i];
       if (!n.on_timer) continue;
       bool read = read_all || n.touched == nullptr || *n.touched;
+      bool fired = false;
       if (now >= n.deadline) {
         n.on_timer(now);
         more |= static_cast<bool>(n.after_messages);  // what the timer made deliverable
-        read = true;
+        read = fired = true;
       }
       if (read) {
-        n.deadline = n.next_deadline(now);
+        // A deadline read again before it fired may come sooner, never later: a node that says
+        // "within 10 ms" of every reading would otherwise never fire while messages keep the
+        // loop busy (the PHB's reclaim stalled for as long as publishing went on).
+        const absl::Time deadline = n.next_deadline(now);
+        n.deadline = fired ? deadline : std::min(n.deadline, deadline);
         if (n.touched != nullptr) *n.touched = false;
       }
       next = std::min(next, n.deadline);
