@@ -372,8 +372,9 @@ struct StorageVerifyReport {
 // order, and that a lookup of its key finds it (damage to a key of a branch page misleads
 // lookups while every row reads intact) — stepping over damaged rows, so the report lists each
 // of them. Fails only when the tables cannot be listed; an error part-way is the report's
-// `structure`. A snapshot per table: run it on a quiet store, or expect to see rows
-// committed meanwhile in later tables. Memory storage has no checksums and always verifies clean.
+// `structure`. A snapshot per table, and the lookups and row counts in snapshots of their own:
+// run it on a store at rest, since on one being written a commit in between can look like
+// damaged structure. Memory storage has no checksums and always verifies clean.
 absl::StatusOr<StorageVerifyReport> VerifyStorage(Storage& storage);
 
 // Opens (creating if needed) the LMDB store in directory options.path; with options.read_only,
