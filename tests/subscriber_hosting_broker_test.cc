@@ -1689,7 +1689,7 @@ TEST_CASE(
   RawClient& late = t.AddRaw("late");
   late.Send(ConnectMessage{"late", "", "", {}, 1, true});
   t.Pump();
-  REQUIRE(OnlyError(late.Take(), "late") == absl::StatusCode::kResourceExhausted);
+  REQUIRE(OnlyError(late.Take(), "late") == absl::StatusCode::kUnavailable);
   REQUIRE(t.shb().subscription_count() == 1);
   // ... an existing one is served (its CT, ahead of latestDelivered, is within the recovered
   // lease), and knowledge above latestDelivered is dropped, not kept in memory.
@@ -1743,6 +1743,26 @@ TEST_CASE("with a commit thread, a full store stops that thread, reads the state
   REQUIRE(red.rec.log == Strings{"E3", "E11", "E13", "E17"});
   REQUIRE(red.ds->duplicates_dropped() == 0);
   REQUIRE(t.shb().stats().full_store_reopens == 1);
+}
+
+TEST_CASE("a subscription's expiry counts on across a full store's reopen", "[shb][full]") {
+  ShbTest t;
+  t.options.subscription_expiry = absl::Seconds(3);
+  t.Open();
+  Client& red = t.Subscribe("red", "color = 'red'");  // last heard now
+  t.Publish(Knowledge(1, 10, {}));
+  REQUIRE_OK(red.ds->Disconnect());
+  t.Pump();
+  t.Timer(absl::Seconds(1));
+  t.faults().FailNextCommitWithMapFull();
+  t.Publish(Knowledge(11, 15, {{11, "red"}}));
+  REQUIRE(t.shb().stats().full_store_reopens == 1);
+  REQUIRE(t.shb().subscription_count() == 1);
+  // Three seconds after it was last heard, not after the reopen (before, the reopen counted as
+  // hearing from it, and a store full again within the expiry kept it for ever).
+  t.Timer(absl::Seconds(2) + t.options.release_interval);
+  REQUIRE(t.shb().subscription_count() == 0);
+  REQUIRE(t.shb().stats().subscriptions_expired == 1);
 }
 
 TEST_CASE("a chop committed while waiting for room ends the wait at its least length",

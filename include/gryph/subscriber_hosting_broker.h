@@ -71,8 +71,10 @@
 // failed commit, so it ends every session (kUnavailable, "reconnect"), reads its state from
 // storage again as a restart would, and waits for room: its constreams hold still (knowledge
 // above latestDelivered is dropped, to be nacked later) and new subscriptions are refused with
-// kResourceExhausted, while sessions, catchups, acks, releases upstream and PFS chops go on,
-// committing from the store's reserve (StorageOptions::reserve_bytes). The wait lasts
+// kUnavailable (a durable subscriber retries), while sessions, catchups, acks, releases upstream
+// and PFS chops go on, committing from the store's reserve (StorageOptions::reserve_bytes).
+// When each subscription was last heard carries over (subscription_expiry counts on). The wait
+// lasts
 // full_store_wait, doubled while one full store follows another, and ends then if a chop or a
 // deletion has committed meanwhile, otherwise after twice as long (a disk an operator cleared).
 // waiting_for_room() and Stats::full_store_reopens say so.

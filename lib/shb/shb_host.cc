@@ -60,6 +60,7 @@ bool ShbHost::ReopenIfFull() {
   last_reopen_ = now;
   Stats stats = broker_->stats();
   ++stats.full_store_reopens;
+  const std::vector<std::pair<std::string, absl::Time>> heard = broker_->LastHeard();
   // Its commit thread stops first: nothing after the failed commit is applied (the committer's
   // prefix rule), so the storage holds exactly what the new state is read from.
   broker_.reset();
@@ -72,6 +73,7 @@ bool ShbHost::ReopenIfFull() {
         st.code(), absl::StrCat("reading the state again after a full store: ", st.message())));
     return true;
   }
+  broker_->AdoptLastHeard(heard);
   broker_->Start();
   if (options_.log) {
     options_.log(LogRecord{

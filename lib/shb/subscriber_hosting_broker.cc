@@ -53,6 +53,21 @@ void SubscriberHostingBrokerImpl::WaitForRoom(absl::Duration least) {
   room_probe_ = Now() + 2 * least;
 }
 
+std::vector<std::pair<std::string, absl::Time>> SubscriberHostingBrokerImpl::LastHeard() const {
+  std::vector<std::pair<std::string, absl::Time>> heard;
+  heard.reserve(subscriptions_.size());
+  for (const auto& [name, s] : subscriptions_) heard.emplace_back(name, s.last_heard);
+  return heard;
+}
+
+void SubscriberHostingBrokerImpl::AdoptLastHeard(
+    const std::vector<std::pair<std::string, absl::Time>>& heard) {
+  for (const auto& [name, at] : heard) {
+    auto it = subscriptions_.find(name);
+    if (it != subscriptions_.end()) it->second.last_heard = std::min(it->second.last_heard, at);
+  }
+}
+
 void SubscriberHostingBrokerImpl::StopWaiting(absl::string_view why) {
   waiting_ = false;
   dirty_ = true;
@@ -313,7 +328,7 @@ void SubscriberHostingBrokerImpl::ProcessCommits() {
     if (!st.ok()) {
       // Nothing of it applied, but the state in memory has run ahead of it: the owner reads it
       // again from storage (ShbHost).
-      if (absl::IsResourceExhausted(st)) store_full_ = true;
+      if (absl::IsResourceExhausted(st) && status_.ok()) store_full_ = true;
       Fail(st);
       return;
     }
@@ -773,7 +788,7 @@ void SubscriberHostingBrokerImpl::OnConnect(absl::string_view from, const Connec
     }
     if (waiting_) {
       SendError(from, m.subscription,
-                absl::ResourceExhaustedError(
+                absl::UnavailableError(
                     "the broker's store is full: new subscriptions wait until its subscribers' "
                     "acknowledgements make room; retry later"));
       return;

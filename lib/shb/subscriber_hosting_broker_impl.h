@@ -49,6 +49,11 @@ class SubscriberHostingBrokerImpl final : public SubscriberHostingBroker {
   void Stop(const absl::Status& st) { Fail(st); }
   // Continues the counters of the broker this one replaces.
   void AdoptStats(const Stats& stats) { stats_ = stats; }
+  // When each subscription was last heard (its last ack, keepalive or connection), by name; and,
+  // after Recover, the same of the broker this one replaces (Recover counts from the open), so
+  // that subscription_expiry counts on across a reopen.
+  std::vector<std::pair<std::string, absl::Time>> LastHeard() const;
+  void AdoptLastHeard(const std::vector<std::pair<std::string, absl::Time>>& heard);
 
   void HandleMessage(absl::string_view from, const Message& message) override;
   bool Flush() override;
