@@ -792,6 +792,44 @@ TEST_CASE("a nack for a long span is answered in part, and asking again gets the
   REQUIRE(events == 100);
 }
 
+TEST_CASE("a whole-history nack, again and again, costs the pubend a bounded amount per answer",
+          "[pubend][abuse]") {
+  PubendOptions po{kP};
+  po.max_nack_answer_bytes = 16 << 10;
+  Harness h(po);
+  constexpr int kEvents = 5000;  // of 1,000 bytes: a history 300 times the answer bound
+  for (int i = 0; i < kEvents; ++i) {
+    h.now += absl::Microseconds(3);
+    Event e;
+    e.SetInt64("id", i).SetPayload(std::string(1000, 'x'));
+    h.PublishAndCommit(MakeEventRef(std::move(e)));
+  }
+  const Tick last = h.pubend().committed_tick();
+  // A peer that asks for everything from tick 1, again and again, and never asks for the rest.
+  auto mallory = *h.net.Connect("mallory");
+  size_t answered = 0;
+  mallory->SetReceiver([&answered](absl::string_view, Message m) {
+    if (const auto* k = std::get_if<KnowledgeMessage>(&m)) {
+      for (const KnowledgeSpan& s : k->spans) {
+        if (s.value == TickValue::kD) answered += s.event->payload().size();
+      }
+    }
+  });
+  for (int round = 0; round < 20; ++round) {
+    INFO("round " << round);
+    answered = 0;
+    const int64_t before = testing::AllocatedBytes();
+    REQUIRE_OK(h.phb->HandleMessage("mallory", CuriosityMessage{kP, {{1, last}}}));
+    h.net.DeliverAll();
+    const int64_t allocated = testing::AllocatedBytes() - before;  // 0 where not counted
+    // At most the bound and the event that crosses it, read and sent: never the 5 MB history.
+    REQUIRE(answered > 0);
+    REQUIRE(answered <= po.max_nack_answer_bytes + 1000);
+    REQUIRE(allocated <= int64_t{16} * static_cast<int64_t>(po.max_nack_answer_bytes));
+  }
+  REQUIRE_OK(h.pubend().status());
+}
+
 TEST_CASE("a nack with a malformed range is InvalidArgument and answered with nothing",
           "[pubend]") {
   Harness h;
