@@ -4,7 +4,7 @@
 # call from the k-th on), k runs upward until the workload completes without reaching the k-th
 # call. In each run the I/O shim (tests/campaigns/io_shim.cc) fails that call with EIO (a
 # transient one with ENOSPC in one run in two: a full disk, which the PHB answers with
-# RESOURCE_EXHAUSTED and outlives) in the broker under test. A broker that exits must exit 1 or 2
+# RESOURCE_EXHAUSTED and outlives, and the SHB waits out) in the broker under test. A broker that exits must exit 1 or 2
 # and say why; it is then restarted without the fault (the disk replaced, or the error gone). The
 # publisher must end with every event acknowledged, and the subscriber's file hold every match
 # once in tick order: nothing acknowledged was lost, nothing delivered twice.
