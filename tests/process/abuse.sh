@@ -15,6 +15,11 @@
 #
 # Usage: abuse.sh BIN_DIR [SECONDS [RATE]]   (BIN_DIR holds gryph-broker, gryph-pub, gryph-sub and
 #   gryph-inspect). GRYPH_SEED=<n> and GRYPH_KEEP=1 as in lib.sh.
+#
+# A long read transaction: with GRYPH_HOLD=DIR (DIR holds gryph_hold_snapshot, from
+# tests/campaigns), a process outside the brokers opens the PHB's store at 6 s and holds one read
+# snapshot for GRYPH_HOLD_SECONDS (default 10): the campaign reports how much data.mdb grew
+# meanwhile (LMDB reuses no page freed after the oldest snapshot began), instead of checking it.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -51,7 +56,8 @@ track pub
 
 # json_number FILE KEY: the first number under KEY in gryph-inspect's JSON.
 json_number() { grep -oE "\"$2\": ?[0-9]+" "$1" | head -1 | grep -oE '[0-9]+$' || echo 0; }
-max_span_ms=0 max_file=0 max_rss=0 warm_file=0 warm_rss=0 samples=0
+max_span_ms=0 max_file=0 max_rss=0 warm_file=0 warm_rss=0 samples=0 hold_file=0
+hold_seconds=${GRYPH_HOLD_SECONDS:-10}
 t=0
 while kill -0 "${pid_of[pub]}" 2>/dev/null && [ "$t" -lt $(( seconds * 3 )) ]; do
   sleep 1
@@ -66,6 +72,10 @@ while kill -0 "${pid_of[pub]}" 2>/dev/null && [ "$t" -lt $(( seconds * 3 )) ]; d
   echo "$t s: events $first..$last ($span_ms ms), data.mdb $file bytes, SHB $rss KiB" \
     >>"$dir/samples.txt"
   [ "$t" = 5 ] && { warm_file=$file; warm_rss=$rss; }
+  if [ -n "${GRYPH_HOLD:-}" ] && [ "$t" = 6 ]; then
+    hold_file=$file
+    "$GRYPH_HOLD/gryph_hold_snapshot" "$dir/phb" "$hold_seconds" 2>>"$dir/hold.log" &
+  fi
   if [ "$t" -ge 5 ]; then  # the retention window is full: from here on nothing may grow
     samples=$(( samples + 1 ))
     (( span_ms > max_span_ms )) && max_span_ms=$span_ms
@@ -80,8 +90,15 @@ echo "PHB: at most $max_span_ms ms of events held (max_retain 2000 ms), data.mdb
      "SHB resident at most $(( max_rss / 1024 )) MiB ($(( warm_rss / 1024 )) MiB at 5 s);" \
      "$samples samples, $events events of $payload bytes at $rate/s"
 (( max_span_ms <= 3500 )) || fail "the PHB held $max_span_ms ms of events, beyond max_retain"
-(( max_file <= 2 * warm_file + 8 * 1048576 )) ||
-  fail "the PHB's data.mdb grew to $max_file bytes from $warm_file"
+if [ -n "${GRYPH_HOLD:-}" ]; then
+  wait $! 2>/dev/null || true
+  echo "a reader holding one snapshot for $hold_seconds s: data.mdb from" \
+       "$(( hold_file / 1048576 )) MiB to $(( max_file / 1048576 )) MiB" \
+       "($(( rate * payload * hold_seconds / 1048576 )) MiB published meanwhile)"
+else
+  (( max_file <= 2 * warm_file + 8 * 1048576 )) ||
+    fail "the PHB's data.mdb grew to $max_file bytes from $warm_file"
+fi
 (( max_rss <= 2 * warm_rss + 65536 )) || fail "the SHB's memory grew to $max_rss KiB from $warm_rss"
 
 check_matches "$dir/good.jsonl" $(( events / 2 )) "s % 10 < 5"
