@@ -849,6 +849,12 @@ absl::Status LmdbStorage::CheckFormatAndOpenTables() {
   absl::MutexLock lock(&write_mu_);
   LmdbTxn txn;
   int rc = txn.Begin(env_.get(), options_.read_only ? MDB_RDONLY : 0);
+  // A writer in another process may have grown the store past this map since it was sized (a
+  // reader opening a live store that grows fast): adopt the writer's size, as BeginRead does.
+  for (int attempt = 0; rc == MDB_MAP_RESIZED && attempt < kMaxMapResizedRetries; ++attempt) {
+    GRYPH_RETURN_IF_ERROR(AdoptMapSize());
+    rc = txn.Begin(env_.get(), options_.read_only ? MDB_RDONLY : 0);
+  }
   if (rc != MDB_SUCCESS) return Fail("mdb_txn_begin", rc);
   GRYPH_RETURN_IF_ERROR(CheckDataFileSize());  // before anything reads a page through the map
   const std::string meta_name(internal::kMetaTable);
