@@ -74,10 +74,9 @@
 // kUnavailable (a durable subscriber retries), while sessions, catchups, acks, releases upstream
 // and PFS chops go on, committing from the store's reserve (StorageOptions::reserve_bytes).
 // When each subscription was last heard carries over (subscription_expiry counts on). The wait
-// lasts
-// full_store_wait, doubled while one full store follows another, and ends then if a chop or a
-// deletion has committed meanwhile, otherwise after twice as long (a disk an operator cleared).
-// waiting_for_room() and Stats::full_store_reopens say so.
+// lasts full_store_wait, doubled while one full store follows another, and ends then if a chop
+// or a deletion has committed meanwhile, otherwise after twice as long (a disk an operator
+// cleared). waiting_for_room() and Stats::full_store_reopens say so.
 //
 // Thread-safety: owned by one thread, which delivers its channel's messages and calls Flush and
 // OnTimer. With commit_thread, the commit thread only reports completions, which that thread
