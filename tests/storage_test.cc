@@ -1479,6 +1479,59 @@ TEST_CASE("reader slots left by killed reader processes are reclaimed when the t
   REQUIRE_OK(storage->Commit(batch));
 }
 
+TEST_CASE("a reader opening a store that grows fast in another process opens", "[storage][lmdb]") {
+  LmdbKind kind;
+  kind.options.durability = Durability::kNoSync;
+  kind.options.initial_map_bytes = uint64_t{1} << 20;
+  REQUIRE_OK(kind.Open()->Commit([] {
+    WriteBatch b;
+    b.Put("t", "k", "v");
+    return b;
+  }()));
+  // The reader is forked before this process opens the store (a child must not inherit an open
+  // environment). It opens read-only again and again, each time sizing its map to the data file,
+  // which the writer here outgrows between that and its first transaction.
+  int go[2];
+  REQUIRE(pipe(go) == 0);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    close(go[1]);
+    char byte = 0;
+    if (read(go[0], &byte, 1) != 1) _exit(5);
+    StorageOptions reader = kind.options;
+    reader.read_only = true;
+    reader.initial_map_bytes = 64 << 10;
+    for (int i = 0; i < 200; ++i) {
+      auto opened = OpenLmdbStorage(reader);
+      // Before: MDB_MAP_RESIZED at the open's first transaction (kAborted).
+      if (!opened.ok()) _exit(absl::IsAborted(opened.status()) ? 3 : 2);
+      auto got = (*opened)->Get("t", "k");
+      if (!got.ok() || *got != std::optional<std::string>("v")) _exit(4);
+    }
+    _exit(0);
+  }
+  close(go[0]);
+  auto storage = kind.Open();
+  const std::string value(4096, 'x');
+  REQUIRE(write(go[1], "g", 1) == 1);
+  close(go[1]);
+  int wstatus = 0;
+  uint64_t key = 0;
+  // Writes until the reader is done, at most 256 MiB.
+  while (waitpid(pid, &wstatus, WNOHANG) == 0) {
+    if (key < (uint64_t{256} << 20) / value.size()) {
+      WriteBatch batch;
+      for (int i = 0; i < 16; ++i) batch.Put("grow", Key(++key), value);
+      REQUIRE_OK(storage->Commit(batch));
+    } else {
+      usleep(1000);
+    }
+  }
+  REQUIRE(WIFEXITED(wstatus));
+  REQUIRE(WEXITSTATUS(wstatus) == 0);
+}
+
 TEST_CASE("a killed process leaves exactly its acknowledged batches or more, whole", "[storage]") {
   // The real crash: a child commits batches and reports each acknowledgement through a pipe;
   // the parent kills it with SIGKILL at a random moment and reopens the store.
