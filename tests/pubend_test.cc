@@ -505,6 +505,73 @@ TEST_CASE("a flipped bit in a logged event on disk reaches no subscriber as data
   REQUIRE(report->damaged[0].table == "pubend.events");
 }
 
+// A PHB with one pubend on an LMDB store, driven by hand, its downstream node "shb" handing the
+// knowledge it receives to `on_knowledge` (if set). Reopen() opens it again on the same store.
+struct LmdbPhb {
+  explicit LmdbPhb(StorageOptions so) : storage_options(std::move(so)) {
+    shb = *net.Connect("shb");
+    shb->SetReceiver([this](absl::string_view, Message m) {
+      const auto* k = std::get_if<KnowledgeMessage>(&m);
+      if (k != nullptr && on_knowledge) on_knowledge(*k);
+    });
+    Reopen();
+  }
+  void Reopen() {
+    phb.reset();
+    channel.reset();
+    storage.reset();
+    auto s = OpenLmdbStorage(storage_options);
+    REQUIRE_OK(s);
+    storage = *std::move(s);
+    channel = *net.Connect("phb");
+    PublisherHostingBrokerOptions o;
+    o.pubends = {PubendOptions{kP}};
+    o.downstream = {"shb"};
+    o.commit_thread = false;
+    o.clock = [this] { return now; };
+    auto p = PublisherHostingBroker::Open(o, storage.get(), channel.get());
+    REQUIRE_OK(p);
+    phb = *std::move(p);
+  }
+  // Publishes an event with `payload` as sequence `sequence` of "writer", and commits it.
+  absl::StatusOr<Tick> Publish(uint64_t sequence, std::string payload) {
+    Event e;
+    e.SetPayload(std::move(payload));
+    now += absl::Microseconds(10);
+    auto slot = std::make_shared<std::optional<absl::StatusOr<Tick>>>();
+    phb->Publish(kP, "writer", sequence, MakeEventRef(std::move(e)),
+                 [slot](absl::StatusOr<Tick> r) { *slot = r; });
+    (void)phb->Flush();
+    net.DeliverAll();
+    REQUIRE(slot->has_value());
+    return **slot;
+  }
+  // Downstream acknowledges everything through `t`; the timers run (the release, then the
+  // reclaim, commit from the reserve) until `publish` succeeds, at most 200 rounds of 10 ms.
+  absl::Status ReleaseUntil(Tick t, const std::function<absl::Status()>& publish) {
+    REQUIRE_OK(phb->HandleMessage("shb", ReleaseMessage{{{kP, t, t}}}));
+    absl::Status again = absl::UnknownError("not tried");
+    for (int round = 0; round < 200 && !again.ok(); ++round) {
+      now += absl::Milliseconds(10);
+      phb->OnTimer(now);
+      (void)phb->Flush();
+      net.DeliverAll();
+      again = publish();
+    }
+    return again;
+  }
+  Pubend& pubend() { return *phb->pubend(kP); }
+
+  const StorageOptions storage_options;
+  absl::Time now = kT0;
+  std::function<void(const KnowledgeMessage&)> on_knowledge;
+  InProcessNetwork net;
+  std::unique_ptr<Channel> shb;
+  std::unique_ptr<Storage> storage;
+  std::unique_ptr<Channel> channel;
+  std::unique_ptr<PublisherHostingBroker> phb;  // last: closed before what it uses
+};
+
 TEST_CASE(
     "a pubend at a full store fails those publishes, releases from the reserve, and "
     "publishes again, also after a reopen",
@@ -514,78 +581,34 @@ TEST_CASE(
   so.path = (dir.path() / "store").string();
   so.initial_map_bytes = uint64_t{1} << 20;
   so.max_map_bytes = uint64_t{4} << 20;  // a reserve of 512 KiB
-  InProcessNetwork net;
-  auto shb = *net.Connect("shb");
-  shb->SetReceiver([](absl::string_view, Message) {});
-  PublisherHostingBrokerOptions o;
-  o.pubends = {PubendOptions{kP}};
-  o.downstream = {"shb"};
-  o.commit_thread = false;
-  absl::Time now = kT0;
-  o.clock = [&now] { return now; };
-  std::unique_ptr<Storage> storage;
-  std::unique_ptr<Channel> channel;
-  std::unique_ptr<PublisherHostingBroker> phb;
-  auto open = [&] {
-    phb.reset();
-    channel.reset();
-    storage.reset();
-    auto s = OpenLmdbStorage(so);
-    REQUIRE_OK(s);
-    storage = *std::move(s);
-    channel = *net.Connect("phb");
-    auto p = PublisherHostingBroker::Open(o, storage.get(), channel.get());
-    REQUIRE_OK(p);
-    phb = *std::move(p);
-  };
+  LmdbPhb t(so);
   uint64_t sequence = 0;
-  auto publish = [&]() -> absl::StatusOr<Tick> {
-    Event e;
-    e.SetInt64("id", static_cast<int64_t>(sequence)).SetPayload(std::string(1000, 'p'));
-    now += absl::Microseconds(10);
-    auto slot = std::make_shared<std::optional<absl::StatusOr<Tick>>>();
-    phb->Publish(kP, "writer", ++sequence, MakeEventRef(std::move(e)),
-                 [slot](absl::StatusOr<Tick> r) { *slot = r; });
-    (void)phb->Flush();
-    net.DeliverAll();
-    REQUIRE(slot->has_value());
-    return **slot;
-  };
-  open();
+  auto publish = [&] { return t.Publish(++sequence, std::string(1000, 'p')); };
   absl::Status full;
   Tick last = 0;
   for (int i = 0; i < 20000 && full.ok(); ++i) {
-    absl::StatusOr<Tick> t = publish();
-    if (t.ok()) {
-      last = *t;
+    absl::StatusOr<Tick> tick = publish();
+    if (tick.ok()) {
+      last = *tick;
     } else {
-      full = t.status();
+      full = tick.status();
     }
   }
   REQUIRE_CODE(full, absl::StatusCode::kResourceExhausted);
   REQUIRE(last > 0);
   // Before: the failed commit failed the pubend for good.
-  REQUIRE_OK(phb->pubend(kP)->status());
+  REQUIRE_OK(t.pubend().status());
   // The failed sequence may be retried (it was not logged): it fails the same way, not as
   // "below its latest and never logged".
   --sequence;
   REQUIRE_CODE(publish(), absl::StatusCode::kResourceExhausted);
 
   // The wedge: reopened full, one publish before the release.
-  open();
+  t.Reopen();
   REQUIRE_CODE(publish(), absl::StatusCode::kResourceExhausted);
-  REQUIRE_OK(phb->HandleMessage("shb", ReleaseMessage{{{kP, last, last}}}));
-  absl::StatusOr<Tick> again = absl::UnknownError("not tried");
-  for (int round = 0; round < 200 && !again.ok(); ++round) {
-    now += absl::Milliseconds(10);
-    phb->OnTimer(now);
-    (void)phb->Flush();
-    net.DeliverAll();
-    again = publish();
-  }
-  REQUIRE_OK(again);
-  REQUIRE(phb->pubend(kP)->l_prefix() == last);
-  REQUIRE_OK(phb->pubend(kP)->status());
+  REQUIRE_OK(t.ReleaseUntil(last, [&] { return publish().status(); }));
+  REQUIRE(t.pubend().l_prefix() == last);
+  REQUIRE_OK(t.pubend().status());
   // And it keeps publishing into the room the release made.
   for (int i = 0; i < 100; ++i) REQUIRE_OK(publish());
 }
@@ -607,54 +630,29 @@ TEST_CASE(
     so.durability = Durability::kNoSync;
     so.initial_map_bytes = uint64_t{32} << 10;
     so.max_map_bytes = uint64_t{1} << (20 + rng.Range(0, 2));  // 1, 2 or 4 MiB
-    auto storage = OpenLmdbStorage(so);
-    REQUIRE_OK(storage);
-    InProcessNetwork net;
-    auto shb = *net.Connect("shb");
+    LmdbPhb t(so);
     std::map<Tick, std::string> answered;  // the events a nack brings back, by tick
-    shb->SetReceiver([&answered](absl::string_view, Message m) {
-      if (auto* k = std::get_if<KnowledgeMessage>(&m)) {
-        for (const KnowledgeSpan& span : k->spans) {
-          if (span.value == TickValue::kD) answered[span.range.first] = span.event->payload();
-        }
+    t.on_knowledge = [&answered](const KnowledgeMessage& k) {
+      for (const KnowledgeSpan& span : k.spans) {
+        if (span.value == TickValue::kD) answered[span.range.first] = span.event->payload();
       }
-    });
-    auto channel = *net.Connect("phb");
-    PublisherHostingBrokerOptions o;
-    o.pubends = {PubendOptions{kP}};
-    o.downstream = {"shb"};
-    o.commit_thread = false;
-    absl::Time now = kT0;
-    o.clock = [&now] { return now; };
-    auto phb = PublisherHostingBroker::Open(o, storage->get(), channel.get());
-    REQUIRE_OK(phb);
+    };
     uint64_t sequence = 0;
     std::map<Tick, std::string> acked;
     auto publish = [&]() -> absl::Status {
-      Event e;
-      const std::string payload =
-          absl::StrCat(sequence + 1, ":", std::string(rng.Range(50, 3000), 'p'));
-      e.SetPayload(payload);
-      now += absl::Microseconds(10);
-      auto slot = std::make_shared<std::optional<absl::StatusOr<Tick>>>();
-      (*phb)->Publish(kP, "writer", ++sequence, MakeEventRef(std::move(e)),
-                      [slot](absl::StatusOr<Tick> r) { *slot = r; });
-      (void)(*phb)->Flush();
-      net.DeliverAll();
-      REQUIRE(slot->has_value());
-      if (!slot->value().ok()) {
-        --sequence;  // not logged: the sequence is free again
-        return slot->value().status();
-      }
-      acked[***slot] = payload;
+      std::string payload = absl::StrCat(sequence + 1, ":", std::string(rng.Range(50, 3000), 'p'));
+      absl::StatusOr<Tick> tick = t.Publish(sequence + 1, payload);
+      if (!tick.ok()) return tick.status();  // not logged: the sequence is free again
+      ++sequence;
+      acked[*tick] = std::move(payload);
       return absl::OkStatus();
     };
     // Every acknowledged event that is not released comes back whole when nacked.
     auto check = [&](Tick released) {
       answered.clear();
-      REQUIRE_OK((*phb)->HandleMessage("shb", CuriosityMessage{kP, {{1, kMaxTick - 1}}}));
-      (void)(*phb)->Flush();
-      net.DeliverAll();
+      REQUIRE_OK(t.phb->HandleMessage("shb", CuriosityMessage{kP, {{1, kMaxTick - 1}}}));
+      (void)t.phb->Flush();
+      t.net.DeliverAll();
       for (const auto& [tick, payload] : acked) {
         if (tick <= released) continue;
         auto it = answered.find(tick);
@@ -667,25 +665,16 @@ TEST_CASE(
       absl::Status full;
       for (int i = 0; i < 100'000 && full.ok(); ++i) full = publish();
       REQUIRE_CODE(full, absl::StatusCode::kResourceExhausted);
-      REQUIRE_OK((*phb)->pubend(kP)->status());
+      REQUIRE_OK(t.pubend().status());
       check(released);
       // Downstream acknowledges all of it: the release commits from the reserve and makes room.
       released = acked.rbegin()->first;
-      REQUIRE_OK((*phb)->HandleMessage("shb", ReleaseMessage{{{kP, released, released}}}));
-      absl::Status again = absl::UnknownError("not tried");
-      for (int round = 0; round < 200 && !again.ok(); ++round) {
-        now += absl::Milliseconds(10);
-        (*phb)->OnTimer(now);
-        (void)(*phb)->Flush();
-        net.DeliverAll();
-        again = publish();
-      }
-      REQUIRE_OK(again);
-      REQUIRE((*phb)->pubend(kP)->l_prefix() == released);
+      REQUIRE_OK(t.ReleaseUntil(released, publish));
+      REQUIRE(t.pubend().l_prefix() == released);
     }
     check(released);
     internal::LmdbStorageStats stats;
-    REQUIRE(internal::GetLmdbStorageStats(storage->get(), &stats));
+    REQUIRE(internal::GetLmdbStorageStats(t.storage.get(), &stats));
     growths += stats.map_growths;
   }
   INFO(cycles << " stores, " << growths << " map growths");
