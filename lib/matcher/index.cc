@@ -145,8 +145,19 @@ void Index::AddToGroup(Group& g, Record* rec, uint32_t slot) {
     return;
   }
   if (a.kind == Access::Kind::kRanges) {
-    if (g.content->ranges == nullptr) g.content->ranges = std::make_unique<RangeIndex>();
-    rec->accesses[slot].pos[copy_] = g.content->ranges->Add(rec->details->range_terms(), rec);
+    // The first copy to apply the add files the terms, in its group's range index (a new one
+    // if it has none); the second finds them through the access. Both copies apply the same
+    // changes in the same order, so their groups hold the same range index at each change.
+    Access& ra = rec->accesses[slot];
+    if (ra.range_index == nullptr) {
+      if (g.content->ranges.get() == nullptr) g.content->ranges.reset(new RangeIndex);
+      ra.range_index = g.content->ranges.get();
+      ra.pos[0] = ra.pos[1] = ra.range_index->File(copy_, rec->details->range_terms());
+      ra.range_index->Ref();  // the record's, until both copies have removed it
+    } else if (g.content->ranges.get() == nullptr) {
+      g.content->ranges.reset(ra.range_index);
+    }
+    ra.range_index->Enter(copy_, ra.pos[copy_], rec);
     g.content->entries++;
     return;
   }
@@ -188,8 +199,12 @@ void Index::RemoveFromGroup(Group& g, Record* rec, uint32_t slot) {
     return;
   }
   if (a.kind == Access::Kind::kRanges) {
-    g.content->ranges->Remove(a.pos[copy_]);
-    if (g.content->ranges->empty()) g.content->ranges.reset();
+    Access& ra = rec->accesses[slot];
+    if (ra.range_index->Leave(copy_, ra.pos[copy_])) {
+      ra.range_index->Unref();  // the record's (never the last: this copy's group holds it)
+      ra.range_index = nullptr;
+    }
+    if (g.content->ranges->empty(copy_)) g.content->ranges.reset();
     if (--g.content->entries == 0) g.content.reset();
     return;
   }
@@ -357,7 +372,7 @@ class Index::Matching {
       const AttributeValue* v = s_.values[id];
       if (v != nullptr) MatchAttr(*ai, *v);
     }
-    if (g.content->ranges != nullptr) MatchRanges(*g.content->ranges);
+    if (g.content->ranges.get() != nullptr) MatchRanges(*g.content->ranges);
   }
 
   void MatchWildcards(const TrieNode& root) {
@@ -424,14 +439,17 @@ class Index::Matching {
   // event values), else when their terms hold exactly (ranges_proven) or all their checks do. Their
   // records are scattered: each is fetched a few survivors ahead.
   void MatchRanges(const RangeIndex& ri) {
-    const bool exact = ri.Match(values(), s_.ranges);
+    const int copy = index_.copy_;
+    const bool exact = ri.Match(copy, values(), s_.ranges);
     const std::vector<uint32_t>& survivors = s_.ranges.survivors;
     const size_t n = survivors.size();
     constexpr size_t kAhead = 8;
-    for (size_t i = 0; i < std::min(n, kAhead); ++i) __builtin_prefetch(ri.owner(survivors[i]));
+    for (size_t i = 0; i < std::min(n, kAhead); ++i) {
+      __builtin_prefetch(ri.owner(copy, survivors[i]));
+    }
     for (size_t i = 0; i < n; ++i) {
-      if (i + kAhead < n) __builtin_prefetch(ri.owner(survivors[i + kAhead]));
-      const Record* rec = ri.owner(survivors[i]);
+      if (i + kAhead < n) __builtin_prefetch(ri.owner(copy, survivors[i + kAhead]));
+      const Record* rec = ri.owner(copy, survivors[i]);
       if (rec->ranges_proven ? exact || rec->RangesHold(values())
                              : rec->ChecksHold(0, 0, values(), event_)) {
         sink_(rec->id);

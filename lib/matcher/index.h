@@ -350,7 +350,8 @@ struct AttrIndex {
 struct Content {
   CheckedList residual;  // no access: verified for every event reaching the group
   absl::flat_hash_map<uint32_t, std::unique_ptr<AttrIndex>> attrs;  // by attribute id
-  std::unique_ptr<RangeIndex> ranges;  // kRanges records; null while none
+  // kRanges records; empty while none. Shared with the same group of the other copy.
+  RangeIndexRef ranges;
   size_t entries = 0;                  // in residual, attrs and ranges
 };
 

@@ -672,6 +672,7 @@ class Compiler {
     Access a;
     a.kind = Access::Kind::kRanges;
     a.attr = terms.front().attr;
+    a.range_index = nullptr;
     ch.accesses.push_back(a);
     ch.cost = 0;
     return ch;
@@ -920,6 +921,12 @@ Details::Ptr Details::Make(absl::Span<const RangeTerm> terms,
 }
 
 void DestroyRecord(Record* rec, Pool& pool) {
+  // A record destroyed before both index copies removed it still holds its range index.
+  for (Access& a : rec->accesses) {
+    if (a.kind == Access::Kind::kRanges && a.range_index != nullptr && a.range_index->Unref()) {
+      delete a.range_index;
+    }
+  }
   const TopicFilter* filter = rec->topic_filter();
   const bool filtered = filter != nullptr;
   if (filtered) filter->~TopicFilter();

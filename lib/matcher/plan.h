@@ -210,6 +210,9 @@ struct Access {
   union {
     absl::string_view str{};  // kEqString, kPrefix: points into the record's program
     Bounds bounds;            // kInterval, kWide: the rounded bounds
+    // kRanges: the range index holding the record's terms, shared by both index copies (null
+    // until the first copy files them; pos[0] == pos[1] is their slot).
+    RangeIndex* range_index;
   };
 };
 static_assert(sizeof(Access) == 48);

@@ -1,6 +1,8 @@
 #include "lib/matcher/range_index.h"
 
 #include <algorithm>
+#include <new>
+#include <utility>
 #include <variant>
 
 namespace gryph::matcher_internal {
@@ -25,6 +27,29 @@ uint32_t RangeIndex::TargetBuckets(size_t terms) {
   return b;
 }
 
+RangeIndex::Block* RangeIndex::Block::New(uint32_t capacity) {
+  void* p = ::operator new(sizeof(Block) + capacity * (sizeof(uint32_t) + sizeof(Bounds)));
+  Block* b = new (p) Block;
+  b->capacity = capacity;
+  return b;
+}
+
+void RangeIndex::Block::Free(void* block) { ::operator delete(block); }
+
+RangeIndex::Grid::Grid(std::vector<float> c)
+    : cuts(std::move(c)),
+      buckets(static_cast<uint32_t>(cuts.size()) + 1),
+      cells(new Cell[cell_count()]),
+      rows(new std::atomic<uint64_t>[buckets]) {
+  for (uint32_t i = 0; i < buckets; ++i) rows[i].store(0, std::memory_order_relaxed);
+}
+
+RangeIndex::Grid::~Grid() {
+  for (size_t c = 0; c < cell_count(); ++c) {
+    if (Block* b = cells[c].block.load(std::memory_order_relaxed)) Block::Free(b);
+  }
+}
+
 uint32_t RangeIndex::Grid::Bucket(float v) const {
   return static_cast<uint32_t>(std::upper_bound(cuts.begin(), cuts.end(), v) - cuts.begin());
 }
@@ -36,12 +61,79 @@ size_t RangeIndex::Grid::CellOf(Bounds b) const {
   return CellIndex(i, std::max(i, Bucket(b.hi)));
 }
 
-void RangeIndex::Grid::File(uint32_t slot, Bounds b, size_t cell) {
+RangeIndex::Block* RangeIndex::Grid::File(uint32_t slot, Bounds b, size_t cell) {
   Cell& c = cells[cell];
-  c.slots.push_back(slot);
-  c.bounds.push_back(b);
+  const uint32_t n = c.size.load(std::memory_order_relaxed);
+  Block* block = c.block.load(std::memory_order_relaxed);
+  Block* replaced = nullptr;
+  if (n == c.capacity) {
+    // Full: a copy twice as large, published before the entry that needs it.
+    c.capacity = std::max<uint32_t>(4, 2 * c.capacity);
+    Block* grown = Block::New(c.capacity);
+    if (block != nullptr) {
+      std::memcpy(grown->slots(), block->slots(), n * sizeof(uint32_t));
+      std::memcpy(grown->bounds(), block->bounds(), n * sizeof(Bounds));
+    }
+    c.block.store(grown, std::memory_order_release);
+    replaced = block;
+    block = grown;
+  }
+  block->slots()[n] = slot;
+  block->bounds()[n] = b;
+  if (slot > c.max_slot.load(std::memory_order_relaxed)) {
+    c.max_slot.store(slot, std::memory_order_relaxed);
+  }
+  c.size.store(n + 1, std::memory_order_release);
   const uint32_t i = Bucket(b.lo);
-  rows[i] |= uint64_t{1} << (cell - CellIndex(i, i) + i);
+  rows[i].fetch_or(uint64_t{1} << (cell - CellIndex(i, i) + i), std::memory_order_relaxed);
+  return replaced;
+}
+
+template <typename F>
+void RangeIndex::Grid::ForEachTerm(F f) const {
+  for (size_t c = 0; c < cell_count(); ++c) {
+    const uint32_t n = cells[c].size.load(std::memory_order_relaxed);
+    if (n == 0) continue;
+    const Block* b = cells[c].block.load(std::memory_order_relaxed);
+    for (uint32_t e = 0; e < n; ++e) f(b->slots()[e], b->bounds()[e]);
+  }
+}
+
+RangeIndex::~RangeIndex() {
+  for (const Retired& r : retired_) r.free(r.p);
+  delete table_.load(std::memory_order_relaxed);
+}
+
+void RangeIndex::Reclaim(int copy) {
+  if (retired_.empty()) return;
+  size_t kept = 0;
+  for (const Retired& r : retired_) {
+    if (r.copy == copy) {
+      retired_[kept++] = r;
+    } else {
+      r.free(r.p);
+    }
+  }
+  retired_.resize(kept);
+}
+
+void RangeIndex::PublishTable(int copy) {
+  auto* table = new GridTable;
+  table->reserve(grids_.size());
+  for (const auto& [attr, g] : grids_) table->emplace_back(attr, g.get());
+  const GridTable* old = table_.exchange(table, std::memory_order_acq_rel);
+  if (old != nullptr) {
+    Retire(copy, const_cast<GridTable*>(old), [](void* p) { delete static_cast<GridTable*>(p); });
+  }
+}
+
+void RangeIndex::Replace(int copy, uint32_t attr, std::unique_ptr<Grid> grid) {
+  auto it = grids_.find(attr);
+  if (it != grids_.end()) {
+    Retire(copy, it->second.release(), [](void* p) { delete static_cast<Grid*>(p); });
+    if (grid == nullptr) grids_.erase(it);
+  }
+  if (grid != nullptr) grids_[attr] = std::move(grid);
 }
 
 uint32_t RangeIndex::buckets(uint32_t attr) const {
@@ -49,95 +141,111 @@ uint32_t RangeIndex::buckets(uint32_t attr) const {
   return it == grids_.end() ? 0 : it->second->buckets;
 }
 
-uint32_t RangeIndex::Add(absl::Span<const RangeTerm> terms, const Record* owner) {
-  // The free list may hold slots since given back past limit_, or taken again (see Purge).
-  uint32_t slot = limit_;
-  while (!free_.empty()) {
-    const uint32_t s = free_.back();
+uint32_t RangeIndex::File(int copy, absl::Span<const RangeTerm> terms) {
+  Reclaim(copy);
+  uint32_t slot;
+  if (!free_.empty()) {
+    slot = free_.back();
     free_.pop_back();
-    if (s < limit_ && owners_[s] == nullptr) {
-      slot = s;
-      break;
-    }
+  } else {
+    slot = limit_++;
+    terms_.push_back(0);
   }
-  if (slot == limit_) {
-    limit_++;
-    need_.push_back(0);
-    owners_.push_back(nullptr);
-  }
-  need_[slot] = static_cast<uint8_t>(terms.size());
-  owners_[slot] = owner;
-  live_++;
+  terms_[slot] = static_cast<uint8_t>(terms.size());
+  filed_++;
   // The terms' cells are scattered over megabytes: first each cell's header is asked for, then
   // the ends of its arrays, then the terms are appended, so that the misses of all the terms
   // overlap instead of following each other.
   Grid* grids[kMaxTerms];
   size_t cells[kMaxTerms];
   const size_t n = terms.size();
+  bool added = false;
   for (size_t k = 0; k < n; ++k) {
     std::unique_ptr<Grid>& g = grids_[terms[k].attr];
     if (g == nullptr) {
-      g = std::make_unique<Grid>();
-      g->cells.resize(1);
-      g->rows.resize(1);
+      g = std::make_unique<Grid>(std::vector<float>());
       g->rebuild_at = kSingleCell;
+      added = true;
     }
     grids[k] = g.get();
     cells[k] = g->CellOf(Bounds{terms[k].lo, terms[k].hi});
     __builtin_prefetch(&g->cells[cells[k]]);
   }
+  if (added) PublishTable(copy);
   for (size_t k = 0; k < n; ++k) {
     const Cell& c = grids[k]->cells[cells[k]];
-    __builtin_prefetch(c.slots.data() + c.slots.size(), 1);
-    __builtin_prefetch(c.bounds.data() + c.bounds.size(), 1);
+    if (const Block* b = c.block.load(std::memory_order_relaxed)) {
+      const uint32_t end = c.size.load(std::memory_order_relaxed);
+      __builtin_prefetch(b->slots() + end, 1);
+      __builtin_prefetch(b->bounds() + end, 1);
+    }
   }
+  bool rebuilt = false;
   for (size_t k = 0; k < n; ++k) {
     Grid& g = *grids[k];
-    g.File(slot, Bounds{terms[k].lo, terms[k].hi}, cells[k]);
-    if (++g.terms >= g.rebuild_at) Rebuild(g);
+    if (Block* replaced = g.File(slot, Bounds{terms[k].lo, terms[k].hi}, cells[k])) {
+      Retire(copy, replaced, &Block::Free);
+    }
+    if (++g.terms >= g.rebuild_at) {
+      Replace(copy, terms[k].attr, Rebuilt(g));
+      rebuilt = true;
+    }
   }
+  if (rebuilt) PublishTable(copy);
   return slot;
 }
 
-void RangeIndex::Remove(uint32_t slot) {
-  need_[slot] = 0;
-  owners_[slot] = kDead;
-  live_--;
-  dead_.push_back(slot);
-  if (live_ == 0) {
-    // Nothing left: drop everything at once.
-    grids_.clear();
-    need_.clear();
-    owners_.clear();
-    free_.clear();
-    dead_.clear();
-    limit_ = 0;
-    return;
+void RangeIndex::Enter(int copy, uint32_t slot, const Record* owner) {
+  Reclaim(copy);
+  View& v = views_[copy];
+  if (v.need.size() <= slot) {
+    v.need.resize(slot + 1, 0);
+    v.owners.resize(slot + 1, nullptr);
   }
-  if (dead_.size() > live_ / 2 + kSingleCell) Purge();
+  v.need[slot] = terms_[slot] & ~kLeftOne;
+  v.owners[slot] = owner;
+  v.live++;
 }
 
-void RangeIndex::Rebuild(Grid& g) const {
-  // The live terms' bounds, sampled evenly, choose the cuts: quantiles of the bounds, so that
+bool RangeIndex::Leave(int copy, uint32_t slot) {
+  Reclaim(copy);
+  View& v = views_[copy];
+  v.need[slot] = 0;
+  v.owners[slot] = nullptr;
+  v.live--;
+  while (!v.need.empty() && v.need.back() == 0) {
+    v.need.pop_back();
+    v.owners.pop_back();
+  }
+  // Each copy enters and leaves each slot once, in the same order of changes.
+  if ((terms_[slot] & kLeftOne) == 0) {
+    terms_[slot] |= kLeftOne;  // the other copy has yet to leave it
+    return false;
+  }
+  terms_[slot] = 0;
+  filed_--;
+  dead_.push_back(slot);
+  if (dead_.size() > filed_ / 2 + kSingleCell) Purge(copy);
+  return true;
+}
+
+std::unique_ptr<RangeIndex::Grid> RangeIndex::Rebuilt(const Grid& g) const {
+  // The filed terms' bounds, sampled evenly, choose the cuts: quantiles of the bounds, so that
   // each bucket holds about as many bounds (hence rows and columns about as many terms).
   size_t live = 0;
-  for (const Cell& c : g.cells) {
-    for (uint32_t s : c.slots) live += need_[s] != 0;
-  }
+  g.ForEachTerm([&](uint32_t s, Bounds) { live += terms_[s] != 0; });
+  if (live == 0) return nullptr;
   const uint32_t target = TargetBuckets(live);
   std::vector<float> sample;
   if (target > 1) {
     const size_t stride = std::max<size_t>(1, 2 * live / kSample);
     size_t k = 0;
-    for (const Cell& c : g.cells) {
-      for (size_t e = 0; e < c.slots.size(); ++e) {
-        if (need_[c.slots[e]] == 0) continue;
-        if (k++ % stride != 0) continue;
-        for (float v : {c.bounds[e].lo, c.bounds[e].hi}) {
-          if (std::isfinite(v)) sample.push_back(v);
-        }
+    g.ForEachTerm([&](uint32_t s, Bounds b) {
+      if (terms_[s] == 0 || k++ % stride != 0) return;
+      for (float v : {b.lo, b.hi}) {
+        if (std::isfinite(v)) sample.push_back(v);
       }
-    }
+    });
     std::sort(sample.begin(), sample.end());
   }
   std::vector<float> cuts;
@@ -147,129 +255,124 @@ void RangeIndex::Rebuild(Grid& g) const {
       if (cuts.empty() || v > cuts.back()) cuts.push_back(v);
     }
   }
-  Grid next;
-  next.cuts = std::move(cuts);
-  next.buckets = static_cast<uint32_t>(next.cuts.size()) + 1;
-  next.cells.resize(static_cast<size_t>(next.buckets) * (next.buckets + 1) / 2);
-  next.rows.assign(next.buckets, 0);
-  for (const Cell& c : g.cells) {
-    for (size_t e = 0; e < c.slots.size(); ++e) {
-      if (need_[c.slots[e]] != 0) next.File(c.slots[e], c.bounds[e], next.CellOf(c.bounds[e]));
-    }
+  auto next = std::make_unique<Grid>(std::move(cuts));
+  // Sized before filing: no block of the new grid is ever replaced.
+  std::vector<uint32_t> sizes(next->cell_count(), 0);
+  g.ForEachTerm([&](uint32_t s, Bounds b) {
+    if (terms_[s] != 0) sizes[next->CellOf(b)]++;
+  });
+  for (size_t c = 0; c < sizes.size(); ++c) {
+    if (sizes[c] == 0) continue;
+    next->cells[c].capacity = sizes[c];
+    next->cells[c].block.store(Block::New(sizes[c]), std::memory_order_relaxed);
   }
-  next.terms = live;
-  next.rebuild_at = std::max(kSingleCell, 4 * live);
-  g = std::move(next);
+  g.ForEachTerm([&](uint32_t s, Bounds b) {
+    if (terms_[s] != 0) next->File(s, b, next->CellOf(b));
+  });
+  next->terms = live;
+  next->rebuild_at = std::max(kSingleCell, 4 * live);
+  return next;
 }
 
-void RangeIndex::Purge() {
-  for (auto it = grids_.begin(); it != grids_.end();) {
-    Grid& g = *it->second;
-    size_t live = 0;
-    for (uint32_t i = 0; i < g.buckets; ++i) {
-      for (uint32_t j = i; j < g.buckets; ++j) {
-        Cell& c = g.cells[g.CellIndex(i, j)];
-        size_t kept = 0;
-        for (size_t e = 0; e < c.slots.size(); ++e) {
-          if (need_[c.slots[e]] == 0) continue;
-          c.slots[kept] = c.slots[e];
-          c.bounds[kept] = c.bounds[e];
-          kept++;
-        }
-        c.slots.resize(kept);
-        c.bounds.resize(kept);
-        if (c.slots.capacity() > 16 && kept < c.slots.capacity() / 4) {
-          c.slots.shrink_to_fit();
-          c.bounds.shrink_to_fit();
-        }
-        if (kept == 0) g.rows[i] &= ~(uint64_t{1} << j);
-        live += kept;
-      }
-    }
-    g.terms = live;
-    if (live == 0) {
-      grids_.erase(it++);
-      continue;
-    }
-    // Shrunk a lot: fewer buckets (and cuts from what is left).
-    if (TargetBuckets(live) * 2 < g.buckets) Rebuild(g);
-    g.rebuild_at = std::max(kSingleCell, 4 * live);
-    ++it;
-  }
-  // Dead slots become free; free slots at the top are given back, so that Match copies and
-  // counts only up to the highest slot in use. Entries of free_ past limit_ (or taken again
-  // since, once limit_ grew back over them) are dropped when popped: Add checks each.
-  for (uint32_t s : dead_) {
-    owners_[s] = nullptr;
-    free_.push_back(s);
-  }
+void RangeIndex::Purge(int copy) {
+  std::vector<uint32_t> attrs;
+  for (const auto& [attr, g] : grids_) attrs.push_back(attr);
+  for (uint32_t attr : attrs) Replace(copy, attr, Rebuilt(*grids_[attr]));
+  PublishTable(copy);
+  // Dead slots become free; free slots at the top are given back, so that the slot numbers stay
+  // dense.
+  for (uint32_t s : dead_) free_.push_back(s);
   dead_.clear();
-  while (limit_ > 0 && owners_[limit_ - 1] == nullptr) limit_--;
-  need_.resize(limit_);
-  owners_.resize(limit_);
-  if (free_.size() > 2 * static_cast<size_t>(limit_) + kSingleCell) {
-    free_.clear();  // mostly stale: list the free slots afresh
-    for (uint32_t s = limit_; s-- > 0;) {
-      if (owners_[s] == nullptr) free_.push_back(s);
+  while (limit_ > 0 && terms_[limit_ - 1] == 0) limit_--;
+  terms_.resize(limit_);
+  free_.erase(
+      std::remove_if(free_.begin(), free_.end(), [this](uint32_t s) { return s >= limit_; }),
+      free_.end());
+}
+
+namespace {
+
+// Decrements the counts of the n terms of one cell that hold x: all of them in the interior
+// (kLo = kHi = false), else those whose compared bounds hold it. With kClamp, slots at or past
+// `limit` are counted at counts[limit].
+template <bool kClamp, bool kLo, bool kHi, typename Bounds>
+void MatchCell(const uint32_t* slots, const Bounds* bounds, uint32_t n, float x, uint8_t* counts,
+               uint32_t limit, std::vector<uint32_t>& survivors) {
+  for (uint32_t e = 0; e < n; ++e) {
+    const uint32_t s = kClamp ? std::min(slots[e], limit) : slots[e];
+    if constexpr (kLo) {
+      if (!(bounds[e].lo <= x)) continue;
     }
+    if constexpr (kHi) {
+      if (!(x <= bounds[e].hi)) continue;
+    }
+    if (--counts[s] == 0) survivors.push_back(s);
   }
 }
 
-void RangeIndex::Grid::Match(float x, uint8_t* counts, std::vector<uint32_t>& survivors) const {
+template <bool kClamp, typename Bounds>
+void MatchCell(bool lo, bool hi, const uint32_t* slots, const Bounds* bounds, uint32_t n, float x,
+               uint8_t* counts, uint32_t limit, std::vector<uint32_t>& survivors) {
+  if (lo && hi) {
+    MatchCell<kClamp, true, true>(slots, bounds, n, x, counts, limit, survivors);
+  } else if (lo) {
+    MatchCell<kClamp, true, false>(slots, bounds, n, x, counts, limit, survivors);
+  } else if (hi) {
+    MatchCell<kClamp, false, true>(slots, bounds, n, x, counts, limit, survivors);
+  } else {
+    MatchCell<kClamp, false, false>(slots, bounds, n, x, counts, limit, survivors);
+  }
+}
+
+}  // namespace
+
+void RangeIndex::Grid::Match(float x, uint8_t* counts, uint32_t limit,
+                             std::vector<uint32_t>& survivors) const {
   const uint32_t b = Bucket(x);
   const uint64_t from_b = ~uint64_t{0} << b;  // columns j >= b
   for (uint32_t i = 0; i <= b; ++i) {
-    uint64_t m = rows[i] & from_b;
+    uint64_t m = rows[i].load(std::memory_order_relaxed) & from_b;
     const size_t row = CellIndex(i, i) - i;  // cell (i, j) is row + j
     while (m != 0) {
       const uint32_t j = static_cast<uint32_t>(__builtin_ctzll(m));
       m &= m - 1;
       const Cell& c = cells[row + j];
-      const uint32_t* slots = c.slots.data();
-      const size_t n = c.slots.size();
-      if (i < b && j > b) {
-        // Interior: every term holds x.
-        for (size_t e = 0; e < n; ++e) {
-          if (--counts[slots[e]] == 0) survivors.push_back(slots[e]);
-        }
-        continue;
-      }
-      const Bounds* bounds = c.bounds.data();
-      if (i == b && j == b) {
-        for (size_t e = 0; e < n; ++e) {
-          if (bounds[e].lo <= x && x <= bounds[e].hi && --counts[slots[e]] == 0) {
-            survivors.push_back(slots[e]);
-          }
-        }
-      } else if (i == b) {
-        for (size_t e = 0; e < n; ++e) {
-          if (bounds[e].lo <= x && --counts[slots[e]] == 0) survivors.push_back(slots[e]);
-        }
-      } else {
-        for (size_t e = 0; e < n; ++e) {
-          if (x <= bounds[e].hi && --counts[slots[e]] == 0) survivors.push_back(slots[e]);
-        }
+      // The size first: a block and a highest slot loaded after it hold at least its entries.
+      const uint32_t n = c.size.load(std::memory_order_acquire);
+      if (n == 0) continue;
+      const Block* block = c.block.load(std::memory_order_acquire);
+      // Only row b compares lower bounds, only column b upper ones; the interior holds x.
+      const bool lo = i == b, hi = j == b;
+      if (c.max_slot.load(std::memory_order_relaxed) < limit) {
+        MatchCell<false>(lo, hi, block->slots(), block->bounds(), n, x, counts, limit, survivors);
+      } else {  // holds slots filed since this copy's counts were set
+        MatchCell<true>(lo, hi, block->slots(), block->bounds(), n, x, counts, limit, survivors);
       }
     }
   }
 }
 
-bool RangeIndex::Match(const AttributeValue* const* values, RangeScratch& scratch) const {
+bool RangeIndex::Match(int copy, const AttributeValue* const* values, RangeScratch& scratch) const {
   scratch.survivors.clear();
-  if (live_ == 0) return true;
-  if (scratch.counts.size() < limit_) scratch.counts.resize(limit_);
+  const View& v = views_[copy];
+  if (v.live == 0) return true;
+  // Slots past this copy's counts (filed since, for the other copy) go to a sink past them.
+  const uint32_t limit = static_cast<uint32_t>(v.need.size());
+  if (scratch.counts.size() <= limit) scratch.counts.resize(limit + 1);
   uint8_t* counts = scratch.counts.data();
-  std::memcpy(counts, need_.data(), limit_);
+  std::memcpy(counts, v.need.data(), limit);
+  counts[limit] = 0;
   bool exact = true;
-  for (const auto& [attr, grid] : grids_) {
-    const AttributeValue* v = values[attr];
-    if (v == nullptr) continue;
+  const GridTable* table = table_.load(std::memory_order_acquire);
+  for (const auto& [attr, grid] : *table) {
+    const AttributeValue* value = values[attr];
+    if (value == nullptr) continue;
     double d;
-    if (const int64_t* i = std::get_if<int64_t>(v)) {
+    if (const int64_t* i = std::get_if<int64_t>(value)) {
       d = static_cast<double>(*i);
       // Exact when the double converts back (2^63 itself is out of int64's range).
       if (!(d < 0x1p63 && static_cast<int64_t>(d) == *i)) exact = false;
-    } else if (const double* x = std::get_if<double>(v)) {
+    } else if (const double* x = std::get_if<double>(value)) {
       d = *x;
       if (std::isnan(d)) continue;  // UNKNOWN: no term holds
     } else {
@@ -277,8 +380,11 @@ bool RangeIndex::Match(const AttributeValue* const* values, RangeScratch& scratc
     }
     const float x = FloatRounding::Nearest(d);
     if (static_cast<double>(x) != d) exact = false;
-    grid->Match(x, counts, scratch.survivors);
+    grid->Match(x, counts, limit, scratch.survivors);
   }
+  // The sink may have wrapped to zero.
+  std::vector<uint32_t>& survivors = scratch.survivors;
+  survivors.erase(std::remove(survivors.begin(), survivors.end(), limit), survivors.end());
   return exact;
 }
 
