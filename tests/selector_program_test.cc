@@ -404,7 +404,7 @@ TEST_CASE("the program evaluates random selectors as the reference does", "[sele
       const absl::StatusOr<Selector> decoded = Selector::Decode(s.Encode());
       REQUIRE_OK(decoded);
       const sp::View view(*s.program());
-      const std::vector<const sp::ViewNode*> conjuncts = view.Conjuncts(view.root());
+      const sp::ViewNodes conjuncts = view.Conjuncts(view.root());
       for (int k = 0; k < 20; ++k) {
         const Event e = RandomEvent(rng);
         const Truth want = ToTruth(c.eval(e));

@@ -60,7 +60,7 @@ struct Viewed {
     conjuncts = view.Conjuncts(view.root());
   }
   selector_program::View view;
-  std::vector<const ViewNode*> conjuncts;
+  selector_program::ViewNodes conjuncts;
 };
 
 Truth Negation(Truth t) {
@@ -573,7 +573,7 @@ TEST_CASE("conjuncts flatten top-level ANDs, parenthesized or not", "[selector]"
       "a = 1 AND (b > 2 AND c IN ('x', 'y')) AND 5 < d AND e BETWEEN 1 AND 2.5 AND f <> 3 AND "
       "g LIKE 'x%' AND -5 >= h AND 'k' = i");
   const Viewed v(s);
-  const std::vector<const ViewNode*>& conjuncts = v.conjuncts;
+  const selector_program::ViewNodes& conjuncts = v.conjuncts;
   REQUIRE(conjuncts.size() == 9);
 
   auto a = AsIndexable(v.view, *conjuncts[0]);
@@ -627,7 +627,7 @@ TEST_CASE("only plain comparisons with literals are indexable", "[selector]") {
         "a BETWEEN b AND 2", "a + 1 = 2", "a = b", "1 = 1", "a IS NULL", "a", "TRUE"}) {
     Selector s = MustParse(text);
     const Viewed v(s);
-    const std::vector<const ViewNode*>& conjuncts = v.conjuncts;
+    const selector_program::ViewNodes& conjuncts = v.conjuncts;
     INFO(text);
     REQUIRE(conjuncts.size() == 1);
     REQUIRE_FALSE(AsIndexable(v.view, *conjuncts[0]).has_value());

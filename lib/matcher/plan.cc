@@ -247,7 +247,7 @@ namespace {
 struct Choice {
   // A branch of an OR access: its conjuncts, and the one its exact access proves (or -1).
   struct Branch {
-    std::vector<const sp::ViewNode*> conjuncts;
+    sp::ViewNodes conjuncts;
     int proves = -1;
   };
   double cost = std::numeric_limits<double>::infinity();
@@ -390,7 +390,7 @@ class Compiler {
       : rec_(rec), intern_(intern), stats_(stats), view_(view) {}
 
   void Run(const sp::ViewNode* root) {
-    const std::vector<const sp::ViewNode*> conjuncts = view_.Conjuncts(root);
+    const sp::ViewNodes conjuncts = view_.Conjuncts(root);
     const Ranges ranges = CollectRanges(conjuncts);
     Choice best = BestAccess(conjuncts, ranges, /*allow_or=*/true);
     if (Choice all = RangeIndexAccess(conjuncts, ranges, best); all.valid()) best = std::move(all);
@@ -426,7 +426,7 @@ class Compiler {
 
  private:
   // Checks for conjuncts[i] for every i but `skip`, most selective first.
-  std::vector<Check> CompileAllBut(const std::vector<const sp::ViewNode*>& conjuncts, int skip) {
+  std::vector<Check> CompileAllBut(const sp::ViewNodes& conjuncts, int skip) {
     std::vector<Check> checks;
     for (size_t i = 0; i < conjuncts.size(); ++i) {
       if (static_cast<int>(i) != skip) checks.push_back(CompileCheck(*conjuncts[i]));
@@ -617,7 +617,7 @@ class Compiler {
   };
   using Ranges = absl::InlinedVector<Range, 5>;
 
-  Ranges CollectRanges(const std::vector<const sp::ViewNode*>& conjuncts) const {
+  Ranges CollectRanges(const sp::ViewNodes& conjuncts) const {
     Ranges ranges;
     for (const sp::ViewNode* c : conjuncts) {
       const std::optional<sp::IndexableConjunct> ix = sp::AsIndexable(view_, *c);
@@ -646,7 +646,7 @@ class Compiler {
   // The range index, when `conjuncts` hold at least two ranges (on distinct attributes), none of
   // them selective, and `best` is no cheap equality, prefix or OR access. Sets the record's
   // range terms and ranges_proven when chosen.
-  Choice RangeIndexAccess(const std::vector<const sp::ViewNode*>& conjuncts, const Ranges& ranges,
+  Choice RangeIndexAccess(const sp::ViewNodes& conjuncts, const Ranges& ranges,
                           const Choice& best) {
     if (ranges.size() < 2) return Choice();
     const bool single_range = best.valid() && best.branches.empty() && best.accesses.size() == 1 &&
@@ -680,8 +680,7 @@ class Compiler {
 
   // The best single access among `conjuncts` (an OR among them counts only when allow_or), whose
   // ranges are `ranges` (CollectRanges).
-  Choice BestAccess(const std::vector<const sp::ViewNode*>& conjuncts, const Ranges& ranges,
-                    bool allow_or) {
+  Choice BestAccess(const sp::ViewNodes& conjuncts, const Ranges& ranges, bool allow_or) {
     Choice best;
     auto consider = [&best](Choice c) {
       if (c.valid() && c.cost < best.cost) best = std::move(c);
@@ -747,7 +746,7 @@ class Compiler {
   // none. Branches that are all equalities on one attribute need no dedupe (an event value hits
   // one key), and prove the OR when each branch is a lone equality.
   Choice OrAccess(const sp::ViewNode& node, int index) {
-    const std::vector<const sp::ViewNode*> branches = view_.OrBranches(node);
+    const sp::ViewNodes branches = view_.OrBranches(node);
     if (branches.size() > kMaxBranches) return Choice();
     Choice out;
     out.cost = kCostOrOverhead;

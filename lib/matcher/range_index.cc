@@ -51,7 +51,17 @@ RangeIndex::Grid::~Grid() {
 }
 
 uint32_t RangeIndex::Grid::Bucket(float v) const {
-  return static_cast<uint32_t>(std::upper_bound(cuts.begin(), cuts.end(), v) - cuts.begin());
+  // How many cuts are <= v, by a binary search without branches: the answer stays within
+  // [first - cuts, first - cuts + n].
+  const float* first = cuts.data();
+  size_t n = cuts.size();
+  if (n == 0) return 0;
+  while (n > 1) {
+    const size_t half = n / 2;
+    first += first[half - 1] <= v ? half : 0;
+    n -= half;
+  }
+  return static_cast<uint32_t>(first - cuts.data()) + (*first <= v ? 1 : 0);
 }
 
 size_t RangeIndex::Grid::CellOf(Bounds b) const {
@@ -119,8 +129,9 @@ void RangeIndex::Reclaim(int copy) {
 
 void RangeIndex::PublishTable(int copy) {
   auto* table = new GridTable;
-  table->reserve(grids_.size());
-  for (const auto& [attr, g] : grids_) table->emplace_back(attr, g.get());
+  for (uint32_t attr = 0; attr < grids_.size(); ++attr) {
+    if (grids_[attr] != nullptr) table->emplace_back(attr, grids_[attr].get());
+  }
   const GridTable* old = table_.exchange(table, std::memory_order_acq_rel);
   if (old != nullptr) {
     Retire(copy, const_cast<GridTable*>(old), [](void* p) { delete static_cast<GridTable*>(p); });
@@ -128,17 +139,14 @@ void RangeIndex::PublishTable(int copy) {
 }
 
 void RangeIndex::Replace(int copy, uint32_t attr, std::unique_ptr<Grid> grid) {
-  auto it = grids_.find(attr);
-  if (it != grids_.end()) {
-    Retire(copy, it->second.release(), [](void* p) { delete static_cast<Grid*>(p); });
-    if (grid == nullptr) grids_.erase(it);
+  if (grids_[attr] != nullptr) {
+    Retire(copy, grids_[attr].release(), [](void* p) { delete static_cast<Grid*>(p); });
   }
-  if (grid != nullptr) grids_[attr] = std::move(grid);
+  grids_[attr] = std::move(grid);
 }
 
 uint32_t RangeIndex::buckets(uint32_t attr) const {
-  auto it = grids_.find(attr);
-  return it == grids_.end() ? 0 : it->second->buckets;
+  return attr < grids_.size() && grids_[attr] != nullptr ? grids_[attr]->buckets : 0;
 }
 
 uint32_t RangeIndex::File(int copy, absl::Span<const RangeTerm> terms) {
@@ -161,7 +169,9 @@ uint32_t RangeIndex::File(int copy, absl::Span<const RangeTerm> terms) {
   const size_t n = terms.size();
   bool added = false;
   for (size_t k = 0; k < n; ++k) {
-    std::unique_ptr<Grid>& g = grids_[terms[k].attr];
+    const uint32_t attr = terms[k].attr;
+    if (attr >= grids_.size()) grids_.resize(attr + 1);
+    std::unique_ptr<Grid>& g = grids_[attr];
     if (g == nullptr) {
       g = std::make_unique<Grid>(std::vector<float>());
       g->rebuild_at = kSingleCell;
@@ -275,9 +285,9 @@ std::unique_ptr<RangeIndex::Grid> RangeIndex::Rebuilt(const Grid& g) const {
 }
 
 void RangeIndex::Purge(int copy) {
-  std::vector<uint32_t> attrs;
-  for (const auto& [attr, g] : grids_) attrs.push_back(attr);
-  for (uint32_t attr : attrs) Replace(copy, attr, Rebuilt(*grids_[attr]));
+  for (uint32_t attr = 0; attr < grids_.size(); ++attr) {
+    if (grids_[attr] != nullptr) Replace(copy, attr, Rebuilt(*grids_[attr]));
+  }
   PublishTable(copy);
   // Dead slots become free; free slots at the top are given back, so that the slot numbers stay
   // dense.

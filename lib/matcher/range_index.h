@@ -68,7 +68,7 @@
 //     dead slots may have terms filed; free slots have none.
 //   - A term with bounds lo, hi is in cell (Bucket(lo), max(Bucket(lo), Bucket(hi))) of its
 //     attribute's grid; rows[i] has bit j set if cell (i, j) holds a term (live or dead).
-//   - table_ lists exactly the grids of grids_.
+//   - table_ lists exactly the grids of grids_, by attribute id.
 //
 // Thread-safety: File, Enter, Leave and Ref/Unref are the owner's, one thread, and change the
 // view of `copy` only while no reader is matching that copy. Match is const and keeps its state
@@ -87,7 +87,6 @@
 #include <memory>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/types/span.h"
 #include "gryph/event.h"
 
@@ -261,9 +260,9 @@ class RangeIndex {
 
   View views_[2];
   // The owner's.
-  absl::flat_hash_map<uint32_t, std::unique_ptr<Grid>> grids_;  // by attribute id
-  std::vector<uint8_t> terms_;                                  // by slot
-  std::vector<uint32_t> free_;                                  // taken from the back
+  std::vector<std::unique_ptr<Grid>> grids_;  // by attribute id (null: none)
+  std::vector<uint8_t> terms_;                // by slot
+  std::vector<uint32_t> free_;                // taken from the back
   std::vector<uint32_t> dead_;
   uint32_t limit_ = 0;
   size_t filed_ = 0;  // slots with terms_ != 0

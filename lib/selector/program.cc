@@ -1120,7 +1120,8 @@ void View::Reset(const Program& program) {
   program_ = &program;
   nodes_.clear();
   child_index_.clear();
-  std::vector<uint32_t> stack;  // node indices
+  std::vector<uint32_t>& stack = stack_;  // node indices
+  stack.clear();
   const uint8_t* const code = program.data();
   const uint8_t* p = code;
   const uint8_t* const end = code + program.size();
@@ -1279,10 +1280,10 @@ void View::Reset(const Program& program) {
   }
 }
 
-std::vector<const ViewNode*> View::Conjuncts(const ViewNode* root) const {
-  std::vector<const ViewNode*> out;
+ViewNodes View::Conjuncts(const ViewNode* root) const {
+  ViewNodes out;
   if (root == nullptr) return out;
-  std::vector<const ViewNode*> stack = {root};
+  ViewNodes stack = {root};
   while (!stack.empty()) {
     const ViewNode* n = stack.back();
     stack.pop_back();
@@ -1295,9 +1296,9 @@ std::vector<const ViewNode*> View::Conjuncts(const ViewNode* root) const {
   return out;
 }
 
-std::vector<const ViewNode*> View::OrBranches(const ViewNode& node) const {
-  std::vector<const ViewNode*> out;
-  std::vector<const ViewNode*> stack = {&node};
+ViewNodes View::OrBranches(const ViewNode& node) const {
+  ViewNodes out;
+  ViewNodes stack = {&node};
   while (!stack.empty()) {
     const ViewNode* n = stack.back();
     stack.pop_back();

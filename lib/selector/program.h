@@ -282,6 +282,9 @@ struct ViewNode {
   const LikePattern* like = nullptr;  // kLike
 };
 
+// Nodes of a view: conjuncts or branches (most selectors have a handful, held inline).
+using ViewNodes = absl::InlinedVector<const ViewNode*, 8>;
+
 class View {
  public:
   explicit View(const Program& program);
@@ -297,9 +300,9 @@ class View {
 
   // The conditions whose conjunction is `n` (nested ANDs flattened, left to right; {n} when n is
   // no AND). Empty for a null n.
-  std::vector<const ViewNode*> Conjuncts(const ViewNode* n) const;
+  ViewNodes Conjuncts(const ViewNode* n) const;
   // The branches of the OR `n`, nested ORs flattened.
-  std::vector<const ViewNode*> OrBranches(const ViewNode& n) const;
+  ViewNodes OrBranches(const ViewNode& n) const;
   // A fully parenthesized rendering (Selector::DebugString).
   std::string ToString(const ViewNode& n) const;
 
@@ -307,6 +310,7 @@ class View {
   const Program* program_ = nullptr;
   std::vector<ViewNode> nodes_;
   std::vector<uint32_t> child_index_;
+  std::vector<uint32_t> stack_;  // Reset's, kept to reuse its memory
 };
 
 // A conjunct a predicate index can serve (see the matcher's plan.h for how it is used). The
