@@ -1081,13 +1081,14 @@ struct Compiled {
               auto [it, inserted] = ids.try_emplace(std::string(name), ids.size());
               return it->second;
             },
-            stats, pool, &view)) {}
+            stats, pool, &view, &terms)) {}
   ~Compiled() { mi::DestroyRecord(rec, pool); }
   mi::Access::Kind kind() const { return rec->accesses[0].kind; }
 
   mi::Pool pool;
   selector_program::View view;
   std::map<std::string, uint32_t> ids;
+  std::vector<mi::RangeTerm> terms;  // of a kRanges record
   mi::Record* rec;
 };
 
@@ -1097,7 +1098,7 @@ TEST_CASE("the planner files conjunctions of unselective ranges under the range 
   {
     Compiled c("a BETWEEN 0 AND 100 AND b >= 5 AND b <= 8");
     REQUIRE(c.kind() == Kind::kRanges);
-    REQUIRE(c.rec->details->range_terms().size() == 2);
+    REQUIRE(c.terms.size() == 2);
     REQUIRE_FALSE(c.rec->ranges_proven);  // b's two conjuncts merged: checked
   }
   {
@@ -1116,7 +1117,7 @@ TEST_CASE("the planner files conjunctions of unselective ranges under the range 
   // Once a's ranges are known to span [0, 10000], a range of 50 on it is selective.
   mi::AccessStats stats;
   Compiled wide("a BETWEEN 0 AND 10000 AND b BETWEEN 0 AND 10000");
-  stats.Count(*wide.rec, +1);
+  stats.Count(*wide.rec, +1, wide.terms);
   REQUIRE(Compiled("a BETWEEN 10 AND 60 AND b BETWEEN 0 AND 5000", stats).kind() ==
           Kind::kInterval);
   REQUIRE(Compiled("a BETWEEN 10 AND 2000 AND b BETWEEN 0 AND 5000", stats).kind() ==

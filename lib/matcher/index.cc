@@ -132,7 +132,8 @@ void Index::RemoveWildcard(Record* rec) {
   }
 }
 
-void Index::AddToGroup(Group& g, Record* rec, uint32_t slot) {
+void Index::AddToGroup(Group& g, Record* rec, uint32_t slot,
+                       absl::Span<const RangeTerm> range_terms) {
   const Access& a = rec->accesses[slot];
   if (a.kind == Access::Kind::kUnindexed && rec->verify == Verify::kProven) {
     g.unindexed.Add(Entry{rec, rec->id.value, slot}, copy_);
@@ -152,7 +153,7 @@ void Index::AddToGroup(Group& g, Record* rec, uint32_t slot) {
     if (ra.range_index == nullptr) {
       if (g.content->ranges.get() == nullptr) g.content->ranges.reset(new RangeIndex);
       ra.range_index = g.content->ranges.get();
-      ra.pos[0] = ra.pos[1] = ra.range_index->File(copy_, rec->details->range_terms());
+      ra.pos[0] = ra.pos[1] = ra.range_index->File(copy_, range_terms);
       ra.range_index->Ref();  // the record's, until both copies have removed it
     } else if (g.content->ranges.get() == nullptr) {
       g.content->ranges.reset(ra.range_index);
@@ -241,7 +242,7 @@ void Index::RemoveFromGroup(Group& g, Record* rec, uint32_t slot) {
   if (--g.content->entries == 0) g.content.reset();
 }
 
-void Index::Add(Record* rec) {
+void Index::Add(Record* rec, absl::Span<const RangeTerm> range_terms) {
   // Counted by id, so that only a name's first user and last user hash it (the owner hands an
   // id to another name only after its last user's removal, which this copy applies first).
   for (const AttributeRef& a : rec->attributes()) {
@@ -253,7 +254,9 @@ void Index::Add(Record* rec) {
   Group& g = GroupFor(rec);
   rec->group[copy_] = &g;
   if (rec->placement == Placement::kWildcardTopic) wildcard_records_++;
-  for (uint32_t slot = 0; slot < rec->accesses.size(); ++slot) AddToGroup(g, rec, slot);
+  for (uint32_t slot = 0; slot < rec->accesses.size(); ++slot) {
+    AddToGroup(g, rec, slot, range_terms);
+  }
 }
 
 void Index::Remove(Record* rec) {
@@ -436,8 +439,8 @@ class Index::Matching {
   }
 
   // Survivors of the range index are reported as they are when proven (ranges_proven and exact
-  // event values), else when their terms hold exactly (ranges_proven) or all their checks do. Their
-  // records are scattered: each is fetched a few survivors ahead.
+  // event values), else when their program holds (ranges_proven: the selector is its terms) or
+  // all their checks do. Their records are scattered: each is fetched a few survivors ahead.
   void MatchRanges(const RangeIndex& ri) {
     const int copy = index_.copy_;
     const bool exact = ri.Match(copy, values(), s_.ranges);
@@ -450,7 +453,7 @@ class Index::Matching {
     for (size_t i = 0; i < n; ++i) {
       if (i + kAhead < n) __builtin_prefetch(ri.owner(copy, survivors[i + kAhead]));
       const Record* rec = ri.owner(copy, survivors[i]);
-      if (rec->ranges_proven ? exact || rec->RangesHold(values())
+      if (rec->ranges_proven ? exact || rec->program->Evaluate(event_) == Truth::kTrue
                              : rec->ChecksHold(0, 0, values(), event_)) {
         sink_(rec->id);
       }

@@ -352,7 +352,7 @@ struct Content {
   absl::flat_hash_map<uint32_t, std::unique_ptr<AttrIndex>> attrs;  // by attribute id
   // kRanges records; empty while none. Shared with the same group of the other copy.
   RangeIndexRef ranges;
-  size_t entries = 0;                  // in residual, attrs and ranges
+  size_t entries = 0;  // in residual, attrs and ranges
 };
 
 struct Group {
@@ -430,8 +430,10 @@ class Index {
   Index(const Index&) = delete;
   Index& operator=(const Index&) = delete;
 
-  // REQUIRES: no reader is inside this copy. `rec` must outlive its presence here.
-  void Add(Record* rec);
+  // REQUIRES: no reader is inside this copy. `rec` must outlive its presence here. The first
+  // copy to add a record with a kRanges access files `range_terms` (Compile's) in the range
+  // index the two copies share; the second needs none.
+  void Add(Record* rec, absl::Span<const RangeTerm> range_terms = {});
   // REQUIRES: no reader is inside this copy; `rec` was added and not removed.
   void Remove(Record* rec);
   // Hints the caches about the structures Add (add) or Remove (!add) of `rec` will touch first.
@@ -461,7 +463,7 @@ class Index {
   Group& GroupFor(const Record* rec);  // creates it
   void RemoveWildcard(Record* rec);
   TrieGroup* NewTrieGroup(TrieNode* node);
-  void AddToGroup(Group& g, Record* rec, uint32_t slot);
+  void AddToGroup(Group& g, Record* rec, uint32_t slot, absl::Span<const RangeTerm> range_terms);
   void RemoveFromGroup(Group& g, Record* rec, uint32_t slot);
 
   const int copy_;

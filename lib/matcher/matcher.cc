@@ -108,18 +108,21 @@ class Matcher::Impl {
     records_.prefetch(id);
     __builtin_prefetch(subscription.selector().program());
     if (const TopicFilter* f = subscription.topic_filter()) __builtin_prefetch(f->text().data());
+    const size_t first_term = pending_terms_.size();
     mi::Record* rec = mi::Compile(
         id, std::move(subscription), [this](absl::string_view name) { return Intern(name); },
-        stats_, pool_, &view_);
+        stats_, pool_, &view_, &pending_terms_);
     auto [it, inserted] = records_.try_emplace(id, RecordRef(rec));
     if (!inserted) {
       for (const mi::AttributeRef& a : rec->attributes()) Release(rec->name(a));
       mi::DestroyRecord(rec, pool_);
+      pending_terms_.resize(first_term);
       return absl::AlreadyExistsError(
           absl::StrCat("subscriber ", id.value, " already has a subscription in the matcher"));
     }
-    stats_.Count(*rec, +1);
-    pending_.push_back(Op{rec, true});
+    const auto terms = static_cast<uint32_t>(pending_terms_.size() - first_term);
+    stats_.Count(*rec, +1, absl::MakeConstSpan(pending_terms_).subspan(first_term, terms));
+    pending_.push_back(Op{rec, true, static_cast<uint32_t>(first_term), terms});
     if (pending_.size() >= options_.max_unpublished) Publish();
     return absl::OkStatus();
   }
@@ -137,7 +140,7 @@ class Matcher::Impl {
       stats_.Count(*rec, -1);
       for (const mi::AttributeRef& a : rec->attributes()) Release(rec->name(a));
     }
-    pending_.push_back(Op{rec, false});
+    pending_.push_back(Op{rec, false, 0, 0});
     if (pending_.size() >= options_.max_unpublished) Publish();
     return absl::OkStatus();
   }
@@ -176,6 +179,9 @@ class Matcher::Impl {
   struct Op {
     mi::Record* rec;
     bool add;
+    // An add's range terms (Compile's), in pending_terms_ until the first copy has filed them.
+    uint32_t first_term;
+    uint32_t terms;
   };
   // A record, marked `plain` when it has no attributes and no access that AccessStats counts
   // (topic-only subscriptions): removing it needs no look at the record until it is applied.
@@ -273,7 +279,9 @@ class Matcher::Impl {
       }
       const Op& op = ops[i];
       if (op.add) {
-        copy.Add(op.rec);
+        copy.Add(op.rec,
+                 second ? absl::Span<const mi::RangeTerm>()
+                        : absl::MakeConstSpan(pending_terms_).subspan(op.first_term, op.terms));
       } else {
         // Removing a wildcard filter may prune trie nodes that walks have reached: drop them.
         if (mi::Index::Walks(op.rec)) walks_.clear();
@@ -309,6 +317,7 @@ class Matcher::Impl {
     if (pending_.empty()) return;
     const int next = 1 - current_.load(std::memory_order_relaxed);
     Apply(pending_, copies_[next], /*second=*/false);
+    pending_terms_.clear();  // filed
     current_.store(next, std::memory_order_seq_cst);
     lagging_.swap(pending_);
     pending_.clear();
@@ -326,9 +335,10 @@ class Matcher::Impl {
   std::vector<uint32_t> free_ids_;
   uint32_t next_id_ = 0;
   mi::AccessStats stats_;
-  std::vector<Op> pending_;          // in neither copy yet
-  std::vector<Op> lagging_;          // in copies_[current_] only
-  std::vector<mi::TrieWalk> walks_;  // Apply's, kept to reuse its memory
+  std::vector<Op> pending_;                   // in neither copy yet
+  std::vector<mi::RangeTerm> pending_terms_;  // of pending_ adds
+  std::vector<Op> lagging_;                   // in copies_[current_] only
+  std::vector<mi::TrieWalk> walks_;           // Apply's, kept to reuse its memory
 
   // Shared with readers: copies_[current_] is read-only while current.
   mi::Index copies_[2] = {mi::Index(0, &pool_), mi::Index(1, &pool_)};

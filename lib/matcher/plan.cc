@@ -165,24 +165,6 @@ Truth Check::Evaluate(AttrValues values, const Event& event) const {
   return Truth::kUnknown;
 }
 
-bool Record::RangesHold(AttrValues values) const {
-  for (const RangeTerm& t : details->range_terms()) {
-    const AttributeValue* v = values[t.attr];
-    if (v == nullptr) return false;
-    if (const int64_t* i = std::get_if<int64_t>(v)) {
-      // Bounds are floats (infinite for a missing one): compared by exact value.
-      if (sa::CompareInt64Double(*i, t.lo) < 0 || sa::CompareInt64Double(*i, t.hi) > 0) {
-        return false;
-      }
-    } else if (const double* d = std::get_if<double>(v)) {
-      if (!(*d >= t.lo && *d <= t.hi)) return false;  // NaN fails both
-    } else {
-      return false;
-    }
-  }
-  return true;
-}
-
 Truth Check::Truth3(AttrValues values, const Event& event) const {
   const Truth t = Evaluate(values, event);
   return negated ? Not(t) : t;
@@ -389,7 +371,7 @@ class Compiler {
   Compiler(Record* rec, InternFn intern, const AccessStats& stats, const sp::View& view)
       : rec_(rec), intern_(intern), stats_(stats), view_(view) {}
 
-  void Run(const sp::ViewNode* root) {
+  void Run(const sp::ViewNode* root, std::vector<RangeTerm>* range_terms) {
     const sp::ViewNodes conjuncts = view_.Conjuncts(root);
     const Ranges ranges = CollectRanges(conjuncts);
     Choice best = BestAccess(conjuncts, ranges, /*allow_or=*/true);
@@ -398,7 +380,7 @@ class Compiler {
     rec_->accesses = std::move(best.accesses);
     rec_->dedupe = best.dedupe;
     if (rec_->ranges_proven) {
-      // No check list: the range terms are the selector, and RangesHold verifies them.
+      // No check list: the range terms are the selector, and the program verifies them.
     } else if (best.branches.empty()) {
       checks_.push_back(CompileAllBut(conjuncts, best.proves));
     } else {
@@ -411,7 +393,8 @@ class Compiler {
         checks_.push_back(std::move(checks));
       }
     }
-    rec_->details = Details::Make(terms_, attributes_);
+    rec_->details = Details::Make(attributes_);
+    range_terms->insert(range_terms->end(), terms_.begin(), terms_.end());
     // Only lists with a check in them need to be kept (BranchChecks gives an empty list else).
     const bool any = !disjunctions_.empty() ||
                      std::any_of(checks_.begin(), checks_.end(),
@@ -851,7 +834,7 @@ double AccessStats::Selectivity(uint32_t attr, double lo, double hi) const {
   return std::clamp(held / span, 0.0, 1.0);
 }
 
-void AccessStats::Count(const Record& rec, int delta) {
+void AccessStats::Count(const Record& rec, int delta, absl::Span<const RangeTerm> range_terms) {
   for (const Access& a : rec.accesses) {
     if (a.kind == Access::Kind::kUnindexed) continue;
     if (delta > 0) {  // the spans only grow
@@ -864,7 +847,7 @@ void AccessStats::Count(const Record& rec, int delta) {
         case Access::Kind::kAtLeast:
         case Access::Kind::kAtMost: Extend(a.attr, a.key.d); break;
         case Access::Kind::kRanges:
-          for (const RangeTerm& t : rec.details->range_terms()) {
+          for (const RangeTerm& t : range_terms) {
             Extend(t.attr, t.lo);
             Extend(t.attr, t.hi);
           }
@@ -905,17 +888,12 @@ void Details::Deleter::operator()(Details* d) const {
   ::operator delete(d);
 }
 
-Details::Ptr Details::Make(absl::Span<const RangeTerm> terms,
-                           absl::Span<const AttributeRef> attributes) {
-  void* mem = ::operator new(sizeof(Details) + terms.size() * sizeof(RangeTerm) +
-                             attributes.size() * sizeof(AttributeRef));
+Details::Ptr Details::Make(absl::Span<const AttributeRef> attributes) {
+  void* mem = ::operator new(sizeof(Details) + attributes.size() * sizeof(AttributeRef));
   Details* d = new (mem) Details();
-  d->range_count = static_cast<uint32_t>(terms.size());
   d->attribute_count = static_cast<uint32_t>(attributes.size());
-  std::memcpy(static_cast<char*>(mem) + sizeof(Details), terms.data(),
-              terms.size() * sizeof(RangeTerm));
-  std::memcpy(static_cast<char*>(mem) + sizeof(Details) + terms.size() * sizeof(RangeTerm),
-              attributes.data(), attributes.size() * sizeof(AttributeRef));
+  std::memcpy(static_cast<char*>(mem) + sizeof(Details), attributes.data(),
+              attributes.size() * sizeof(AttributeRef));
   return Ptr(d);
 }
 
@@ -934,7 +912,8 @@ void DestroyRecord(Record* rec, Pool& pool) {
 }
 
 Record* Compile(SubscriberId id, Subscription subscription, InternFn intern,
-                const AccessStats& stats, Pool& pool, sp::View* view) {
+                const AccessStats& stats, Pool& pool, sp::View* view,
+                std::vector<RangeTerm>* range_terms) {
   std::optional<TopicFilter>& filter = SubscriptionParts::topic_filter(subscription);
   // A topic filter lives just past the record, in its pool block.
   static_assert(sizeof(Record) % alignof(TopicFilter) == 0);
@@ -957,7 +936,7 @@ Record* Compile(SubscriberId id, Subscription subscription, InternFn intern,
     return rec;
   }
   view->Reset(*rec->program);
-  Compiler(rec, intern, stats, *view).Run(view->root());
+  Compiler(rec, intern, stats, *view).Run(view->root(), range_terms);
   return rec;
 }
 

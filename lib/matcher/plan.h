@@ -48,7 +48,7 @@
 //   - details->lists->checks[a.branch] exists for every access a, except that a record with an
 //   empty
 //     selector has no details, and a ranges_proven record (whose range terms are exactly its
-//     selector: RangesHold verifies it) has no check list (BranchChecks gives an empty list).
+//     selector: its program verifies it) has no check list (BranchChecks gives an empty list).
 //   - `dedupe` is set when one event may reach the record through more than one access.
 //   - The record holds a reference to its program, so every pointer into the program (string
 //     literals, IN operations, LIKE patterns, generic conditions, attribute names) lives as long
@@ -196,7 +196,7 @@ struct Access {
     kInterval,   // [lo, hi] in bucket key.i of width class `width_class`
     kWide,       // [lo, hi] that no bucket holds: scanned when the attribute is numeric
     kPrefix,     // string attribute starting with str
-    kRanges,     // the group's range index, by every term of details->range_terms() (pos: slot)
+    kRanges,     // the group's range index, by every range term (pos: slot)
   };
   Kind kind = Kind::kUnindexed;
   uint16_t branch = 0;  // which of the record's check lists verifies what this access finds
@@ -237,7 +237,7 @@ struct AttributeRef {
 };
 
 // What only a record with a selector has (kept apart to keep topic-only records small), in one
-// allocation: the fields, then range_count RangeTerms, then attribute_count AttributeRefs.
+// allocation: the fields, then attribute_count AttributeRefs.
 struct Details {
   // The check lists, apart: a record proven by its range terms has none, and its Details stay
   // small.
@@ -250,29 +250,21 @@ struct Details {
     std::vector<std::vector<Check>> disjunctions;
   };
   std::unique_ptr<Lists> lists;  // null without checks
-  // A kRanges access: the range terms the range index files (one per attribute, the ranges on
-  // it merged); the checks, if any, still hold every conjunct.
-  uint32_t range_count = 0;
   // The distinct attributes the checks and accesses use.
   uint32_t attribute_count = 0;
 
-  absl::Span<const RangeTerm> range_terms() const {
-    return {reinterpret_cast<const RangeTerm*>(this + 1), range_count};
-  }
   absl::Span<const AttributeRef> attributes() const {
-    return {reinterpret_cast<const AttributeRef*>(range_terms().data() + range_count),
-            attribute_count};
+    return {reinterpret_cast<const AttributeRef*>(this + 1), attribute_count};
   }
 
   struct Deleter {
     void operator()(Details* d) const;
   };
   using Ptr = std::unique_ptr<Details, Deleter>;
-  // Details with room for, and holding, `terms` and `attributes`.
-  static Ptr Make(absl::Span<const RangeTerm> terms, absl::Span<const AttributeRef> attributes);
+  // Details with room for, and holding, `attributes`.
+  static Ptr Make(absl::Span<const AttributeRef> attributes);
 };
-static_assert(alignof(RangeTerm) <= alignof(Details) &&
-              alignof(AttributeRef) <= alignof(RangeTerm));
+static_assert(sizeof(Details) % alignof(AttributeRef) == 0);
 
 // Fields are ordered so that what changes of the index read comes first.
 struct Record {
@@ -284,7 +276,7 @@ struct Record {
   bool dedupe = false;
   // A kRanges record whose selector is exactly its range terms, each one inclusive range with
   // bounds exactly floats: a survivor of the range index is a match when the event's values were
-  // exact floats too (RangeIndex::Match), with no check to run.
+  // exact floats too (RangeIndex::Match), with no check to run; else its program decides.
   bool ranges_proven = false;
   size_t topic_hash = 0;  // of topic() (kExactTopic), for the exact-topic table
   // The group holding the record's entries in each index copy (set by that copy's Add).
@@ -323,11 +315,6 @@ struct Record {
     return selector_program::BytesAt(program->data() + a.name);
   }
 
-  // Whether every range term holds, compared exactly with the event's values (a missing,
-  // non-numeric or NaN value holds none). Verifies a ranges_proven record, whose terms' bounds
-  // are its inclusive bounds exactly. REQUIRES: ranges_proven.
-  bool RangesHold(AttrValues values) const;
-
   // Whether BranchChecks(branch)[from..] all hold.
   bool ChecksHold(size_t branch, size_t from, AttrValues values, const Event& event) const {
     const std::vector<Check>& list = BranchChecks(branch);
@@ -363,8 +350,9 @@ class AccessStats {
   // one-sided range typically half of all values). Values are assumed uniform over the keys,
   // prefixes and buckets in use.
   double Cost(const Access& a) const;
-  // Counts (delta +1) or uncounts (-1) the accesses of `rec`.
-  void Count(const Record& rec, int delta);
+  // Counts (delta +1) or uncounts (-1) the accesses of `rec`; counting a kRanges access extends
+  // the spans by its `range_terms` (from Compile).
+  void Count(const Record& rec, int delta, absl::Span<const RangeTerm> range_terms = {});
   // The share of an attribute's values a range [lo, hi] (infinite for a missing bound) is
   // expected to hold: its part of the span between the lowest and highest finite range bound
   // filed on that attribute so far (1 while that span is unknown or empty). The span only grows.
@@ -399,9 +387,12 @@ class AccessStats {
 };
 
 // Builds the record for `subscription` in memory from `pool`; DestroyRecord frees it. `view` is
-// scratch memory for the planner (the owner's, reused from one call to the next).
+// scratch memory for the planner (the owner's, reused from one call to the next). A record with
+// a kRanges access appends its range terms (one per attribute, the ranges on it merged) to
+// `range_terms`, for AccessStats::Count and the range index's File; the record keeps none.
 Record* Compile(SubscriberId id, Subscription subscription, InternFn intern,
-                const AccessStats& stats, Pool& pool, selector_program::View* view);
+                const AccessStats& stats, Pool& pool, selector_program::View* view,
+                std::vector<RangeTerm>* range_terms);
 void DestroyRecord(Record* rec, Pool& pool);
 
 // Normalized equality keys: numbers equal by exact value get the same key (5 and 5.0 are int 5;
