@@ -155,14 +155,7 @@ absl::Status SubscriberHostingBrokerImpl::Recover() {
                                   : absl::StrCat(", not below the next id ", next_id_),
           ": the subscriptions table is damaged"));
     }
-    SubscriptionState s{SubscriberId{row.id},
-                        row.name,
-                        std::move(row.selector),
-                        std::move(row.topic_filter),
-                        *std::move(sub),
-                        row.epoch,
-                        "",
-                        {}};
+    SubscriptionState s{SubscriberId{row.id}, row.name, *std::move(sub), row.epoch, "", {}};
     // For subscription_expiry: when it was last heard is not stored.
     s.last_heard = Now();
     names_[row.id] = row.name;
@@ -174,6 +167,9 @@ absl::Status SubscriberHostingBrokerImpl::Recover() {
   recovery_.subscription_count = stored.size();
   stored = {};
   recovery_.selectors = step.Lap();
+  // Rows come by subscriber, then pubend: each subscriber's are looked up once.
+  std::optional<uint64_t> looked_up;
+  SubscriptionState* found = nullptr;  // looked_up's, or null if none
   GRYPH_RETURN_IF_ERROR(storage_->Scan(
       kShbPositionsTable, "", "", [&](absl::string_view key, absl::string_view value) {
         std::optional<internal::PositionKeyParts> k = internal::ParsePositionKey(key);
@@ -182,11 +178,15 @@ absl::Status SubscriberHostingBrokerImpl::Recover() {
           parse = absl::DataLossError("shb position row has the wrong size");
           return false;
         }
-        auto s = by_id_.find(k->subscriber.value);
-        if (s == by_id_.end() || !pubends_.contains(k->pubend)) {
+        if (looked_up != k->subscriber.value) {
+          auto s = by_id_.find(k->subscriber.value);
+          found = s == by_id_.end() ? nullptr : s->second;
+          looked_up = k->subscriber.value;
+        }
+        if (found == nullptr || !pubends_.contains(k->pubend)) {
           return true;  // pubend no longer served
         }
-        Position& pos = s->second->positions[k->pubend];
+        Position& pos = found->positions[k->pubend];
         pos.created = row->created;
         pos.released = row->released;
         return true;
@@ -342,7 +342,7 @@ void SubscriberHostingBrokerImpl::ProcessCommits() {
       auto it = by_id_.find(id.value);
       if (it == by_id_.end()) continue;  // deleted meanwhile
       SubscriptionState& s = *it->second;
-      if (s.awaiting_creation) ready_connects_.push_back(*std::move(s.awaiting_creation));
+      if (s.awaiting_creation) ready_connects_.push_back(std::move(*s.awaiting_creation));
       s.awaiting_creation.reset();
     }
     in_flight_.pop_front();
@@ -814,8 +814,7 @@ void SubscriberHostingBrokerImpl::OnConnect(absl::string_view from, const Connec
       SendError(from, m.subscription, sub.status());
       return;
     }
-    SubscriptionState s{SubscriberId{next_id_++}, m.subscription, m.selector, m.topic_filter,
-                        *std::move(sub),          m.epoch,        "",         {}};
+    SubscriptionState s{SubscriberId{next_id_++}, m.subscription, *std::move(sub), m.epoch, "", {}};
     for (auto& [id, p] : pubends_) {
       // A new subscription starts at latestDelivered; a CT from elsewhere (reconnect anywhere)
       // is refiltered from there up to latestDelivered.
@@ -827,8 +826,9 @@ void SubscriberHostingBrokerImpl::OnConnect(absl::string_view from, const Connec
         return;
       }
     }
-    wb.Put(kShbSubscriptionsTable, s.name,
-           internal::EncodeSubscriptionRow({s.id.value, s.epoch, s.selector, s.topic_filter}));
+    wb.Put(
+        kShbSubscriptionsTable, s.name,
+        internal::EncodeSubscriptionRow({s.id.value, s.epoch, s.SelectorText(), s.FilterText()}));
     wb.Put(kShbMetaTable, kShbNextIdKey, internal::EncodeNextId(next_id_));
     names_[s.id.value] = s.name;
     it = subscriptions_.emplace(s.name, std::move(s)).first;
@@ -842,13 +842,14 @@ void SubscriberHostingBrokerImpl::OnConnect(absl::string_view from, const Connec
     // Answered once this commit is durable (SubscriptionState::awaiting_creation): the matcher
     // and the PFS have it from now on, so the session's catchup from the subscription's start
     // serves what matches meanwhile.
-    it->second.awaiting_creation.emplace(std::string(from), m);
+    it->second.awaiting_creation =
+        std::make_unique<std::pair<std::string, ConnectMessage>>(std::string(from), m);
     creating_.push_back(it->second.id);
     Submit(std::move(wb), {});
     return;
   } else {
     SubscriptionState& s = it->second;
-    if (s.selector != m.selector || s.topic_filter != m.topic_filter) {
+    if (s.SelectorText() != m.selector || s.FilterText() != m.topic_filter) {
       SendError(from, m.subscription,
                 absl::InvalidArgumentError(absl::StrCat(
                     "subscription '", m.subscription,
@@ -870,7 +871,8 @@ void SubscriberHostingBrokerImpl::OnConnect(absl::string_view from, const Connec
             s.awaiting_creation->first, s.name,
             absl::AbortedError(absl::StrCat("fenced by a newer connection (epoch ", m.epoch, ")")));
       }
-      s.awaiting_creation.emplace(std::string(from), m);
+      s.awaiting_creation =
+          std::make_unique<std::pair<std::string, ConnectMessage>>(std::string(from), m);
       return;
     }
     if (!s.session.empty()) {
@@ -888,8 +890,9 @@ void SubscriberHostingBrokerImpl::OnConnect(absl::string_view from, const Connec
     }
     if (m.epoch > s.epoch) {
       s.epoch = m.epoch;
-      wb.Put(kShbSubscriptionsTable, s.name,
-             internal::EncodeSubscriptionRow({s.id.value, s.epoch, s.selector, s.topic_filter}));
+      wb.Put(
+          kShbSubscriptionsTable, s.name,
+          internal::EncodeSubscriptionRow({s.id.value, s.epoch, s.SelectorText(), s.FilterText()}));
     }
   }
   // Submitted, not waited for: a burst of reconnections must not cost the loop an fsync each.
@@ -1042,8 +1045,8 @@ void SubscriberHostingBrokerImpl::Delete(
 SubscriptionStatus SubscriberHostingBrokerImpl::StatusOf(const SubscriptionState& s) const {
   SubscriptionStatus st;
   st.name = s.name;
-  st.selector = s.selector;
-  st.topic_filter = s.topic_filter;
+  st.selector = std::string(s.SelectorText());
+  st.topic_filter = std::string(s.FilterText());
   st.session = s.session;
   st.epoch = s.epoch;
   st.last_heard = s.last_heard;

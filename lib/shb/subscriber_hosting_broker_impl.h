@@ -85,9 +85,7 @@ class SubscriberHostingBrokerImpl final : public SubscriberHostingBroker {
   struct SubscriptionState {
     SubscriberId id;
     std::string name;
-    std::string selector;
-    std::string topic_filter;
-    Subscription subscription;
+    Subscription subscription;  // its texts are the stored ones (SelectorText, FilterText)
     uint64_t epoch = 0;
     std::string session;  // the connected peer; empty when disconnected
     // std::map: its nodes do not move, and the streams hold pointers to their sessions.
@@ -97,7 +95,15 @@ class SubscriberHostingBrokerImpl final : public SubscriberHostingBroker {
     // waits for it (the latest, with its sender). Connected goes out only then: a subscriber
     // told earlier would hold a CT for a subscription that a crash can take away, and the
     // restarted broker, not knowing it, would release upstream what that CT still needs.
-    std::optional<std::pair<std::string, ConnectMessage>> awaiting_creation = std::nullopt;
+    // (Behind a pointer: most subscriptions never wait, and a million of them would each carry
+    // an empty ConnectMessage.)
+    std::unique_ptr<std::pair<std::string, ConnectMessage>> awaiting_creation = nullptr;
+
+    absl::string_view SelectorText() const { return subscription.selector().text(); }
+    absl::string_view FilterText() const {
+      const TopicFilter* f = subscription.topic_filter();
+      return f == nullptr ? absl::string_view() : absl::string_view(f->text());
+    }
   };
   struct PubendState {
     PubendId id;
