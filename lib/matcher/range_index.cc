@@ -284,9 +284,39 @@ std::unique_ptr<RangeIndex::Grid> RangeIndex::Rebuilt(const Grid& g) const {
   return next;
 }
 
+std::unique_ptr<RangeIndex::Grid> RangeIndex::Compacted(const Grid& g) const {
+  auto next = std::make_unique<Grid>(g.cuts);
+  size_t live = 0;
+  for (size_t c = 0; c < g.cell_count(); ++c) {
+    const Cell& from = g.cells[c];
+    const uint32_t n = from.size.load(std::memory_order_relaxed);
+    if (n == 0) continue;
+    const Block* b = from.block.load(std::memory_order_relaxed);
+    uint32_t kept = 0;
+    for (uint32_t e = 0; e < n; ++e) kept += terms_[b->slots()[e]] != 0;
+    if (kept == 0) continue;
+    // Same cuts, same cells: each keeps its filed terms, in a block of their size.
+    next->cells[c].capacity = kept;
+    next->cells[c].block.store(Block::New(kept), std::memory_order_relaxed);
+    for (uint32_t e = 0; e < n; ++e) {
+      if (terms_[b->slots()[e]] != 0) next->File(b->slots()[e], b->bounds()[e], c);
+    }
+    live += kept;
+  }
+  if (live == 0) return nullptr;
+  next->terms = live;
+  next->rebuild_at = std::max(kSingleCell, 4 * live);
+  return next;
+}
+
 void RangeIndex::Purge(int copy) {
   for (uint32_t attr = 0; attr < grids_.size(); ++attr) {
-    if (grids_[attr] != nullptr) Replace(copy, attr, Rebuilt(*grids_[attr]));
+    const Grid* g = grids_[attr].get();
+    if (g == nullptr) continue;
+    std::unique_ptr<Grid> next = Compacted(*g);
+    // Shrunk a lot: fewer buckets, cut for what is left.
+    if (next != nullptr && TargetBuckets(next->terms) * 2 < next->buckets) next = Rebuilt(*next);
+    Replace(copy, attr, std::move(next));
   }
   PublishTable(copy);
   // Dead slots become free; free slots at the top are given back, so that the slot numbers stay

@@ -246,6 +246,8 @@ class RangeIndex {
   // A grid of `g`'s filed terms (dead ones dropped) under new cuts for them, `g` itself
   // unchanged.
   std::unique_ptr<Grid> Rebuilt(const Grid& g) const;
+  // A grid of `g`'s filed terms (dead ones dropped) under the same cuts, or null if none.
+  std::unique_ptr<Grid> Compacted(const Grid& g) const;
   // Replaces the grid of `attr` (null: drops it), retiring the old one and the table.
   void Replace(int copy, uint32_t attr, std::unique_ptr<Grid> grid);
   // Publishes a table of grids_, retiring the old one.
