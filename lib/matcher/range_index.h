@@ -32,8 +32,7 @@
 // whether every value it read was exactly a float; when so, a term whose bounds are inclusive
 // and exactly floats holds exactly when its float comparison does, and the caller may report a
 // survivor made only of such terms without verifying it (Record::ranges_proven). Any other
-// survivor is verified by the caller: a proven record's terms compared exactly with the values
-// (Record::RangesHold), any other record's checks.
+// survivor is verified by the caller: a proven record by its program, any other by its checks.
 //
 // Sharing. The matcher keeps two copies of its index for its readers (lib/matcher/matcher.cc,
 // left-right), but one range index serves both: the terms are filed once, and each copy has its
@@ -44,7 +43,8 @@
 // the table of grids is replaced whole, by an atomic pointer, when rebuilt or purged. A reader
 // never reports what it may see half done: a slot filed or revived since its copy's counts were
 // set has count 0 there (it wraps), and a slot outside its copy's counts is counted in a sink
-// that is never reported. What a change replaces is retired, tagged with the copy being changed,
+// that is never reported (a cell records its highest slot, so that only cells holding such
+// slots check for them). What a change replaces is retired, tagged with the copy being changed,
 // and freed by the first change to the other copy: the matcher changes a copy only once no
 // reader is left in it, and readers that began after the change never see what it retired.
 //
@@ -62,8 +62,8 @@
 //     limit_ in free_ (exactly those). Each copy enters and leaves a filed slot once, in the
 //     order of the changes (an add and a remove may both reach one copy before the other): it
 //     is dead once both have left it.
-//   - A copy's need[s] is terms_[s] when s is live in that copy, else 0 (need has no trailing
-//     zeros); its owners[s] is the record of a slot live in it.
+//   - A copy's need[s] is terms_[s] (without kLeftOne) when s is live in that copy, else 0 (need
+//     has no trailing zeros); its owners[s] is the record of a slot live in it.
 //   - Every filed slot s has exactly terms_[s] terms filed, in the grids of distinct attributes;
 //     dead slots may have terms filed; free slots have none.
 //   - A term with bounds lo, hi is in cell (Bucket(lo), max(Bucket(lo), Bucket(hi))) of its
