@@ -76,10 +76,9 @@ RangeIndex::Block* RangeIndex::Grid::File(uint32_t slot, Bounds b, size_t cell) 
   const uint32_t n = c.size.load(std::memory_order_relaxed);
   Block* block = c.block.load(std::memory_order_relaxed);
   Block* replaced = nullptr;
-  if (n == c.capacity) {
+  if (block == nullptr || n == block->capacity) {
     // Full: a copy twice as large, published before the entry that needs it.
-    c.capacity = std::max<uint32_t>(4, 2 * c.capacity);
-    Block* grown = Block::New(c.capacity);
+    Block* grown = Block::New(block == nullptr ? 4 : 2 * block->capacity);
     if (block != nullptr) {
       std::memcpy(grown->slots(), block->slots(), n * sizeof(uint32_t));
       std::memcpy(grown->bounds(), block->bounds(), n * sizeof(Bounds));
@@ -273,7 +272,6 @@ std::unique_ptr<RangeIndex::Grid> RangeIndex::Rebuilt(const Grid& g) const {
   });
   for (size_t c = 0; c < sizes.size(); ++c) {
     if (sizes[c] == 0) continue;
-    next->cells[c].capacity = sizes[c];
     next->cells[c].block.store(Block::New(sizes[c]), std::memory_order_relaxed);
   }
   g.ForEachTerm([&](uint32_t s, Bounds b) {
@@ -296,7 +294,6 @@ std::unique_ptr<RangeIndex::Grid> RangeIndex::Compacted(const Grid& g) const {
     for (uint32_t e = 0; e < n; ++e) kept += terms_[b->slots()[e]] != 0;
     if (kept == 0) continue;
     // Same cuts, same cells: each keeps its filed terms, in a block of their size.
-    next->cells[c].capacity = kept;
     next->cells[c].block.store(Block::New(kept), std::memory_order_relaxed);
     for (uint32_t e = 0; e < n; ++e) {
       if (terms_[b->slots()[e]] != 0) next->File(b->slots()[e], b->bounds()[e], c);

@@ -192,7 +192,6 @@ class RangeIndex {
   // Grows only while its grid is published; entries [0, size) of `block` are complete.
   struct Cell {
     std::atomic<uint32_t> size{0};
-    uint32_t capacity = 0;              // of block (owner only)
     std::atomic<uint32_t> max_slot{0};  // the highest slot of an entry
     std::atomic<Block*> block{nullptr};
   };
