@@ -110,6 +110,11 @@ TEST_CASE("copies of a selector share one parsed tree", "[selector]") {
   REQUIRE(b.text() == a.text());
   Selector c = std::move(b);
   REQUIRE(c.program() == a.program());
+  // The copies share the text too, and each keeps it alive.
+  REQUIRE(c.text().data() == a.text().data());
+  a = Selector();
+  REQUIRE(a.text().empty());
+  REQUIRE(c.text() == "a = 1 AND b LIKE 'x%'");
 }
 
 TEST_CASE("a selector outlives the text it was parsed from", "[selector]") {

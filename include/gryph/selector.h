@@ -49,7 +49,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -108,8 +107,8 @@ class Selector {
   // True only when Evaluate(event) is kTrue.
   bool Matches(const Event& event) const { return Evaluate(event) == Truth::kTrue; }
 
-  // The text given to Parse, unchanged.
-  const std::string& text() const;
+  // The text given to Parse, unchanged. Valid as long as any copy of this Selector lives.
+  absl::string_view text() const;
 
   // True for an empty or whitespace-only selector.
   bool matches_everything() const;
@@ -144,12 +143,17 @@ class Selector {
   const selector_program::Program* program() const { return program_; }
 
  private:
-  Selector(const selector_program::Program* program, std::shared_ptr<const std::string> text)
-      : program_(program), text_(std::move(text)) {}
+  // A text shared by the copies of a Selector: a count, the length and the bytes, in one
+  // allocation (lib/selector/selector.cc).
+  struct Text;
+
+  // Takes over a reference to each (either may be null).
+  Selector(const selector_program::Program* program, const Text* text)
+      : program_(program), text_(text) {}
 
   // A counted reference (lib/selector/program.h ProgramRef), or null: matches everything.
   const selector_program::Program* program_ = nullptr;
-  std::shared_ptr<const std::string> text_;  // null for the default-constructed selector
+  const Text* text_ = nullptr;  // a counted reference, or null for an empty text
 };
 
 }  // namespace gryph

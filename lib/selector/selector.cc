@@ -1,5 +1,10 @@
 #include "gryph/selector.h"
 
+#include <atomic>
+#include <cstring>
+#include <new>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "lib/selector/parser.h"
 #include "lib/selector/program.h"
@@ -11,13 +16,42 @@ namespace gryph {
 
 namespace sp = selector_program;
 
+struct Selector::Text {
+  mutable std::atomic<uint32_t> refs{1};
+  size_t size = 0;
+  absl::string_view view() const { return {reinterpret_cast<const char*>(this + 1), size}; }
+
+  // A new text holding a copy of `s`, with one reference; null for an empty one (the commonest
+  // selector, that of topic-only subscriptions, allocates nothing).
+  static const Text* Make(absl::string_view s) {
+    if (s.empty()) return nullptr;
+    void* mem = ::operator new(sizeof(Text) + s.size());
+    Text* t = new (mem) Text();
+    t->size = s.size();
+    std::memcpy(static_cast<char*>(mem) + sizeof(Text), s.data(), s.size());
+    return t;
+  }
+  static const Text* Share(const Text* t) {
+    if (t != nullptr) t->refs.fetch_add(1, std::memory_order_relaxed);
+    return t;
+  }
+  static void Drop(const Text* t) {
+    if (t != nullptr && t->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      t->~Text();
+      ::operator delete(const_cast<Text*>(t));
+    }
+  }
+};
+
 Selector::Selector() = default;
 
 Selector::Selector(const Selector& other)
-    : program_(sp::ProgramRef::Share(other.program_).release()), text_(other.text_) {}
+    : program_(sp::ProgramRef::Share(other.program_).release()),
+      text_(Text::Share(other.text_)) {}
 
 Selector::Selector(Selector&& other) noexcept
-    : program_(std::exchange(other.program_, nullptr)), text_(std::move(other.text_)) {}
+    : program_(std::exchange(other.program_, nullptr)),
+      text_(std::exchange(other.text_, nullptr)) {}
 
 Selector& Selector::operator=(const Selector& other) {
   if (this != &other) *this = Selector(other);
@@ -30,18 +64,15 @@ Selector& Selector::operator=(Selector&& other) noexcept {
   return *this;
 }
 
-Selector::~Selector() { sp::ProgramRef drop(program_); }
+Selector::~Selector() {
+  sp::ProgramRef drop(program_);
+  Text::Drop(text_);
+}
 
 absl::StatusOr<Selector> Selector::Parse(absl::string_view text, const SelectorOptions& options) {
-  if (text.empty()) {
-    // The commonest selector (topic-only subscriptions) shares one text: no allocation per
-    // subscription.
-    static const std::shared_ptr<const std::string>* const kEmpty =
-        new std::shared_ptr<const std::string>(std::make_shared<const std::string>());
-    return Selector(nullptr, *kEmpty);
-  }
+  if (text.empty()) return Selector();
   GRYPH_ASSIGN_OR_RETURN(sp::ProgramRef program, selector_ast::ParseSelector(text, options));
-  return Selector(program.release(), std::make_shared<const std::string>(text));
+  return Selector(program.release(), Text::Make(text));
 }
 
 Truth Selector::Evaluate(const Event& event) const {
@@ -49,9 +80,8 @@ Truth Selector::Evaluate(const Event& event) const {
   return program_->Evaluate(event);
 }
 
-const std::string& Selector::text() const {
-  static const std::string* const kEmpty = new std::string();
-  return text_ == nullptr ? *kEmpty : *text_;
+absl::string_view Selector::text() const {
+  return text_ == nullptr ? absl::string_view() : text_->view();
 }
 
 bool Selector::matches_everything() const { return program_ == nullptr; }
@@ -99,12 +129,11 @@ absl::StatusOr<Selector> Selector::Decode(absl::string_view bytes) {
   if (code.empty()) {
     // Only a blank text compiles to no program.
     if (!blank) return absl::DataLossError("selector encoding: a nonblank text without a program");
-    if (text.empty()) return Parse("");
-    return Selector(nullptr, std::make_shared<const std::string>(text));
+    return Selector(nullptr, Text::Make(text));
   }
   if (blank) return absl::DataLossError("selector encoding: a program for a blank text");
   GRYPH_ASSIGN_OR_RETURN(sp::ProgramRef program, sp::Program::Make(code));
-  return Selector(program.release(), std::make_shared<const std::string>(text));
+  return Selector(program.release(), Text::Make(text));
 }
 
 }  // namespace gryph
