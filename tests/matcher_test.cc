@@ -507,6 +507,28 @@ TEST_CASE("a rejected duplicate add leaves the attribute names as they were", "[
   REQUIRE(MatchIds(m, e) == std::vector<uint64_t>{1});
 }
 
+TEST_CASE("an attribute's id is not given to another name while a copy may still hold it",
+          "[matcher]") {
+  Matcher m(MatcherOptions{.max_unpublished = size_t{1} << 20});
+  REQUIRE_OK(m.Add(SubscriberId{1}, Sub("x > 5")));
+  m.Publish();
+  m.Publish();  // in both copies
+  // Removed, and a subscription on another name added, in one batch: the copies apply the removal
+  // of `x` before the add of `y`, so `y` must not take x's id meanwhile.
+  REQUIRE_OK(m.Remove(SubscriberId{1}));
+  REQUIRE_OK(m.Add(SubscriberId{2}, Sub("y > 5")));
+  for (int round = 0; round < 2; ++round) {  // each copy in turn
+    m.Publish();
+    Event x;
+    x.SetInt64("x", 6);
+    REQUIRE(MatchIds(m, x).empty());
+    Event y;
+    y.SetInt64("y", 6);
+    REQUIRE(MatchIds(m, y) == std::vector<uint64_t>{2});
+    REQUIRE_OK(m.Add(SubscriberId{10 + static_cast<uint64_t>(round)}, Sub("z = 1")));
+  }
+}
+
 TEST_CASE("Match may be called again from inside its sink, and appends to a vector", "[matcher]") {
   Matcher m;
   REQUIRE_OK(m.Add(SubscriberId{1}, Sub("a = 1")));
@@ -1188,6 +1210,39 @@ void CheckWholePublications(const std::vector<Subscription>& subs, const Event& 
   INFO(first_failure);
   REQUIRE(failures.load() == 0);
   REQUIRE(matches.load() > 100);
+}
+
+TEST_CASE("a subscription proven by its ranges keeps only its terms, and compares them exactly",
+          "[matcher]") {
+  {
+    Compiled c("a BETWEEN 0 AND 16777216 AND b BETWEEN -2.5 AND 100 AND c <= 7");
+    REQUIRE(c.kind() == mi::Access::Kind::kRanges);
+    REQUIRE(c.rec->ranges_proven);
+    REQUIRE_FALSE(c.rec->program);  // no program: its terms say all
+    REQUIRE(c.rec->terms().size() == 3);
+    REQUIRE(c.rec->lists == nullptr);
+  }
+  Matcher m;
+  REQUIRE_OK(m.Add(SubscriberId{1}, Sub("a BETWEEN 0 AND 16777216 AND b BETWEEN -2.5 AND 100")));
+  m.Publish();
+  auto event = [](AttributeValue a, AttributeValue b) {
+    Event e;
+    e.Set("a", std::move(a));
+    e.Set("b", std::move(b));
+    return e;
+  };
+  const std::vector<uint64_t> one = {1};
+  REQUIRE(MatchIds(m, event(int64_t{16777216}, 100.0)) == one);
+  REQUIRE(MatchIds(m, event(int64_t{0}, -2.5)) == one);
+  // Values whose nearest float is a bound, beyond it: the range index lets them through, the
+  // exact comparison refuses them.
+  REQUIRE(MatchIds(m, event(int64_t{16777217}, 50.0)).empty());
+  REQUIRE(MatchIds(m, event(int64_t{5}, 100.000000000001)).empty());
+  REQUIRE(MatchIds(m, event(int64_t{5}, -2.5000000000001)).empty());
+  // Inexact values inside: matched.
+  REQUIRE(MatchIds(m, event(int64_t{16777215}, 99.99999999999)) == one);
+  REQUIRE(MatchIds(m, event(int64_t{5}, kNaN)).empty());
+  REQUIRE(MatchIds(m, event(int64_t{5}, std::string("50"))).empty());
 }
 
 TEST_CASE("readers matching while the owner churns always see one whole publication",

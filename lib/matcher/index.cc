@@ -79,7 +79,7 @@ TrieGroup* Index::NewTrieGroup(TrieNode* node) {
 Group& Index::GroupFor(const Record* rec) {
   switch (rec->placement) {
     case Placement::kAnyTopic: return any_topic_;
-    case Placement::kExactTopic: return exact_.FindOrCreate({rec->topic(), rec->topic_hash});
+    case Placement::kExactTopic: return exact_.FindOrCreate({rec->topic(), rec->topic_hash()});
     case Placement::kWildcardTopic: break;
   }
   TrieNode* node = &wildcards_;
@@ -243,14 +243,13 @@ void Index::RemoveFromGroup(Group& g, Record* rec, uint32_t slot) {
 }
 
 void Index::Add(Record* rec, absl::Span<const RangeTerm> range_terms) {
-  // Counted by id, so that only a name's first user and last user hash it (the owner hands an
-  // id to another name only after its last user's removal, which this copy applies first).
-  for (const AttributeRef& a : rec->attributes()) {
-    const uint32_t id = a.id;
+  // Counted by id, so that only a name's first user and last user hash it (the owner frees an id
+  // only once its last record is destroyed, after both copies removed it).
+  rec->ForEachAttribute([this](uint32_t id) {
     if (id >= name_refs_.size()) name_refs_.resize(id + 1, 0);
-    if (name_refs_[id]++ == 0) names_.emplace(rec->name(a), id);
+    if (name_refs_[id]++ == 0) names_.emplace((*attribute_names_)[id], id);
     id_limit_ = std::max(id_limit_, id + 1);
-  }
+  });
   Group& g = GroupFor(rec);
   rec->group[copy_] = &g;
   if (rec->placement == Placement::kWildcardTopic) wildcard_records_++;
@@ -269,21 +268,21 @@ void Index::Remove(Record* rec) {
     case Placement::kExactTopic: {
       Group* g = rec->group[copy_];
       for (uint32_t slot = 0; slot < rec->accesses.size(); ++slot) RemoveFromGroup(*g, rec, slot);
-      if (g->empty()) exact_.Erase({rec->topic(), rec->topic_hash});
+      if (g->empty()) exact_.Erase({rec->topic(), rec->topic_hash()});
       break;
     }
     case Placement::kWildcardTopic: RemoveWildcard(rec); break;
   }
-  for (const AttributeRef& a : rec->attributes()) {
-    if (--name_refs_[a.id] == 0) names_.erase(rec->name(a));
-  }
+  rec->ForEachAttribute([this](uint32_t id) {
+    if (--name_refs_[id] == 0) names_.erase((*attribute_names_)[id]);
+  });
 }
 
 void Index::Prefetch(const Record* rec, bool add) const {
   if (!add) __builtin_prefetch(rec->group[copy_]);
   if (rec->placement == Placement::kExactTopic) {
     const absl::string_view topic = rec->topic();
-    exact_.Prefetch({topic, rec->topic_hash});
+    exact_.Prefetch({topic, rec->topic_hash()});
     __builtin_prefetch(topic.data());  // compared with (or copied into) the group's node
   }
 }
@@ -291,7 +290,7 @@ void Index::Prefetch(const Record* rec, bool add) const {
 void Index::PrefetchDeeper(const Record* rec, bool add, int depth) const {
   if (add) {
     if (depth == 1 && rec->placement == Placement::kExactTopic) {
-      exact_.PrefetchNode({rec->topic(), rec->topic_hash});
+      exact_.PrefetchNode({rec->topic(), rec->topic_hash()});
     }
     return;
   }
@@ -439,8 +438,8 @@ class Index::Matching {
   }
 
   // Survivors of the range index are reported as they are when proven (ranges_proven and exact
-  // event values), else when their program holds (ranges_proven: the selector is its terms) or
-  // all their checks do. Their records are scattered: each is fetched a few survivors ahead.
+  // event values), else when their terms hold compared exactly (ranges_proven: the selector is
+  // its terms) or all their checks do. Their records are scattered: each is fetched a few survivors ahead.
   void MatchRanges(const RangeIndex& ri) {
     const int copy = index_.copy_;
     const bool exact = ri.Match(copy, values(), s_.ranges);
@@ -453,7 +452,7 @@ class Index::Matching {
     for (size_t i = 0; i < n; ++i) {
       if (i + kAhead < n) __builtin_prefetch(ri.owner(copy, survivors[i + kAhead]));
       const Record* rec = ri.owner(copy, survivors[i]);
-      if (rec->ranges_proven ? exact || rec->program->Evaluate(event_) == Truth::kTrue
+      if (rec->ranges_proven ? exact || rec->TermsHold(values())
                              : rec->ChecksHold(0, 0, values(), event_)) {
         sink_(rec->id);
       }

@@ -425,8 +425,15 @@ struct Scratch {
 class Index {
  public:
   // `copy` (0 or 1) selects the Access::pos slot this copy maintains. Nodes come from `pool`,
-  // which must outlive the index.
-  Index(int copy, Pool* pool) : copy_(copy), pool_(pool), exact_(pool), wildcards_(pool) {}
+  // which must outlive the index. `attribute_names` (the owner's, by interned id) names the
+  // attributes of every record added and not yet removed; the index reads it only in Add and
+  // Remove.
+  Index(int copy, Pool* pool, const std::vector<std::string>* attribute_names)
+      : copy_(copy),
+        pool_(pool),
+        attribute_names_(attribute_names),
+        exact_(pool),
+        wildcards_(pool) {}
   Index(const Index&) = delete;
   Index& operator=(const Index&) = delete;
 
@@ -468,6 +475,7 @@ class Index {
 
   const int copy_;
   Pool* const pool_;
+  const std::vector<std::string>* const attribute_names_;
   absl::flat_hash_map<std::string, uint32_t> names_;  // interned attribute names -> ids
   std::vector<uint32_t> name_refs_;                   // by id: records of this copy using it
   uint32_t id_limit_ = 0;                             // all ids < id_limit_

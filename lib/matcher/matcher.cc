@@ -114,8 +114,7 @@ class Matcher::Impl {
         stats_, pool_, &view_, &pending_terms_);
     auto [it, inserted] = records_.try_emplace(id, RecordRef(rec));
     if (!inserted) {
-      for (const mi::AttributeRef& a : rec->attributes()) Release(rec->name(a));
-      mi::DestroyRecord(rec, pool_);
+      DestroyRecord(rec);
       pending_terms_.resize(first_term);
       return absl::AlreadyExistsError(
           absl::StrCat("subscriber ", id.value, " already has a subscription in the matcher"));
@@ -136,10 +135,9 @@ class Matcher::Impl {
     const RecordRef ref = it->second;
     records_.erase(it);
     mi::Record* rec = ref.rec();
-    if (!ref.plain()) {  // else nothing to uncount: the record stays out of the cache until Apply
-      stats_.Count(*rec, -1);
-      for (const mi::AttributeRef& a : rec->attributes()) Release(rec->name(a));
-    }
+    // A plain record has nothing to uncount: it stays out of the cache until Apply. Its
+    // attributes' ids stay interned until it is destroyed (both copies name them).
+    if (!ref.plain()) stats_.Count(*rec, -1);
     pending_.push_back(Op{rec, false, 0, 0});
     if (pending_.size() >= options_.max_unpublished) Publish();
     return absl::OkStatus();
@@ -194,7 +192,7 @@ class Matcher::Impl {
 
    private:
     static bool IsPlain(const mi::Record& rec) {
-      if (!rec.attributes().empty()) return false;
+      if (rec.attribute_count != 0) return false;
       for (const mi::Access& a : rec.accesses) {
         if (a.kind != mi::Access::Kind::kUnindexed) return false;
       }
@@ -213,21 +211,29 @@ class Matcher::Impl {
     if (inserted) {
       if (free_ids_.empty()) {
         it->second.id = next_id_++;
+        attribute_names_.emplace_back();
       } else {
         it->second.id = free_ids_.back();
         free_ids_.pop_back();
       }
+      attribute_names_[it->second.id] = std::string(name);
     }
     it->second.refs++;
     return it->second.id;
   }
 
-  void Release(absl::string_view name) {
-    auto it = names_.find(name);
-    if (--it->second.refs == 0) {
-      free_ids_.push_back(it->second.id);
-      names_.erase(it);
-    }
+  // Releases the ids of `rec`'s attributes and frees it. REQUIRES: in neither index copy.
+  void DestroyRecord(mi::Record* rec) {
+    rec->ForEachAttribute([this](uint32_t id) {
+      std::string& name = attribute_names_[id];
+      auto it = names_.find(name);
+      if (--it->second.refs == 0) {
+        free_ids_.push_back(id);
+        names_.erase(it);
+        std::string().swap(name);
+      }
+    });
+    mi::DestroyRecord(rec, pool_);
   }
 
   // Applies `ops` in order to `copy`; the second application of a batch frees removed records.
@@ -286,7 +292,7 @@ class Matcher::Impl {
         // Removing a wildcard filter may prune trie nodes that walks have reached: drop them.
         if (mi::Index::Walks(op.rec)) walks_.clear();
         copy.Remove(op.rec);
-        if (second) mi::DestroyRecord(op.rec, pool_);
+        if (second) DestroyRecord(op.rec);
       }
     }
   }
@@ -332,6 +338,7 @@ class Matcher::Impl {
   // Owned; the latest state.
   absl::flat_hash_map<SubscriberId, RecordRef> records_;
   absl::flat_hash_map<std::string, Name> names_;  // interned attribute names
+  std::vector<std::string> attribute_names_;      // by id (empty when free)
   std::vector<uint32_t> free_ids_;
   uint32_t next_id_ = 0;
   mi::AccessStats stats_;
@@ -341,7 +348,8 @@ class Matcher::Impl {
   std::vector<mi::TrieWalk> walks_;           // Apply's, kept to reuse its memory
 
   // Shared with readers: copies_[current_] is read-only while current.
-  mi::Index copies_[2] = {mi::Index(0, &pool_), mi::Index(1, &pool_)};
+  mi::Index copies_[2] = {mi::Index(0, &pool_, &attribute_names_),
+                          mi::Index(1, &pool_, &attribute_names_)};
   std::atomic<int> current_{0};
   mutable ReaderSlot slots_[kSlots];
 };

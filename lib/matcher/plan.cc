@@ -393,19 +393,23 @@ class Compiler {
         checks_.push_back(std::move(checks));
       }
     }
-    rec_->details = Details::Make(attributes_);
     range_terms->insert(range_terms->end(), terms_.begin(), terms_.end());
     // Only lists with a check in them need to be kept (BranchChecks gives an empty list else).
     const bool any = !disjunctions_.empty() ||
                      std::any_of(checks_.begin(), checks_.end(),
                                  [](const std::vector<Check>& l) { return !l.empty(); });
     if (any) {
-      rec_->details->lists = std::make_unique<Details::Lists>();
-      rec_->details->lists->checks = std::move(checks_);
-      rec_->details->lists->disjunctions = std::move(disjunctions_);  // the inner arrays stay put
+      rec_->lists = std::make_unique<CheckLists>();
+      rec_->lists->checks = std::move(checks_);
+      rec_->lists->disjunctions = std::move(disjunctions_);  // the inner arrays stay put
     }
     rec_->verify = VerifyOf(rec_->BranchChecks(0));
   }
+
+  // The ids of the attributes the record uses.
+  absl::Span<const uint32_t> attributes() const { return attributes_; }
+  // A ranges_proven record's terms.
+  absl::Span<const RangeTerm> terms() const { return terms_; }
 
  private:
   // Checks for conjuncts[i] for every i but `skip`, most selective first.
@@ -434,13 +438,7 @@ class Compiler {
     }
     const uint32_t id = intern_(name);
     names_.emplace_back(name, id);
-    // The name is a view into the program, just past its varint length.
-    uint32_t length_bytes = 1;
-    for (size_t n = name.size(); n >= 0x80; n >>= 7) ++length_bytes;
-    attributes_.push_back(AttributeRef{
-        static_cast<uint32_t>(name.data() - reinterpret_cast<const char*>(view_.program().data()) -
-                              length_bytes),
-        id});
+    attributes_.push_back(id);
     return id;
   }
 
@@ -764,12 +762,12 @@ class Compiler {
   InternFn intern_;
   const AccessStats& stats_;
   const sp::View& view_;
-  // What the record's Details will hold.
+  // What the record's CheckLists will hold.
   std::vector<std::vector<Check>> checks_;
   std::vector<std::vector<Check>> disjunctions_;
   absl::InlinedVector<RangeTerm, RangeIndex::kMaxTerms> terms_;
   absl::InlinedVector<std::pair<absl::string_view, uint32_t>, 8> names_;
-  absl::InlinedVector<AttributeRef, 8> attributes_;
+  absl::InlinedVector<uint32_t, 8> attributes_;
 };
 
 }  // namespace
@@ -883,18 +881,21 @@ void AccessStats::Count(const Record& rec, int delta, absl::Span<const RangeTerm
   }
 }
 
-void Details::Deleter::operator()(Details* d) const {
-  d->~Details();
-  ::operator delete(d);
-}
-
-Details::Ptr Details::Make(absl::Span<const AttributeRef> attributes) {
-  void* mem = ::operator new(sizeof(Details) + attributes.size() * sizeof(AttributeRef));
-  Details* d = new (mem) Details();
-  d->attribute_count = static_cast<uint32_t>(attributes.size());
-  std::memcpy(static_cast<char*>(mem) + sizeof(Details), attributes.data(),
-              attributes.size() * sizeof(AttributeRef));
-  return Ptr(d);
+bool Record::TermsHold(AttrValues values) const {
+  for (const RangeTerm& t : terms()) {
+    const AttributeValue* v = values[t.attr];
+    if (v == nullptr) return false;
+    if (const int64_t* i = std::get_if<int64_t>(v)) {
+      if (sa::CompareInt64Double(*i, t.lo) < 0 || sa::CompareInt64Double(*i, t.hi) > 0) {
+        return false;
+      }
+    } else if (const double* d = std::get_if<double>(v)) {
+      if (!(*d >= t.lo && *d <= t.hi)) return false;  // NaN: UNKNOWN, not TRUE
+    } else {
+      return false;  // a string or a boolean: FALSE
+    }
+  }
+  return true;
 }
 
 void DestroyRecord(Record* rec, Pool& pool) {
@@ -904,39 +905,54 @@ void DestroyRecord(Record* rec, Pool& pool) {
       delete a.range_index;
     }
   }
-  const TopicFilter* filter = rec->topic_filter();
-  const bool filtered = filter != nullptr;
-  if (filtered) filter->~TopicFilter();
+  const size_t bytes = rec->BlockBytes();
+  if (const TopicFilter* filter = rec->topic_filter()) filter->~TopicFilter();
   rec->~Record();
-  pool.Free(rec, sizeof(Record) + (filtered ? sizeof(TopicFilter) : 0));
+  pool.Free(rec, bytes);
 }
 
 Record* Compile(SubscriberId id, Subscription subscription, InternFn intern,
                 const AccessStats& stats, Pool& pool, sp::View* view,
                 std::vector<RangeTerm>* range_terms) {
   std::optional<TopicFilter>& filter = SubscriptionParts::topic_filter(subscription);
-  // A topic filter lives just past the record, in its pool block.
-  static_assert(sizeof(Record) % alignof(TopicFilter) == 0);
-  char* block = static_cast<char*>(
-      pool.Allocate(sizeof(Record) + (filter.has_value() ? sizeof(TopicFilter) : 0)));
-  Record* rec = new (block) Record(id);
-  if (filter.has_value()) {
-    rec->placement = filter->has_wildcards() ? Placement::kWildcardTopic : Placement::kExactTopic;
-    new (block + sizeof(Record)) TopicFilter(*std::move(filter));
-    rec->topic_hash = NameHash(rec->topic());
+  // The record is planned first, then placed in a block sized for its tail.
+  Record plan(id);
+  plan.placement = !filter.has_value()         ? Placement::kAnyTopic
+                   : filter->has_wildcards() ? Placement::kWildcardTopic
+                                             : Placement::kExactTopic;
+  plan.program = sp::ProgramRef::Share(SubscriptionParts::selector(subscription).program());
+  absl::InlinedVector<uint32_t, 8> attributes;
+  absl::InlinedVector<RangeTerm, RangeIndex::kMaxTerms> terms;
+  if (!plan.program) {
+    plan.accesses.push_back(Access{});
+    plan.verify = Verify::kProven;
   } else {
-    rec->placement = Placement::kAnyTopic;
+    view->Reset(*plan.program);
+    Compiler compiler(&plan, intern, stats, *view);
+    compiler.Run(view->root(), range_terms);
+    if (plan.ranges_proven) {
+      terms.assign(compiler.terms().begin(), compiler.terms().end());
+      plan.program = sp::ProgramRef();  // its terms say all
+    } else {
+      attributes.assign(compiler.attributes().begin(), compiler.attributes().end());
+    }
   }
-  // Only now the selector's program, which is elsewhere in memory (the caller may have
-  // prefetched it: the work above overlaps the miss).
-  rec->program = sp::ProgramRef::Share(SubscriptionParts::selector(subscription).program());
-  if (!rec->program) {
-    rec->accesses.push_back(Access{});
-    rec->verify = Verify::kProven;
-    return rec;
+  plan.attribute_count =
+      static_cast<uint32_t>(plan.ranges_proven ? terms.size() : attributes.size());
+  char* block = static_cast<char*>(pool.Allocate(plan.BlockBytes()));
+  Record* rec = new (block) Record(std::move(plan));
+  char* tail = block + sizeof(Record);
+  if (rec->ranges_proven) {
+    std::memcpy(tail, terms.data(), terms.size() * sizeof(RangeTerm));
+  } else if (!attributes.empty()) {
+    std::memcpy(tail, attributes.data(), attributes.size() * sizeof(uint32_t));
   }
-  view->Reset(*rec->program);
-  Compiler(rec, intern, stats, *view).Run(view->root(), range_terms);
+  if (filter.has_value()) {
+    char* hash_at = block + rec->BlockBytes() - sizeof(TopicFilter) - sizeof(size_t);
+    const size_t hash = NameHash(filter->text());
+    std::memcpy(hash_at, &hash, sizeof(hash));
+    new (hash_at + sizeof(size_t)) TopicFilter(*std::move(filter));
+  }
   return rec;
 }
 

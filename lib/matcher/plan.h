@@ -39,26 +39,31 @@
 // comparisons with a literal, IN, LIKE, IS NULL, a boolean attribute, NOT over any of these, and
 // ORs of them — reading attribute values through interned attribute ids; IN lists, LIKE patterns
 // and anything else are evaluated by the program itself (Program::In, LikePattern, and
-// Program::EvaluateRange over the conjunct's code), so the semantics live there once.
+// Program::EvaluateRange over the conjunct's code), so the semantics live there once. A record
+// proven by its range terms (ranges_proven: the selector is a conjunction of inclusive ranges on
+// distinct attributes, bounds exactly floats) keeps those terms instead — three numbers each, the
+// whole of what the selector says — and compares event values with them exactly
+// (lib/selector/numeric.h, the evaluator's rule for numbers).
 //
 // Invariants of a Record:
 //   - `accesses` is never empty; all accesses of a record live in the same topic group.
 //   - For each access and each index copy c, `pos[c]` is where that copy keeps the entry of that
 //     access (meaningful only in position-tracked lists; written by the copy's writer only).
-//   - details->lists->checks[a.branch] exists for every access a, except that a record with an
-//   empty
-//     selector has no details, and a ranges_proven record (whose range terms are exactly its
-//     selector: its program verifies it) has no check list (BranchChecks gives an empty list).
+//   - lists->checks[a.branch] exists for every access a, except that a record with an empty
+//     selector, or a ranges_proven one (whose range terms are exactly its selector), has no
+//     lists (BranchChecks gives an empty list).
 //   - `dedupe` is set when one event may reach the record through more than one access.
 //   - The record holds a reference to its program, so every pointer into the program (string
-//     literals, IN operations, LIKE patterns, generic conditions, attribute names) lives as long
-//     as the record; kOr checks point into details->lists->disjunctions, which is never changed
-//     after Compile.
+//     literals, IN operations, LIKE patterns, generic conditions) lives as long as the record;
+//     kOr checks point into lists->disjunctions, which is never changed after Compile.
+//   - The ids of its attributes stay interned (the matcher's name table) until the record is
+//     destroyed, so that both index copies can name them when they add and remove it.
 
 #ifndef GRYPH_LIB_MATCHER_PLAN_H_
 #define GRYPH_LIB_MATCHER_PLAN_H_
 
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -229,92 +234,88 @@ Verify VerifyOf(const std::vector<Check>& checks);
 
 struct Group;  // lib/matcher/index.h
 
-// An attribute a record uses: where its name is in the record's program (a varint length and
-// the name, selector_program::BytesAt), and its interned id.
-struct AttributeRef {
-  uint32_t name;
-  uint32_t id;
+// A record's check lists (kept apart: a record proven by its range terms, or with an empty
+// selector, has none).
+struct CheckLists {
+  // Check lists, most selective first: checks[a.branch] verifies what access a finds. One list
+  // unless the access is an OR, with a list per branch.
+  std::vector<std::vector<Check>> checks;
+  // What kOr checks point to: an OR compiled so that verifying it reads one array of the
+  // record's own rather than walking the selector.
+  std::vector<std::vector<Check>> disjunctions;
 };
 
-// What only a record with a selector has (kept apart to keep topic-only records small), in one
-// allocation: the fields, then attribute_count AttributeRefs.
-struct Details {
-  // The check lists, apart: a record proven by its range terms has none, and its Details stay
-  // small.
-  struct Lists {
-    // Check lists, most selective first: checks[a.branch] verifies what access a finds. One list
-    // unless the access is an OR, with a list per branch.
-    std::vector<std::vector<Check>> checks;
-    // What kOr checks point to: an OR compiled so that verifying it reads one array of the
-    // record's own rather than walking the selector.
-    std::vector<std::vector<Check>> disjunctions;
-  };
-  std::unique_ptr<Lists> lists;  // null without checks
-  // The distinct attributes the checks and accesses use.
-  uint32_t attribute_count = 0;
-
-  absl::Span<const AttributeRef> attributes() const {
-    return {reinterpret_cast<const AttributeRef*>(this + 1), attribute_count};
-  }
-
-  struct Deleter {
-    void operator()(Details* d) const;
-  };
-  using Ptr = std::unique_ptr<Details, Deleter>;
-  // Details with room for, and holding, `attributes`.
-  static Ptr Make(absl::Span<const AttributeRef> attributes);
-};
-static_assert(sizeof(Details) % alignof(AttributeRef) == 0);
-
-// Fields are ordered so that what changes of the index read comes first.
+// Fields are ordered so that what changes of the index read comes first. A record lives in one
+// pool block with its tail (Compile):
+//
+//   Record | attribute ids (uint32_t each), or a ranges_proven record's RangeTerms, padded to 8
+//          | with a topic filter: its hash (kExactTopic's key in the exact-topic table), then the
+//            TopicFilter
 struct Record {
   explicit Record(SubscriberId i) : id(i) {}
-
   SubscriberId id;
   Placement placement = Placement::kAnyTopic;
   Verify verify = Verify::kProven;  // of the first check list
   bool dedupe = false;
   // A kRanges record whose selector is exactly its range terms, each one inclusive range with
   // bounds exactly floats: a survivor of the range index is a match when the event's values were
-  // exact floats too (RangeIndex::Match), with no check to run; else its program decides.
+  // exact floats too (RangeIndex::Match), with no check to run; else TermsHold decides. It keeps
+  // its terms in its tail, which name its attributes, and no program.
   bool ranges_proven = false;
-  size_t topic_hash = 0;  // of topic() (kExactTopic), for the exact-topic table
+  // The distinct attributes its checks and accesses use (ids in the matcher's name table): in
+  // the tail, as ids, or as the terms of a ranges_proven record.
+  uint32_t attribute_count = 0;
   // The group holding the record's entries in each index copy (set by that copy's Add).
   Group* group[2] = {nullptr, nullptr};
   absl::InlinedVector<Access, 1> accesses;
-  Details::Ptr details;  // null for an empty selector
-  // The subscription, as much of it as matching needs: the compiled selector (null when it
-  // matches everything) and the topic filter (topic_filter()).
+  std::unique_ptr<CheckLists> lists;  // null without checks
+  // The compiled selector, which the checks point into: null when it matches everything, and for
+  // a ranges_proven record (its terms say all).
   selector_program::ProgramRef program;
 
-  // The topic filter, or null without one (kAnyTopic). It lives in the record's pool block, just
-  // past the record (see Compile): no allocation and no pointer of its own.
+  // The topic filter, or null without one (kAnyTopic).
   const TopicFilter* topic_filter() const {
-    return placement == Placement::kAnyTopic ? nullptr
-                                             : reinterpret_cast<const TopicFilter*>(this + 1);
+    return placement == Placement::kAnyTopic
+               ? nullptr
+               : reinterpret_cast<const TopicFilter*>(tail() + TailBytes() + sizeof(size_t));
   }
   // The topic filter's text; empty without one.
   absl::string_view topic() const {
     const TopicFilter* f = topic_filter();
     return f == nullptr ? absl::string_view() : absl::string_view(f->text());
   }
-
+  // NameHash(topic()). REQUIRES: a topic filter.
+  size_t topic_hash() const {
+    size_t h;
+    std::memcpy(&h, tail() + TailBytes(), sizeof(h));
+    return h;
+  }
   // The checks of `branch`; none for an empty selector.
   const std::vector<Check>& BranchChecks(size_t branch) const {
     static const std::vector<Check> kNone;
-    return details != nullptr && details->lists != nullptr && branch < details->lists->checks.size()
-               ? details->lists->checks[branch]
-               : kNone;
+    return lists != nullptr && branch < lists->checks.size() ? lists->checks[branch] : kNone;
   }
-
-  // The attributes the record's checks and accesses use, and their names.
-  absl::Span<const AttributeRef> attributes() const {
-    return details != nullptr ? details->attributes() : absl::Span<const AttributeRef>();
+  // Calls f(id) for each attribute the record uses.
+  template <typename F>
+  void ForEachAttribute(F f) const {
+    if (ranges_proven) {
+      for (const RangeTerm& t : terms()) f(t.attr);
+    } else {
+      const char* p = tail();
+      for (uint32_t i = 0; i < attribute_count; ++i, p += sizeof(uint32_t)) {
+        uint32_t attr;
+        std::memcpy(&attr, p, sizeof(attr));
+        f(attr);
+      }
+    }
   }
-  absl::string_view name(const AttributeRef& a) const {
-    return selector_program::BytesAt(program->data() + a.name);
+  // A ranges_proven record's terms.
+  absl::Span<const RangeTerm> terms() const {
+    return {ranges_proven ? reinterpret_cast<const RangeTerm*>(tail()) : nullptr,
+            ranges_proven ? attribute_count : 0};
   }
-
+  // Whether every term of a ranges_proven record holds for `values`, compared exactly.
+  bool TermsHold(AttrValues values) const;
   // Whether BranchChecks(branch)[from..] all hold.
   bool ChecksHold(size_t branch, size_t from, AttrValues values, const Event& event) const {
     const std::vector<Check>& list = BranchChecks(branch);
@@ -323,7 +324,21 @@ struct Record {
     }
     return true;
   }
+  // The bytes of the record's block, tail included.
+  size_t BlockBytes() const {
+    return sizeof(Record) + TailBytes() +
+           (placement == Placement::kAnyTopic ? 0 : sizeof(size_t) + sizeof(TopicFilter));
+  }
+
+ private:
+  const char* tail() const { return reinterpret_cast<const char*>(this + 1); }
+  size_t TailBytes() const {
+    const size_t bytes =
+        attribute_count * (ranges_proven ? sizeof(RangeTerm) : sizeof(uint32_t));
+    return (bytes + 7) & ~size_t{7};
+  }
 };
+static_assert(sizeof(Record) % 8 == 0 && alignof(TopicFilter) <= 8 && alignof(RangeTerm) <= 8);
 
 // Takes a Subscription apart (its friend), so that a record keeps only what it needs.
 struct SubscriptionParts {
