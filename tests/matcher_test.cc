@@ -1220,7 +1220,7 @@ TEST_CASE("a subscription proven by its ranges keeps only its terms, and compare
     REQUIRE(c.rec->ranges_proven);
     REQUIRE_FALSE(c.rec->program);  // no program: its terms say all
     REQUIRE(c.rec->terms().size() == 3);
-    REQUIRE(c.rec->lists == nullptr);
+    REQUIRE(c.rec->lists() == nullptr);
   }
   Matcher m;
   REQUIRE_OK(m.Add(SubscriberId{1}, Sub("a BETWEEN 0 AND 16777216 AND b BETWEEN -2.5 AND 100")));

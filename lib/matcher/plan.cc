@@ -399,12 +399,16 @@ class Compiler {
                      std::any_of(checks_.begin(), checks_.end(),
                                  [](const std::vector<Check>& l) { return !l.empty(); });
     if (any) {
-      rec_->lists = std::make_unique<CheckLists>();
-      rec_->lists->checks = std::move(checks_);
-      rec_->lists->disjunctions = std::move(disjunctions_);  // the inner arrays stay put
+      lists_ = std::make_unique<CheckLists>();
+      lists_->checks = std::move(checks_);
+      lists_->disjunctions = std::move(disjunctions_);  // the inner arrays stay put
     }
-    rec_->verify = VerifyOf(rec_->BranchChecks(0));
+    rec_->verify = lists_ != nullptr && !lists_->checks.empty() ? VerifyOf(lists_->checks[0])
+                                                                : Verify::kProven;
   }
+
+  // The record's check lists (null without checks), now the caller's.
+  std::unique_ptr<CheckLists> TakeLists() { return std::move(lists_); }
 
   // The ids of the attributes the record uses.
   absl::Span<const uint32_t> attributes() const { return attributes_; }
@@ -765,6 +769,7 @@ class Compiler {
   // What the record's CheckLists will hold.
   std::vector<std::vector<Check>> checks_;
   std::vector<std::vector<Check>> disjunctions_;
+  std::unique_ptr<CheckLists> lists_;
   absl::InlinedVector<RangeTerm, RangeIndex::kMaxTerms> terms_;
   absl::InlinedVector<std::pair<absl::string_view, uint32_t>, 8> names_;
   absl::InlinedVector<uint32_t, 8> attributes_;
@@ -906,6 +911,7 @@ void DestroyRecord(Record* rec, Pool& pool) {
     }
   }
   const size_t bytes = rec->BlockBytes();
+  delete rec->lists();
   if (const TopicFilter* filter = rec->topic_filter()) filter->~TopicFilter();
   rec->~Record();
   pool.Free(rec, bytes);
@@ -923,6 +929,7 @@ Record* Compile(SubscriberId id, Subscription subscription, InternFn intern,
   plan.program = sp::ProgramRef::Share(SubscriptionParts::selector(subscription).program());
   absl::InlinedVector<uint32_t, 8> attributes;
   absl::InlinedVector<RangeTerm, RangeIndex::kMaxTerms> terms;
+  std::unique_ptr<CheckLists> lists;
   if (!plan.program) {
     plan.accesses.push_back(Access{});
     plan.verify = Verify::kProven;
@@ -930,6 +937,7 @@ Record* Compile(SubscriberId id, Subscription subscription, InternFn intern,
     view->Reset(*plan.program);
     Compiler compiler(&plan, intern, stats, *view);
     compiler.Run(view->root(), range_terms);
+    lists = compiler.TakeLists();
     if (plan.ranges_proven) {
       terms.assign(compiler.terms().begin(), compiler.terms().end());
       plan.program = sp::ProgramRef();  // its terms say all
@@ -938,14 +946,19 @@ Record* Compile(SubscriberId id, Subscription subscription, InternFn intern,
     }
   }
   plan.attribute_count =
-      static_cast<uint32_t>(plan.ranges_proven ? terms.size() : attributes.size());
+      static_cast<uint32_t>(plan.ranges_proven ? terms.size() : attributes.size()) & 0x7FFFFFFF;
+  plan.has_lists = lists != nullptr;
   char* block = static_cast<char*>(pool.Allocate(plan.BlockBytes()));
   Record* rec = new (block) Record(std::move(plan));
-  char* tail = block + sizeof(Record);
+  if (lists != nullptr) {
+    CheckLists* owned = lists.release();
+    std::memcpy(block + sizeof(Record), &owned, sizeof(owned));
+  }
+  char* items = const_cast<char*>(rec->items());
   if (rec->ranges_proven) {
-    std::memcpy(tail, terms.data(), terms.size() * sizeof(RangeTerm));
+    std::memcpy(items, terms.data(), terms.size() * sizeof(RangeTerm));
   } else if (!attributes.empty()) {
-    std::memcpy(tail, attributes.data(), attributes.size() * sizeof(uint32_t));
+    std::memcpy(items, attributes.data(), attributes.size() * sizeof(uint32_t));
   }
   if (filter.has_value()) {
     char* hash_at = block + rec->BlockBytes() - sizeof(TopicFilter) - sizeof(size_t);

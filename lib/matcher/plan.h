@@ -49,13 +49,13 @@
 //   - `accesses` is never empty; all accesses of a record live in the same topic group.
 //   - For each access and each index copy c, `pos[c]` is where that copy keeps the entry of that
 //     access (meaningful only in position-tracked lists; written by the copy's writer only).
-//   - lists->checks[a.branch] exists for every access a, except that a record with an empty
+//   - lists()->checks[a.branch] exists for every access a, except that a record with an empty
 //     selector, or a ranges_proven one (whose range terms are exactly its selector), has no
 //     lists (BranchChecks gives an empty list).
 //   - `dedupe` is set when one event may reach the record through more than one access.
 //   - The record holds a reference to its program, so every pointer into the program (string
 //     literals, IN operations, LIKE patterns, generic conditions) lives as long as the record;
-//     kOr checks point into lists->disjunctions, which is never changed after Compile.
+//     kOr checks point into lists()->disjunctions, which is never changed after Compile.
 //   - The ids of its attributes stay interned (the matcher's name table) until the record is
 //     destroyed, so that both index copies can name them when they add and remove it.
 
@@ -246,9 +246,10 @@ struct CheckLists {
 };
 
 // Fields are ordered so that what changes of the index read comes first. A record lives in one
-// pool block with its tail (Compile):
+// pool block with its tail (Compile), which holds only what the record has:
 //
-//   Record | attribute ids (uint32_t each), or a ranges_proven record's RangeTerms, padded to 8
+//   Record | with checks: the CheckLists' pointer (owned)
+//          | attribute ids (uint32_t each), or a ranges_proven record's RangeTerms, padded to 8
 //          | with a topic filter: its hash (kExactTopic's key in the exact-topic table), then the
 //            TopicFilter
 struct Record {
@@ -263,12 +264,13 @@ struct Record {
   // its terms in its tail, which name its attributes, and no program.
   bool ranges_proven = false;
   // The distinct attributes its checks and accesses use (ids in the matcher's name table): in
-  // the tail, as ids, or as the terms of a ranges_proven record.
-  uint32_t attribute_count = 0;
+  // the tail, as ids, or as the terms of a ranges_proven record. (A selector of 2^31 distinct
+  // attributes would take gigabytes of text to parse.)
+  uint32_t attribute_count : 31 = 0;
+  uint32_t has_lists : 1 = 0;  // the tail starts with CheckLists*
   // The group holding the record's entries in each index copy (set by that copy's Add).
   Group* group[2] = {nullptr, nullptr};
   absl::InlinedVector<Access, 1> accesses;
-  std::unique_ptr<CheckLists> lists;  // null without checks
   // The compiled selector, which the checks point into: null when it matches everything, and for
   // a ranges_proven record (its terms say all).
   selector_program::ProgramRef program;
@@ -290,10 +292,18 @@ struct Record {
     std::memcpy(&h, tail() + TailBytes(), sizeof(h));
     return h;
   }
+  // The check lists; null without checks.
+  CheckLists* lists() const {
+    if (!has_lists) return nullptr;
+    CheckLists* l;
+    std::memcpy(&l, tail(), sizeof(l));
+    return l;
+  }
   // The checks of `branch`; none for an empty selector.
   const std::vector<Check>& BranchChecks(size_t branch) const {
     static const std::vector<Check> kNone;
-    return lists != nullptr && branch < lists->checks.size() ? lists->checks[branch] : kNone;
+    const CheckLists* l = lists();
+    return l != nullptr && branch < l->checks.size() ? l->checks[branch] : kNone;
   }
   // Calls f(id) for each attribute the record uses.
   template <typename F>
@@ -301,7 +311,7 @@ struct Record {
     if (ranges_proven) {
       for (const RangeTerm& t : terms()) f(t.attr);
     } else {
-      const char* p = tail();
+      const char* p = items();
       for (uint32_t i = 0; i < attribute_count; ++i, p += sizeof(uint32_t)) {
         uint32_t attr;
         std::memcpy(&attr, p, sizeof(attr));
@@ -311,7 +321,7 @@ struct Record {
   }
   // A ranges_proven record's terms.
   absl::Span<const RangeTerm> terms() const {
-    return {ranges_proven ? reinterpret_cast<const RangeTerm*>(tail()) : nullptr,
+    return {ranges_proven ? reinterpret_cast<const RangeTerm*>(items()) : nullptr,
             ranges_proven ? attribute_count : 0};
   }
   // Whether every term of a ranges_proven record holds for `values`, compared exactly.
@@ -330,15 +340,19 @@ struct Record {
            (placement == Placement::kAnyTopic ? 0 : sizeof(size_t) + sizeof(TopicFilter));
   }
 
+  // Where the tail's ids or terms start.
+  const char* items() const { return tail() + (has_lists ? sizeof(CheckLists*) : 0); }
+
  private:
   const char* tail() const { return reinterpret_cast<const char*>(this + 1); }
   size_t TailBytes() const {
     const size_t bytes =
+        (has_lists ? sizeof(CheckLists*) : 0) +
         attribute_count * (ranges_proven ? sizeof(RangeTerm) : sizeof(uint32_t));
     return (bytes + 7) & ~size_t{7};
   }
 };
-static_assert(sizeof(Record) % 8 == 0 && alignof(TopicFilter) <= 8 && alignof(RangeTerm) <= 8);
+static_assert(sizeof(Record) == 96 && alignof(TopicFilter) <= 8 && alignof(RangeTerm) <= 8);
 
 // Takes a Subscription apart (its friend), so that a record keeps only what it needs.
 struct SubscriptionParts {
