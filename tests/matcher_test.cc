@@ -909,6 +909,7 @@ class RangeIndexModel {
   }
   // The other copy applies the changes it lacks; then it is the first to change.
   void CatchUp() {
+    index_.Flush(first_);
     const int second = 1 - first_;
     for (Change& c : lagging_) {
       if (c.add) {
@@ -930,6 +931,7 @@ class RangeIndexModel {
   // copy whose every term holds for the float rounding of a numeric, non-NaN value.
   std::vector<uint64_t> Found(int copy, const std::vector<const AttributeValue*>& values,
                               bool* exact) {
+    if (copy == first_) index_.Flush(copy);  // as the matcher does before publishing it
     *exact = index_.Match(copy, values.data(), scratch_);
     std::vector<uint64_t> ids;
     for (uint32_t slot : scratch_.survivors) ids.push_back(Id(index_.owner(copy, slot)));

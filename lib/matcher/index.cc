@@ -153,6 +153,7 @@ void Index::AddToGroup(Group& g, Record* rec, uint32_t slot,
     if (ra.range_index == nullptr) {
       if (g.content->ranges.get() == nullptr) g.content->ranges.reset(new RangeIndex);
       ra.range_index = g.content->ranges.get();
+      if (!ra.range_index->unflushed()) unflushed_.push_back(ra.range_index);
       ra.pos[0] = ra.pos[1] = ra.range_index->File(copy_, range_terms);
       ra.range_index->Ref();  // the record's, until both copies have removed it
     } else if (g.content->ranges.get() == nullptr) {
@@ -256,6 +257,11 @@ void Index::Add(Record* rec, absl::Span<const RangeTerm> range_terms) {
   for (uint32_t slot = 0; slot < rec->accesses.size(); ++slot) {
     AddToGroup(g, rec, slot, range_terms);
   }
+}
+
+void Index::FlushRanges() {
+  for (RangeIndex* ri : unflushed_) ri->Flush(copy_);
+  unflushed_.clear();
 }
 
 void Index::Remove(Record* rec) {

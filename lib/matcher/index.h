@@ -443,6 +443,10 @@ class Index {
   void Add(Record* rec, absl::Span<const RangeTerm> range_terms = {});
   // REQUIRES: no reader is inside this copy; `rec` was added and not removed.
   void Remove(Record* rec);
+  // Completes the Adds since the last call: appends the range terms they filed to the range
+  // indexes' cells, in one batch per range index (RangeIndex::Flush). REQUIRES: no reader is
+  // inside this copy; called before readers may enter it, and before the other copy changes.
+  void FlushRanges();
   // Hints the caches about the structures Add (add) or Remove (!add) of `rec` will touch first.
   // REQUIRES: the record's first cache lines are cached or on their way.
   void Prefetch(const Record* rec, bool add) const;
@@ -483,6 +487,7 @@ class Index {
   NameTable<Group> exact_;
   TrieNode wildcards_;
   size_t wildcard_records_ = 0;  // in the trie
+  std::vector<RangeIndex*> unflushed_;  // range indexes this copy filed terms in, since FlushRanges
 };
 
 }  // namespace gryph::matcher_internal

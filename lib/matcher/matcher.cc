@@ -295,6 +295,7 @@ class Matcher::Impl {
         if (second) DestroyRecord(op.rec);
       }
     }
+    copy.FlushRanges();
   }
 
   bool Drained(int copy) const {

@@ -1,6 +1,7 @@
 #include "lib/matcher/range_index.h"
 
 #include <algorithm>
+#include <cassert>
 #include <new>
 #include <utility>
 #include <variant>
@@ -58,7 +59,9 @@ uint32_t RangeIndex::Grid::Bucket(float v) const {
   if (n == 0) return 0;
   while (n > 1) {
     const size_t half = n / 2;
-    first += first[half - 1] <= v ? half : 0;
+    // A mask rather than a conditional, which compilers may turn back into a branch (one
+    // misprediction in two on random values).
+    first += half & (size_t{0} - static_cast<size_t>(first[half - 1] <= v));
     n -= half;
   }
   return static_cast<uint32_t>(first - cuts.data()) + (*first <= v ? 1 : 0);
@@ -93,8 +96,15 @@ RangeIndex::Block* RangeIndex::Grid::File(uint32_t slot, Bounds b, size_t cell) 
     c.max_slot.store(slot, std::memory_order_relaxed);
   }
   c.size.store(n + 1, std::memory_order_release);
-  const uint32_t i = Bucket(b.lo);
-  rows[i].fetch_or(uint64_t{1} << (cell - CellIndex(i, i) + i), std::memory_order_relaxed);
+  if (n == 0) {
+    // The cell's first term: its row marks it (a mark is never taken back). The owner alone
+    // writes rows, so a load and a store do: a locked read-modify-write would wait for every
+    // store before it, the appends' misses among them, to complete.
+    const uint32_t i = Bucket(b.lo);
+    std::atomic<uint64_t>& row = rows[i];
+    row.store(row.load(std::memory_order_relaxed) | (uint64_t{1} << (cell - CellIndex(i, i) + i)),
+              std::memory_order_release);
+  }
   return replaced;
 }
 
@@ -160,51 +170,71 @@ uint32_t RangeIndex::File(int copy, absl::Span<const RangeTerm> terms) {
   }
   terms_[slot] = static_cast<uint8_t>(terms.size());
   filed_++;
-  // The terms' cells are scattered over megabytes: first each cell's header is asked for, then
-  // the ends of its arrays, then the terms are appended, so that the misses of all the terms
-  // overlap instead of following each other.
-  Grid* grids[kMaxTerms];
-  size_t cells[kMaxTerms];
-  const size_t n = terms.size();
+  unflushed_copy_ = copy;
+  for (const RangeTerm& t : terms) unflushed_.push_back(Unflushed{t.attr, slot, {t.lo, t.hi}});
+  return slot;
+}
+
+void RangeIndex::Flush(int copy) {
+  if (unflushed_.empty()) return;
+  Reclaim(copy);
+  // The grids first (a new attribute's has one cell until it is rebuilt), then each term's cell.
   bool added = false;
-  for (size_t k = 0; k < n; ++k) {
-    const uint32_t attr = terms[k].attr;
-    if (attr >= grids_.size()) grids_.resize(attr + 1);
-    std::unique_ptr<Grid>& g = grids_[attr];
+  for (Unflushed& u : unflushed_) {
+    if (u.attr >= grids_.size()) grids_.resize(u.attr + 1);
+    std::unique_ptr<Grid>& g = grids_[u.attr];
     if (g == nullptr) {
       g = std::make_unique<Grid>(std::vector<float>());
       g->rebuild_at = kSingleCell;
       added = true;
     }
-    grids[k] = g.get();
-    cells[k] = g->CellOf(Bounds{terms[k].lo, terms[k].hi});
-    __builtin_prefetch(&g->cells[cells[k]]);
+    u.cell = static_cast<uint32_t>(g->CellOf(u.bounds));
   }
   if (added) PublishTable(copy);
-  for (size_t k = 0; k < n; ++k) {
-    const Cell& c = grids[k]->cells[cells[k]];
+  // The cells are scattered over megabytes: each term's cell header is asked for 2 * kAhead terms
+  // before its append, the end of its cell's arrays kAhead terms before, so that the misses of
+  // many terms overlap instead of following each other.
+  constexpr size_t kAhead = 8;
+  const size_t n = unflushed_.size();
+  auto cell_of = [this](const Unflushed& u) -> const Cell& {
+    return grids_[u.attr]->cells[u.cell];
+  };
+  auto fetch_cell = [&](size_t i) { __builtin_prefetch(&cell_of(unflushed_[i])); };
+  auto fetch_end = [&](size_t i) {
+    const Cell& c = cell_of(unflushed_[i]);
     if (const Block* b = c.block.load(std::memory_order_relaxed)) {
       const uint32_t end = c.size.load(std::memory_order_relaxed);
-      __builtin_prefetch(b->slots() + end, 1);
-      __builtin_prefetch(b->bounds() + end, 1);
+      if (end < b->capacity) {
+        __builtin_prefetch(b->slots() + end, 1);
+        __builtin_prefetch(b->bounds() + end, 1);
+      }
     }
+  };
+  for (size_t i = 0; i < std::min(n, 2 * kAhead); ++i) fetch_cell(i);
+  for (size_t i = 0; i < std::min(n, kAhead); ++i) fetch_end(i);
+  for (size_t i = 0; i < n; ++i) {
+    if (i + 2 * kAhead < n) fetch_cell(i + 2 * kAhead);
+    if (i + kAhead < n) fetch_end(i + kAhead);
+    const Unflushed& u = unflushed_[i];
+    Grid& g = *grids_[u.attr];
+    if (Block* replaced = g.File(u.slot, u.bounds, u.cell)) Retire(copy, replaced, &Block::Free);
+    g.terms++;
   }
+  // Each grid that grew past its threshold is rebuilt, once.
   bool rebuilt = false;
-  for (size_t k = 0; k < n; ++k) {
-    Grid& g = *grids[k];
-    if (Block* replaced = g.File(slot, Bounds{terms[k].lo, terms[k].hi}, cells[k])) {
-      Retire(copy, replaced, &Block::Free);
-    }
-    if (++g.terms >= g.rebuild_at) {
-      Replace(copy, terms[k].attr, Rebuilt(g));
+  for (const Unflushed& u : unflushed_) {
+    Grid& g = *grids_[u.attr];
+    if (g.terms >= g.rebuild_at) {
+      Replace(copy, u.attr, Rebuilt(g));
       rebuilt = true;
     }
   }
   if (rebuilt) PublishTable(copy);
-  return slot;
+  unflushed_.clear();
 }
 
 void RangeIndex::Enter(int copy, uint32_t slot, const Record* owner) {
+  assert(unflushed_.empty() || copy == unflushed_copy_);
   Reclaim(copy);
   View& v = views_[copy];
   if (v.need.size() <= slot) {
@@ -217,6 +247,7 @@ void RangeIndex::Enter(int copy, uint32_t slot, const Record* owner) {
 }
 
 bool RangeIndex::Leave(int copy, uint32_t slot) {
+  assert(unflushed_.empty() || copy == unflushed_copy_);
   Reclaim(copy);
   View& v = views_[copy];
   v.need[slot] = 0;

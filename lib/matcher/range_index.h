@@ -53,8 +53,9 @@
 // the dead terms of every grid — once dead slots outnumber half the filed ones — so a removal
 // costs O(1) amortized and needs no per-term positions. A grid is rebuilt (new cuts, terms
 // refiled) whenever its terms reach 4 times what they were at its last build, so filling costs
-// O(1) amortized per term too. File asks for all of a subscription's cells, then for the ends of
-// their arrays, before appending to any, so that the cache misses of its terms overlap.
+// O(1) amortized per term too. File sets a subscription's terms aside; Flush appends a batch of
+// them (a publication's), fetching each term's cell and then the end of its arrays a few terms
+// ahead of its append, so that the cache misses of many terms overlap.
 //
 // Invariants:
 //   - terms_[s] is the number of terms of a filed slot s, 1..kMaxTerms (plus kLeftOne once one
@@ -140,9 +141,16 @@ class RangeIndex {
   RangeIndex& operator=(const RangeIndex&) = delete;
 
   // Files a subscription made of `terms`, live in neither copy yet; returns its slot. `copy` is
-  // the copy being changed. REQUIRES: 1 <= terms.size() <= kMaxTerms, distinct attributes, no
-  // NaN bound; no reader in `copy`.
+  // the copy being changed. The terms reach their cells at the next Flush(copy), which must come
+  // before `copy` is matched or the other copy changed. REQUIRES: 1 <= terms.size() <=
+  // kMaxTerms, distinct attributes, no NaN bound; no reader in `copy`.
   uint32_t File(int copy, absl::Span<const RangeTerm> terms);
+  // Appends the terms filed since the last Flush to their cells, all together: the cells are
+  // scattered over megabytes, and a batch fetches each ahead of its append, so that the misses
+  // overlap. Rebuilds each grid that grew past its threshold. REQUIRES: no reader in `copy`.
+  void Flush(int copy);
+  // Whether terms filed wait for Flush.
+  bool unflushed() const { return !unflushed_.empty(); }
   // Makes `slot` live in `copy`, where Match reports it as `owner` (not null).
   // REQUIRES: slot was filed and is not dead, nor live in `copy`; no reader in `copy`.
   void Enter(int copy, uint32_t slot, const Record* owner);
@@ -259,8 +267,18 @@ class RangeIndex {
   static constexpr uint8_t kLeftOne = 0x80;
   static_assert(kMaxTerms < kLeftOne);
 
+  // A term filed and not yet flushed: its attribute, slot and bounds; its cell, found by Flush.
+  struct Unflushed {
+    uint32_t attr;
+    uint32_t slot;
+    Bounds bounds;
+    uint32_t cell = 0;
+  };
+
   View views_[2];
   // The owner's.
+  std::vector<Unflushed> unflushed_;  // in the order filed
+  int unflushed_copy_ = 0;            // the copy that filed them
   std::vector<std::unique_ptr<Grid>> grids_;  // by attribute id (null: none)
   std::vector<uint8_t> terms_;                // by slot
   std::vector<uint32_t> free_;                // taken from the back
