@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstddef>
+#include <cstring>
 #include <new>
 #include <utility>
 #include <variant>
@@ -32,10 +34,16 @@ RangeIndex::Block* RangeIndex::Block::New(uint32_t capacity) {
   void* p = ::operator new(sizeof(Block) + capacity * (sizeof(uint32_t) + sizeof(Bounds)));
   Block* b = new (p) Block;
   b->capacity = capacity;
+  b->in_arena = 0;
   return b;
 }
 
 void RangeIndex::Block::Free(void* block) { ::operator delete(block); }
+
+size_t RangeIndex::Block::ArenaBytes(uint32_t capacity) {
+  const size_t bytes = sizeof(Block) + capacity * (sizeof(uint32_t) + sizeof(Bounds));
+  return (bytes + kArenaAlign - 1) & ~(kArenaAlign - 1);
+}
 
 RangeIndex::Grid::Grid(std::vector<float> c)
     : cuts(std::move(c)),
@@ -47,8 +55,30 @@ RangeIndex::Grid::Grid(std::vector<float> c)
 
 RangeIndex::Grid::~Grid() {
   for (size_t c = 0; c < cell_count(); ++c) {
-    if (Block* b = cells[c].block.load(std::memory_order_relaxed)) Block::Free(b);
+    Block* b = cells[c].block.load(std::memory_order_relaxed);
+    if (b != nullptr && !b->in_arena) Block::Free(b);
   }
+}
+
+void RangeIndex::Grid::Lay(const std::vector<uint32_t>& sizes, size_t n) {
+  // Room for a quarter more (and a little for small cells): the grid is laid out again once its
+  // terms have grown by a quarter, so on even growth few cells leave the arena meanwhile.
+  auto room = [](uint32_t size) { return size + size / 4 + 2; };
+  size_t bytes = 0;
+  for (uint32_t size : sizes) {
+    if (size != 0) bytes += Block::ArenaBytes(room(size));
+  }
+  arena.reset(new std::byte[bytes]);
+  std::byte* p = arena.get();
+  for (size_t c = 0; c < sizes.size(); ++c) {
+    if (sizes[c] == 0) continue;
+    Block* b = new (p) Block;
+    b->capacity = room(sizes[c]);
+    b->in_arena = 1;
+    cells[c].block.store(b, std::memory_order_relaxed);
+    p += Block::ArenaBytes(b->capacity);
+  }
+  relayout_at = std::max(kSingleCell, n + n / 4);
 }
 
 uint32_t RangeIndex::Grid::Bucket(float v) const {
@@ -87,7 +117,7 @@ RangeIndex::Block* RangeIndex::Grid::File(uint32_t slot, Bounds b, size_t cell) 
       std::memcpy(grown->bounds(), block->bounds(), n * sizeof(Bounds));
     }
     c.block.store(grown, std::memory_order_release);
-    replaced = block;
+    if (block != nullptr && !block->in_arena) replaced = block;
     block = grown;
   }
   block->slots()[n] = slot;
@@ -185,7 +215,7 @@ void RangeIndex::Flush(int copy) {
     std::unique_ptr<Grid>& g = grids_[u.attr];
     if (g == nullptr) {
       g = std::make_unique<Grid>(std::vector<float>());
-      g->rebuild_at = kSingleCell;
+      g->rebuild_at = g->relayout_at = kSingleCell;
       added = true;
     }
     u.cell = static_cast<uint32_t>(g->CellOf(u.bounds));
@@ -220,16 +250,19 @@ void RangeIndex::Flush(int copy) {
     if (Block* replaced = g.File(u.slot, u.bounds, u.cell)) Retire(copy, replaced, &Block::Free);
     g.terms++;
   }
-  // Each grid that grew past its threshold is rebuilt, once.
-  bool rebuilt = false;
+  // Each grid that grew past a threshold is rebuilt (new cuts), or laid out again, once.
+  bool replaced = false;
   for (const Unflushed& u : unflushed_) {
     Grid& g = *grids_[u.attr];
     if (g.terms >= g.rebuild_at) {
       Replace(copy, u.attr, Rebuilt(g));
-      rebuilt = true;
+      replaced = true;
+    } else if (g.terms >= g.relayout_at) {
+      Replace(copy, u.attr, Relaid(g));
+      replaced = true;
     }
   }
-  if (rebuilt) PublishTable(copy);
+  if (replaced) PublishTable(copy);
   unflushed_.clear();
 }
 
@@ -301,10 +334,7 @@ std::unique_ptr<RangeIndex::Grid> RangeIndex::Rebuilt(const Grid& g) const {
   g.ForEachTerm([&](uint32_t s, Bounds b) {
     if (terms_[s] != 0) sizes[next->CellOf(b)]++;
   });
-  for (size_t c = 0; c < sizes.size(); ++c) {
-    if (sizes[c] == 0) continue;
-    next->cells[c].block.store(Block::New(sizes[c]), std::memory_order_relaxed);
-  }
+  next->Lay(sizes, live);
   g.ForEachTerm([&](uint32_t s, Bounds b) {
     if (terms_[s] != 0) next->File(s, b, next->CellOf(b));
   });
@@ -314,26 +344,56 @@ std::unique_ptr<RangeIndex::Grid> RangeIndex::Rebuilt(const Grid& g) const {
 }
 
 std::unique_ptr<RangeIndex::Grid> RangeIndex::Compacted(const Grid& g) const {
-  auto next = std::make_unique<Grid>(g.cuts);
+  // Same cuts, same cells: each keeps its filed terms.
+  std::vector<uint32_t> kept(g.cell_count(), 0);
   size_t live = 0;
   for (size_t c = 0; c < g.cell_count(); ++c) {
-    const Cell& from = g.cells[c];
-    const uint32_t n = from.size.load(std::memory_order_relaxed);
+    const uint32_t n = g.cells[c].size.load(std::memory_order_relaxed);
     if (n == 0) continue;
-    const Block* b = from.block.load(std::memory_order_relaxed);
-    uint32_t kept = 0;
-    for (uint32_t e = 0; e < n; ++e) kept += terms_[b->slots()[e]] != 0;
-    if (kept == 0) continue;
-    // Same cuts, same cells: each keeps its filed terms, in a block of their size.
-    next->cells[c].block.store(Block::New(kept), std::memory_order_relaxed);
+    const Block* b = g.cells[c].block.load(std::memory_order_relaxed);
+    for (uint32_t e = 0; e < n; ++e) kept[c] += terms_[b->slots()[e]] != 0;
+    live += kept[c];
+  }
+  if (live == 0) return nullptr;
+  auto next = std::make_unique<Grid>(g.cuts);
+  next->Lay(kept, live);
+  for (size_t c = 0; c < g.cell_count(); ++c) {
+    if (kept[c] == 0) continue;
+    const Block* b = g.cells[c].block.load(std::memory_order_relaxed);
+    const uint32_t n = g.cells[c].size.load(std::memory_order_relaxed);
     for (uint32_t e = 0; e < n; ++e) {
       if (terms_[b->slots()[e]] != 0) next->File(b->slots()[e], b->bounds()[e], c);
     }
-    live += kept;
   }
-  if (live == 0) return nullptr;
   next->terms = live;
   next->rebuild_at = std::max(kSingleCell, 4 * live);
+  return next;
+}
+
+std::unique_ptr<RangeIndex::Grid> RangeIndex::Relaid(const Grid& g) {
+  auto next = std::make_unique<Grid>(g.cuts);
+  std::vector<uint32_t> sizes(g.cell_count());
+  for (size_t c = 0; c < g.cell_count(); ++c) {
+    sizes[c] = g.cells[c].size.load(std::memory_order_relaxed);
+  }
+  next->Lay(sizes, g.terms);
+  for (size_t c = 0; c < g.cell_count(); ++c) {
+    const uint32_t n = sizes[c];
+    if (n == 0) continue;
+    const Block* from = g.cells[c].block.load(std::memory_order_relaxed);
+    Cell& to = next->cells[c];
+    Block* b = to.block.load(std::memory_order_relaxed);
+    std::memcpy(b->slots(), from->slots(), n * sizeof(uint32_t));
+    std::memcpy(b->bounds(), from->bounds(), n * sizeof(Bounds));
+    to.max_slot.store(g.cells[c].max_slot.load(std::memory_order_relaxed),
+                      std::memory_order_relaxed);
+    to.size.store(n, std::memory_order_relaxed);
+  }
+  for (uint32_t i = 0; i < g.buckets; ++i) {
+    next->rows[i].store(g.rows[i].load(std::memory_order_relaxed), std::memory_order_relaxed);
+  }
+  next->terms = g.terms;
+  next->rebuild_at = g.rebuild_at;
   return next;
 }
 

@@ -186,15 +186,20 @@ class RangeIndex {
     float lo;
     float hi;
   };
-  // A cell's entries: `capacity` slots, then as many bounds, in one allocation.
+  // A cell's entries: `capacity` slots, then as many bounds, in one allocation of its own or in
+  // its grid's arena.
   struct Block {
     uint32_t capacity;
+    uint32_t in_arena;  // freed with its grid's arena, never alone
     uint32_t* slots() { return reinterpret_cast<uint32_t*>(this + 1); }
     Bounds* bounds() { return reinterpret_cast<Bounds*>(slots() + capacity); }
     const uint32_t* slots() const { return reinterpret_cast<const uint32_t*>(this + 1); }
     const Bounds* bounds() const { return reinterpret_cast<const Bounds*>(slots() + capacity); }
     static Block* New(uint32_t capacity);
     static void Free(void* block);
+    // The bytes a block of `capacity` takes in an arena (a multiple of kArenaAlign).
+    static size_t ArenaBytes(uint32_t capacity);
+    static constexpr size_t kArenaAlign = 16;
   };
   static_assert(sizeof(Block) % alignof(Bounds) == 0 && alignof(Bounds) <= alignof(Block));
   // Grows only while its grid is published; entries [0, size) of `block` are complete.
@@ -213,8 +218,17 @@ class RangeIndex {
     const uint32_t buckets;         // cuts.size() + 1
     std::unique_ptr<Cell[]> cells;  // (i, j) for i <= j, row by row
     std::unique_ptr<std::atomic<uint64_t>[]> rows;
-    size_t terms = 0;       // filed, live and dead (owner only)
-    size_t rebuild_at = 0;  // terms at which the grid is rebuilt (owner only)
+    // The blocks laid out when the grid was made, one after the other in cell order (the order
+    // in which Match visits them), each with room to grow by a quarter; a cell that outgrows its
+    // place moves to a block of its own.
+    std::unique_ptr<std::byte[]> arena;
+    size_t terms = 0;        // filed, live and dead (owner only)
+    size_t rebuild_at = 0;   // terms at which the grid is rebuilt (owner only)
+    size_t relayout_at = 0;  // terms at which it is laid out again, same cuts (owner only)
+
+    // Gives each cell c with sizes[c] > 0 an empty block in a new arena, room included, and
+    // sets relayout_at for `terms` terms. REQUIRES: no block yet.
+    void Lay(const std::vector<uint32_t>& sizes, size_t terms);
 
     uint32_t Bucket(float v) const;
     size_t CellIndex(uint32_t i, uint32_t j) const {
@@ -255,6 +269,9 @@ class RangeIndex {
   std::unique_ptr<Grid> Rebuilt(const Grid& g) const;
   // A grid of `g`'s filed terms (dead ones dropped) under the same cuts, or null if none.
   std::unique_ptr<Grid> Compacted(const Grid& g) const;
+  // A grid of all of `g`'s terms (dead ones too: a copy, no lookup per term) under the same cuts,
+  // laid out anew.
+  static std::unique_ptr<Grid> Relaid(const Grid& g);
   // Replaces the grid of `attr` (null: drops it), retiring the old one and the table.
   void Replace(int copy, uint32_t attr, std::unique_ptr<Grid> grid);
   // Publishes a table of grids_, retiring the old one.
