@@ -374,8 +374,18 @@ class Compiler {
   void Run(const sp::ViewNode* root, std::vector<RangeTerm>* range_terms) {
     const sp::ViewNodes conjuncts = view_.Conjuncts(root);
     const Ranges ranges = CollectRanges(conjuncts);
-    Choice best = BestAccess(conjuncts, ranges, /*allow_or=*/true);
-    if (Choice all = RangeIndexAccess(conjuncts, ranges, best); all.valid()) best = std::move(all);
+    size_t in_ranges = 0;
+    for (const Range& r : ranges) in_ranges += static_cast<size_t>(r.conjuncts);
+    Choice best;
+    if (in_ranges == conjuncts.size()) {
+      // Only ranges: the single accesses BestAccess would weigh are ranges too, which the range
+      // index beats whenever it applies, so it is tried first.
+      best = RangeIndexAccess(conjuncts, ranges, Choice());
+      if (!best.valid()) best = BestAccess(conjuncts, ranges, /*allow_or=*/true);
+    } else {
+      best = BestAccess(conjuncts, ranges, /*allow_or=*/true);
+      if (Choice all = RangeIndexAccess(conjuncts, ranges, best); all.valid()) best = std::move(all);
+    }
     if (!best.valid()) best.accesses.push_back(Access{});  // unindexed: every check stays
     rec_->accesses = std::move(best.accesses);
     rec_->dedupe = best.dedupe;
