@@ -190,6 +190,12 @@ const StandardRow kStandardRows[] = {
     {"x iS nUlL", T},
     {"not f", T},
     {"FALSE oR TrUe", T},
+    // Words that differ from a keyword only in a digit, '_' or '$' are identifiers.
+    {"an_ IS NULL", T},
+    {"AN$ IS NULL", T},
+    {"nul1 IS NULL", T},
+    {"betweeN_ IS NULL", T},
+    {"O_ IS NULL AND i_ IS NULL", T},
     // Identifiers are case-sensitive.
     {"I = 5", U},
     {"S = 'abc'", U},

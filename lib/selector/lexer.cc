@@ -5,7 +5,6 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/charconv.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "lib/selector/utf8.h"
 
@@ -13,8 +12,23 @@ namespace gryph::selector_ast {
 
 namespace {
 
+constexpr size_t kLongestKeyword = 7;  // BETWEEN
+
+// The bytes of a word of at most 8 bytes, each with bit 0x20 set: ASCII letters in lower case.
+// Case-insensitive equality with a keyword (all letters) is equality of the folded words, as no
+// other byte an identifier may hold (digits, '_', '$', bytes >= 0x80) folds to a letter.
+constexpr uint64_t Folded(absl::string_view word) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < word.size(); ++i) {
+    v |= static_cast<uint64_t>(static_cast<unsigned char>(word[i]) | 0x20) << (8 * i);
+  }
+  return v;
+}
+
 struct Keyword {
-  absl::string_view word;
+  constexpr Keyword(absl::string_view w, TokenKind k) : size(w.size()), folded(Folded(w)), kind(k) {}
+  size_t size;
+  uint64_t folded;
   TokenKind kind;
 };
 constexpr Keyword kKeywords[] = {
@@ -153,11 +167,13 @@ class Scanner {
       }
     }
     const absl::string_view word = text_.substr(start, pos_ - start);
-    for (const Keyword& k : kKeywords) {
-      if (k.word.size() == word.size() && (word[0] | 0x20) == (k.word[0] | 0x20) &&
-          absl::EqualsIgnoreCase(word, k.word)) {
-        token->kind = k.kind;
-        return absl::OkStatus();
+    if (word.size() <= kLongestKeyword) {
+      const uint64_t folded = Folded(word);
+      for (const Keyword& k : kKeywords) {
+        if (k.size == word.size() && k.folded == folded) {
+          token->kind = k.kind;
+          return absl::OkStatus();
+        }
       }
     }
     token->kind = TokenKind::kIdentifier;
@@ -237,6 +253,12 @@ class Scanner {
     if (IsAsciiIdentifierPart(Peek()) || Peek() == '.') return Malformed(start);
     token->kind = TokenKind::kInteger;
     token->decimal = base == 10;
+    if (base == 10 && digits.size() <= 18) {  // below 10^18 < 2^63: no overflow to check
+      uint64_t value = 0;
+      for (char c : digits) value = value * 10 + static_cast<uint64_t>(c - '0');
+      token->integer = value;
+      return absl::OkStatus();
+    }
     const uint64_t limit = base == 10 ? (uint64_t{1} << 63) : UINT64_MAX;
     uint64_t value = 0;
     for (char c : digits) {

@@ -577,6 +577,18 @@ class Parser {
         return out;
       }
       case TokenKind::kInteger:
+        if (!Peek().decimal || Peek().integer < kTwoTo63) {  // the commonest literal, directly
+          Operand out;
+          out.type = StaticType::kNumeric;
+          out.literal = true;
+          out.offset = offset;
+          out.code = builder_.size();
+          out.is_int = true;
+          out.i = static_cast<int64_t>(Take().integer);
+          builder_.Int64(out.i);
+          return out;
+        }
+        [[fallthrough]];
       case TokenKind::kDouble: {
         GRYPH_ASSIGN_OR_RETURN(AttributeValue v, NumericLiteral(Take(), /*minus=*/false));
         return EmitLiteral(std::move(v), offset);
