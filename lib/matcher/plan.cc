@@ -931,50 +931,55 @@ Record* Compile(SubscriberId id, Subscription subscription, InternFn intern,
                 const AccessStats& stats, Pool& pool, sp::View* view,
                 std::vector<RangeTerm>* range_terms) {
   std::optional<TopicFilter>& filter = SubscriptionParts::topic_filter(subscription);
-  // The record is planned first, then placed in a block sized for its tail.
-  Record plan(id);
-  plan.placement = !filter.has_value()         ? Placement::kAnyTopic
-                   : filter->has_wildcards() ? Placement::kWildcardTopic
-                                             : Placement::kExactTopic;
-  plan.program = sp::ProgramRef::Share(SubscriptionParts::selector(subscription).program());
-  absl::InlinedVector<uint32_t, 8> attributes;
-  absl::InlinedVector<RangeTerm, RangeIndex::kMaxTerms> terms;
-  std::unique_ptr<CheckLists> lists;
-  if (!plan.program) {
+  const Placement placement = !filter.has_value()         ? Placement::kAnyTopic
+                              : filter->has_wildcards() ? Placement::kWildcardTopic
+                                                        : Placement::kExactTopic;
+  // Places a record made like `plan` in a block sized for its tail, with the topic filter.
+  auto place = [&](Record&& plan) {
+    plan.placement = placement;
+    char* block = static_cast<char*>(pool.Allocate(plan.BlockBytes()));
+    Record* rec = new (block) Record(std::move(plan));
+    if (filter.has_value()) {
+      char* tail = const_cast<char*>(rec->tail());
+      const size_t hash = NameHash(filter->text());
+      std::memcpy(tail, &hash, sizeof(hash));
+      new (tail + sizeof(size_t)) TopicFilter(*std::move(filter));
+    }
+    return rec;
+  };
+  const sp::Program* program = SubscriptionParts::selector(subscription).program();
+  if (program == nullptr) {  // matches everything its topic filter lets through
+    Record plan(id);
     plan.accesses.push_back(Access{});
     plan.verify = Verify::kProven;
-  } else {
-    view->Reset(*plan.program);
-    Compiler compiler(&plan, intern, stats, *view);
-    compiler.Run(view->root(), range_terms);
-    lists = compiler.TakeLists();
-    if (plan.ranges_proven) {
-      terms.assign(compiler.terms().begin(), compiler.terms().end());
-      plan.program = sp::ProgramRef();  // its terms say all
-    } else {
-      attributes.assign(compiler.attributes().begin(), compiler.attributes().end());
-    }
+    return place(std::move(plan));
   }
+  // The record is planned first, then placed in a block sized for its tail.
+  Record plan(id);
+  plan.program = sp::ProgramRef::Share(program);
+  view->Reset(*plan.program);
+  Compiler compiler(&plan, intern, stats, *view);
+  compiler.Run(view->root(), range_terms);
+  std::unique_ptr<CheckLists> lists = compiler.TakeLists();
+  plan.has_lists = lists != nullptr;
+  const absl::Span<const RangeTerm> terms = compiler.terms();
+  const absl::Span<const uint32_t> attributes = compiler.attributes();
+  if (plan.ranges_proven) plan.program = sp::ProgramRef();  // its terms say all
   plan.attribute_count =
       static_cast<uint32_t>(plan.ranges_proven ? terms.size() : attributes.size()) & 0x7FFFFFFF;
-  plan.has_lists = lists != nullptr;
-  char* block = static_cast<char*>(pool.Allocate(plan.BlockBytes()));
-  Record* rec = new (block) Record(std::move(plan));
+  Record* rec = place(std::move(plan));
+  char* p = const_cast<char*>(rec->tail()) + (rec->placement == Placement::kAnyTopic
+                                                   ? 0
+                                                   : sizeof(size_t) + sizeof(TopicFilter));
   if (lists != nullptr) {
     CheckLists* owned = lists.release();
-    std::memcpy(block + sizeof(Record), &owned, sizeof(owned));
+    std::memcpy(p, &owned, sizeof(owned));
   }
   char* items = const_cast<char*>(rec->items());
   if (rec->ranges_proven) {
     std::memcpy(items, terms.data(), terms.size() * sizeof(RangeTerm));
   } else if (!attributes.empty()) {
     std::memcpy(items, attributes.data(), attributes.size() * sizeof(uint32_t));
-  }
-  if (filter.has_value()) {
-    char* hash_at = block + rec->BlockBytes() - sizeof(TopicFilter) - sizeof(size_t);
-    const size_t hash = NameHash(filter->text());
-    std::memcpy(hash_at, &hash, sizeof(hash));
-    new (hash_at + sizeof(size_t)) TopicFilter(*std::move(filter));
   }
   return rec;
 }

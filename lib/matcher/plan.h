@@ -248,10 +248,10 @@ struct CheckLists {
 // Fields are ordered so that what changes of the index read comes first. A record lives in one
 // pool block with its tail (Compile), which holds only what the record has:
 //
-//   Record | with checks: the CheckLists' pointer (owned)
-//          | attribute ids (uint32_t each), or a ranges_proven record's RangeTerms, padded to 8
-//          | with a topic filter: its hash (kExactTopic's key in the exact-topic table), then the
-//            TopicFilter
+//   Record | with a topic filter: its hash (kExactTopic's key in the exact-topic table), then the
+//            TopicFilter (at fixed offsets: the index reads them for every change)
+//          | with checks: the CheckLists' pointer (owned)
+//          | attribute ids (uint32_t each), or a ranges_proven record's RangeTerms
 struct Record {
   explicit Record(SubscriberId i) : id(i) {}
   SubscriberId id;
@@ -279,7 +279,7 @@ struct Record {
   const TopicFilter* topic_filter() const {
     return placement == Placement::kAnyTopic
                ? nullptr
-               : reinterpret_cast<const TopicFilter*>(tail() + TailBytes() + sizeof(size_t));
+               : reinterpret_cast<const TopicFilter*>(tail() + sizeof(size_t));
   }
   // The topic filter's text; empty without one.
   absl::string_view topic() const {
@@ -289,14 +289,14 @@ struct Record {
   // NameHash(topic()). REQUIRES: a topic filter.
   size_t topic_hash() const {
     size_t h;
-    std::memcpy(&h, tail() + TailBytes(), sizeof(h));
+    std::memcpy(&h, tail(), sizeof(h));
     return h;
   }
   // The check lists; null without checks.
   CheckLists* lists() const {
     if (!has_lists) return nullptr;
     CheckLists* l;
-    std::memcpy(&l, tail(), sizeof(l));
+    std::memcpy(&l, tail() + TopicBytes(), sizeof(l));
     return l;
   }
   // The checks of `branch`; none for an empty selector.
@@ -336,23 +336,24 @@ struct Record {
   }
   // The bytes of the record's block, tail included.
   size_t BlockBytes() const {
-    return sizeof(Record) + TailBytes() +
-           (placement == Placement::kAnyTopic ? 0 : sizeof(size_t) + sizeof(TopicFilter));
+    return sizeof(Record) + TopicBytes() + (has_lists ? sizeof(CheckLists*) : 0) +
+           attribute_count * (ranges_proven ? sizeof(RangeTerm) : sizeof(uint32_t));
   }
 
   // Where the tail's ids or terms start.
-  const char* items() const { return tail() + (has_lists ? sizeof(CheckLists*) : 0); }
+  const char* items() const {
+    return tail() + TopicBytes() + (has_lists ? sizeof(CheckLists*) : 0);
+  }
+  // Where the tail starts.
+  const char* tail() const { return reinterpret_cast<const char*>(this + 1); }
 
  private:
-  const char* tail() const { return reinterpret_cast<const char*>(this + 1); }
-  size_t TailBytes() const {
-    const size_t bytes =
-        (has_lists ? sizeof(CheckLists*) : 0) +
-        attribute_count * (ranges_proven ? sizeof(RangeTerm) : sizeof(uint32_t));
-    return (bytes + 7) & ~size_t{7};
+  size_t TopicBytes() const {
+    return placement == Placement::kAnyTopic ? 0 : sizeof(size_t) + sizeof(TopicFilter);
   }
 };
-static_assert(sizeof(Record) == 96 && alignof(TopicFilter) <= 8 && alignof(RangeTerm) <= 8);
+static_assert(sizeof(Record) == 96 && alignof(TopicFilter) <= 8 && sizeof(TopicFilter) % 8 == 0 &&
+              alignof(RangeTerm) <= 4);
 
 // Takes a Subscription apart (its friend), so that a record keeps only what it needs.
 struct SubscriptionParts {
