@@ -445,7 +445,8 @@ class Index::Matching {
 
   // Survivors of the range index are reported as they are when proven (ranges_proven and exact
   // event values), else when their terms hold compared exactly (ranges_proven: the selector is
-  // its terms) or all their checks do. Their records are scattered: each is fetched a few survivors ahead.
+  // its terms) or all their checks do. Their records are scattered: each is fetched a few survivors
+  // ahead.
   void MatchRanges(const RangeIndex& ri) {
     const int copy = index_.copy_;
     const bool exact = ri.Match(copy, values(), s_.ranges);

@@ -486,7 +486,7 @@ class Index {
   Group any_topic_;
   NameTable<Group> exact_;
   TrieNode wildcards_;
-  size_t wildcard_records_ = 0;  // in the trie
+  size_t wildcard_records_ = 0;         // in the trie
   std::vector<RangeIndex*> unflushed_;  // range indexes this copy filed terms in, since FlushRanges
 };
 

@@ -384,7 +384,8 @@ class Compiler {
       if (!best.valid()) best = BestAccess(conjuncts, ranges, /*allow_or=*/true);
     } else {
       best = BestAccess(conjuncts, ranges, /*allow_or=*/true);
-      if (Choice all = RangeIndexAccess(conjuncts, ranges, best); all.valid()) best = std::move(all);
+      Choice all = RangeIndexAccess(conjuncts, ranges, best);
+      if (all.valid()) best = std::move(all);
     }
     if (!best.valid()) best.accesses.push_back(Access{});  // unindexed: every check stays
     rec_->accesses = std::move(best.accesses);
@@ -931,7 +932,7 @@ Record* Compile(SubscriberId id, Subscription subscription, InternFn intern,
                 const AccessStats& stats, Pool& pool, sp::View* view,
                 std::vector<RangeTerm>* range_terms) {
   std::optional<TopicFilter>& filter = SubscriptionParts::topic_filter(subscription);
-  const Placement placement = !filter.has_value()         ? Placement::kAnyTopic
+  const Placement placement = !filter.has_value()       ? Placement::kAnyTopic
                               : filter->has_wildcards() ? Placement::kWildcardTopic
                                                         : Placement::kExactTopic;
   // Places a record made like `plan` in a block sized for its tail, with the topic filter.
@@ -968,9 +969,8 @@ Record* Compile(SubscriberId id, Subscription subscription, InternFn intern,
   plan.attribute_count =
       static_cast<uint32_t>(plan.ranges_proven ? terms.size() : attributes.size()) & 0x7FFFFFFF;
   Record* rec = place(std::move(plan));
-  char* p = const_cast<char*>(rec->tail()) + (rec->placement == Placement::kAnyTopic
-                                                   ? 0
-                                                   : sizeof(size_t) + sizeof(TopicFilter));
+  char* p = const_cast<char*>(rec->tail()) +
+            (rec->placement == Placement::kAnyTopic ? 0 : sizeof(size_t) + sizeof(TopicFilter));
   if (lists != nullptr) {
     CheckLists* owned = lists.release();
     std::memcpy(p, &owned, sizeof(owned));

@@ -32,17 +32,23 @@
 // whether every value it read was exactly a float; when so, a term whose bounds are inclusive
 // and exactly floats holds exactly when its float comparison does, and the caller may report a
 // survivor made only of such terms without verifying it (Record::ranges_proven). Any other
-// survivor is verified by the caller: a proven record by its program, any other by its checks.
+// survivor is verified by the caller: a proven record by its terms compared exactly
+// (Record::TermsHold), any other by its checks.
+//
+// Layout. Matching streams through the blocks of the cells it visits, in cell order: a grid lays
+// its blocks out one after the other in that order, in one arena, each with a quarter's room,
+// when it is built and again whenever its terms have grown by a quarter (a copy, dead terms
+// included); a cell that outgrows its place moves to a block of its own until then.
 //
 // Sharing. The matcher keeps two copies of its index for its readers (lib/matcher/matcher.cc,
 // left-right), but one range index serves both: the terms are filed once, and each copy has its
 // own view of which slots are live in it (a count per slot, 0 when not live, and the owners).
-// File appends a subscription's terms while readers of the other copy may be matching: a cell is
+// Flush appends terms while readers of the other copy may be matching: a cell is
 // an array that only grows while its grid is published (an atomic size, published after the
 // entry, and an atomic pointer to the array, replaced by a larger copy when full), and a grid or
-// the table of grids is replaced whole, by an atomic pointer, when rebuilt or purged. A reader
-// never reports what it may see half done: a slot filed or revived since its copy's counts were
-// set has count 0 there (it wraps), and a slot outside its copy's counts is counted in a sink
+// the table of grids is replaced whole, by an atomic pointer, when rebuilt, laid out or purged. A
+// reader never reports what it may see half done: a slot filed or revived since its copy's counts
+// were set has count 0 there (it wraps), and a slot outside its copy's counts is counted in a sink
 // that is never reported (a cell records its highest slot, so that only cells holding such
 // slots check for them). What a change replaces is retired, tagged with the copy being changed,
 // and freed by the first change to the other copy: the matcher changes a copy only once no
@@ -294,8 +300,8 @@ class RangeIndex {
 
   View views_[2];
   // The owner's.
-  std::vector<Unflushed> unflushed_;  // in the order filed
-  int unflushed_copy_ = 0;            // the copy that filed them
+  std::vector<Unflushed> unflushed_;          // in the order filed
+  int unflushed_copy_ = 0;                    // the copy that filed them
   std::vector<std::unique_ptr<Grid>> grids_;  // by attribute id (null: none)
   std::vector<uint8_t> terms_;                // by slot
   std::vector<uint32_t> free_;                // taken from the back

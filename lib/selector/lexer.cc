@@ -26,7 +26,8 @@ constexpr uint64_t Folded(absl::string_view word) {
 }
 
 struct Keyword {
-  constexpr Keyword(absl::string_view w, TokenKind k) : size(w.size()), folded(Folded(w)), kind(k) {}
+  constexpr Keyword(absl::string_view w, TokenKind k)
+      : size(w.size()), folded(Folded(w)), kind(k) {}
   size_t size;
   uint64_t folded;
   TokenKind kind;

@@ -46,8 +46,7 @@ struct Selector::Text {
 Selector::Selector() = default;
 
 Selector::Selector(const Selector& other)
-    : program_(sp::ProgramRef::Share(other.program_).release()),
-      text_(Text::Share(other.text_)) {}
+    : program_(sp::ProgramRef::Share(other.program_).release()), text_(Text::Share(other.text_)) {}
 
 Selector::Selector(Selector&& other) noexcept
     : program_(std::exchange(other.program_, nullptr)),
