@@ -22,7 +22,8 @@
 # preloaded, which journals their data file's writes that are not yet durable; the kills are of
 # the brokers alone (each stands for its host losing power), and after each kill gryph_power_cut
 # reverts a random subset of those writes (sector by sector, sometimes a torn sector) before the
-# broker restarts. Half the brokers started also die by themselves at their 1st to 200th sync,
+# broker restarts. Half the brokers restarted (not the first starts, while the subscribers connect,
+# nor the last) also die by themselves at their 1st to 200th sync,
 # before it (GRYPH_IO_KILL_AT_SYNC): a cut with a commit's pages written and not yet durable,
 # which a kill at a random instant seldom hits; the supervisor cuts and restarts them likewise. The oracle is the same: a write the broker relied on was synced, or a
 # publisher's acknowledged event or a subscriber's match goes missing. GRYPH_BROKER_FLAGS adds
@@ -58,7 +59,9 @@ if [ -n "${GRYPH_MUTATE:-}" ]; then
 fi
 read -r -a broker_flags <<<"${GRYPH_BROKER_FLAGS:-}"
 cuts=()
-final=0  # the brokers' last start: they no longer die at a sync
+# Set for the brokers' first starts, while the subscribers connect (nothing would restart a broker
+# that died at a sync then), and for their last start: they do not die at a sync.
+final=1
 start() {
   local role=$1
   case $role in
@@ -90,6 +93,7 @@ for s in sub-a sub-b; do
   grep -q "connected to" "$dir/$s.log" || fail "$s did not connect"
 done
 start pub
+final=0
 
 roles=(phb shb pub sub-a sub-b)
 kill_roles=(phb shb pub sub-a sub-b)
