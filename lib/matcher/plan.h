@@ -312,7 +312,8 @@ struct Record {
       for (const RangeTerm& t : terms()) f(t.attr);
     } else {
       const char* p = items();
-      for (uint32_t i = 0; i < attribute_count; ++i, p += sizeof(uint32_t)) {
+      const uint32_t n = attribute_count;
+      for (uint32_t i = 0; i < n; ++i, p += sizeof(uint32_t)) {
         uint32_t attr;
         std::memcpy(&attr, p, sizeof(attr));
         f(attr);
@@ -322,7 +323,7 @@ struct Record {
   // A ranges_proven record's terms.
   absl::Span<const RangeTerm> terms() const {
     return {ranges_proven ? reinterpret_cast<const RangeTerm*>(items()) : nullptr,
-            ranges_proven ? attribute_count : 0};
+            ranges_proven ? static_cast<size_t>(attribute_count) : size_t{0}};
   }
   // Whether every term of a ranges_proven record holds for `values`, compared exactly.
   bool TermsHold(AttrValues values) const;
@@ -337,7 +338,7 @@ struct Record {
   // The bytes of the record's block, tail included.
   size_t BlockBytes() const {
     return sizeof(Record) + TopicBytes() + (has_lists ? sizeof(CheckLists*) : 0) +
-           attribute_count * (ranges_proven ? sizeof(RangeTerm) : sizeof(uint32_t));
+           size_t{attribute_count} * (ranges_proven ? sizeof(RangeTerm) : sizeof(uint32_t));
   }
 
   // Where the tail's ids or terms start.
