@@ -446,7 +446,7 @@ void SubscriberHostingBrokerImpl::Forget(PubendState& p) {
   const Tick ld = p.constream->latest_delivered();
   Tick forget = ld > options_.event_cache_ticks ? ld - options_.event_cache_ticks : 0;
   for (const auto& [name, s] : p.catchups) {
-    forget = std::min(forget, s->positions.at(p.id).catchup->position());
+    forget = std::min(forget, s->positions.at(p.id).live().catchup->position());
   }
   if (forget > p.forgotten) {
     p.istream.Forget(forget);
@@ -510,7 +510,7 @@ absl::Status SubscriberHostingBrokerImpl::AdvanceConStreams() {
     if (advances.empty()) return absl::OkStatus();
     for (auto [s, p] : slow) {
       Position& pos = s->positions.at(p->id);
-      if (pos.member) Demote(*s, *p, pos);
+      if (pos.live().member) Demote(*s, *p, pos);
     }
     Submit(std::move(wb), std::move(advances));
   }
@@ -549,7 +549,7 @@ void SubscriberHostingBrokerImpl::SendRound(
 }
 
 void SubscriberHostingBrokerImpl::Resend(SubscriptionState& s, PubendState& p, Position& pos) {
-  DeliveryMessage again = pos.session.LastMessage(s.name, p.id);
+  DeliveryMessage again = pos.live().session.LastMessage(s.name, p.id);
   if (again.kind == DeliveryKind::kEvent) {
     const KnowledgeSpan span = p.istream.SpanAt(again.tick);
     if (span.value != TickValue::kD) {
@@ -568,7 +568,7 @@ void SubscriberHostingBrokerImpl::Resend(SubscriptionState& s, PubendState& p, P
 void SubscriberHostingBrokerImpl::Demote(SubscriptionState& s, PubendState& p, Position& pos) {
   // Everything through the constream's position has been sent to it (and, after a restart,
   // everything through the CT it resumed after): catch up from there.
-  const Tick from = std::max(p.constream->latest_delivered(), pos.resume_after);
+  const Tick from = std::max(p.constream->latest_delivered(), pos.live().resume_after);
   absl::StatusOr<std::unique_ptr<PFS::Reader>> reader = p.pfs->NewReader(s.id, from, from);
   if (!reader.ok()) {
     SendError(s.session, s.name, reader.status());
@@ -576,7 +576,7 @@ void SubscriberHostingBrokerImpl::Demote(SubscriptionState& s, PubendState& p, P
     return;
   }
   p.constream->Leave(s.name);
-  pos.member = false;
+  pos.live().member = false;
   StartCatchup(s, p, pos, *std::move(reader), from, 0);
   ++stats_.demotions;
 }
@@ -584,16 +584,16 @@ void SubscriberHostingBrokerImpl::Demote(SubscriptionState& s, PubendState& p, P
 void SubscriberHostingBrokerImpl::StartCatchup(SubscriptionState& s, PubendState& p, Position& pos,
                                                std::unique_ptr<PFS::Reader> reader, Tick from,
                                                Tick refilter_through) {
-  pos.reader = std::move(reader);
-  pos.catchup = std::make_unique<CatchupStream>(s.name, p.id, from, refilter_through,
-                                                s.subscription, &pos.session, options_.catchup);
+  pos.live().reader = std::move(reader);
+  pos.live().catchup = std::make_unique<CatchupStream>(
+      s.name, p.id, from, refilter_through, s.subscription, &pos.live().session, options_.catchup);
   p.catchups[s.name] = &s;
   ++stats_.catchups_started;
 }
 
 void SubscriberHostingBrokerImpl::EndCatchup(SubscriptionState& s, PubendState& p, Position& pos) {
-  pos.catchup.reset();
-  pos.reader.reset();
+  pos.live().catchup.reset();
+  pos.live().reader.reset();
   p.catchups.erase(s.name);
 }
 
@@ -627,8 +627,8 @@ bool SubscriberHostingBrokerImpl::StepCatchups(PubendState& p) {
     // Flow control: a consumer that has not acknowledged enough waits, and so does its hand-over.
     next.clear();
     for (const Catchup& c : active) {
-      if (c.second->catchup != nullptr &&
-          c.second->session.MaySendMore(options_.max_unacked_events)) {
+      if (c.second->live().catchup != nullptr &&
+          c.second->live().session.MaySendMore(options_.max_unacked_events)) {
         next.push_back(c);
       }
     }
@@ -638,10 +638,10 @@ bool SubscriberHostingBrokerImpl::StepCatchups(PubendState& p) {
     wanting.clear();
     readers.clear();
     for (const auto& [s, pos] : active) {
-      if (pos->catchup->WantedMatches(ld)) {
-        pos->reader->ExtendTo(ld);
+      if (pos->live().catchup->WantedMatches(ld)) {
+        pos->live().reader->ExtendTo(ld);
         wanting.push_back(pos);
-        readers.push_back(pos->reader.get());
+        readers.push_back(pos->live().reader.get());
       }
     }
     if (readers.size() >= 2 &&
@@ -652,7 +652,7 @@ bool SubscriberHostingBrokerImpl::StepCatchups(PubendState& p) {
       // (On an error each catchup reads alone below, and reports it to its own session.)
       for (size_t i = 0; i < wanting.size(); ++i) {
         const PFS::ReadResult& r = results[i];
-        wanting[i]->catchup->AddMatches(r.ticks, r.through, r.lost_through);
+        wanting[i]->live().catchup->AddMatches(r.ticks, r.through, r.lost_through);
       }
     }
     next.clear();
@@ -660,16 +660,17 @@ bool SubscriberHostingBrokerImpl::StepCatchups(PubendState& p) {
       SubscriptionState& s = *c.first;
       Position& pos = *c.second;
       const std::string& name = s.name;
-      if (pos.catchup == nullptr) continue;
+      if (pos.live().catchup == nullptr) continue;
       if (sent >= options_.max_catchup_messages_per_flush) {
         // The budget is spent (a step sends at most catchup.max_deliveries_per_step past it):
         // the next Flush starts here, after the loop has handled what arrived meanwhile.
         p.catchup_resume = name;
         return true;
       }
-      if (pos.catchup->WantedMatches(ld)) {
+      if (pos.live().catchup->WantedMatches(ld)) {
         PFS::ReadResult r;
-        if (absl::Status st = pos.reader->Read(options_.catchup.max_buffered_matches / 2, &r);
+        if (absl::Status st =
+                pos.live().reader->Read(options_.catchup.max_buffered_matches / 2, &r);
             !st.ok()) {
           Log(LogLevel::kError,
               absl::StrCat("subscription '", name, "': its catchup at pubend ", p.id.value,
@@ -678,11 +679,11 @@ bool SubscriberHostingBrokerImpl::StepCatchups(PubendState& p) {
           EndSession(s);
           continue;
         }
-        pos.catchup->AddMatches(r.ticks, r.through, r.lost_through);
+        pos.live().catchup->AddMatches(r.ticks, r.through, r.lost_through);
       }
       out.clear();
       nacks.clear();
-      pos.catchup->Step(p.istream, ld, &out, &nacks);
+      pos.live().catchup->Step(p.istream, ld, &out, &nacks);
       uint64_t events = 0;
       Tick last_event = 0;
       batch.clear();
@@ -704,13 +705,13 @@ bool SubscriberHostingBrokerImpl::StepCatchups(PubendState& p) {
         EndSession(s);
         continue;
       }
-      pos.session.NoteEventsSent(last_event, events, Now());
+      pos.live().session.NoteEventsSent(last_event, events, Now());
       if (!nacks.empty()) Nack(p, name, nacks);
-      if (pos.catchup->caught_up(ld)) {
+      if (pos.live().catchup->caught_up(ld)) {
         // The hand-over: the constream has delivered exactly through ld, and so has the catchup.
         EndCatchup(s, p, pos);
-        p.constream->Join(s.id, name, s.session, &pos.session, Now());
-        pos.member = true;
+        p.constream->Join(s.id, name, s.session, &pos.live().session, Now());
+        pos.live().member = true;
         ++stats_.catchups_completed;
       } else if (nacks.empty() && !out.empty()) {
         next.push_back(c);  // it may have more at once
@@ -918,16 +919,16 @@ void SubscriberHostingBrokerImpl::OnConnect(absl::string_view from, const Connec
     // on each wherever it goes next.
     const Tick from_tick = m.checkpoint.Names(id) ? m.checkpoint.Get(id) : pos.created;
     start.Set(id, from_tick);
-    pos.session.Start(from_tick);
+    pos.live().session.Start(from_tick);
     // Each session resumes after its own CT: an earlier session's (which may have been ahead of
     // this one's, after a crash) must not hide the ticks this one is owed.
-    pos.resume_after = 0;
+    pos.live().resume_after = 0;
     if (from_tick >= ld) {
       // Ahead of the constream only after a crash (see the header): resume after the CT.
-      pos.resume_after = from_tick;
+      pos.live().resume_after = from_tick;
       if (from_tick > ld) ++stats_.resumed_ahead;
-      p.constream->Join(s.id, s.name, s.session, &pos.session, Now(), from_tick);
-      pos.member = true;
+      p.constream->Join(s.id, s.name, s.session, &pos.live().session, Now(), from_tick);
+      pos.live().member = true;
       continue;
     }
     const Tick refilter_through = from_tick < pos.created ? pos.created : 0;
@@ -951,8 +952,8 @@ void SubscriberHostingBrokerImpl::EndSession(SubscriptionState& s) {
     PubendState& p = pubends_.at(id);
     EndCatchup(s, p, pos);
     p.constream->Leave(s.name);
-    pos.member = false;
-    pos.session.End();
+    pos.live().member = false;
+    pos.live().session.End();
   }
   s.session.clear();
 }
@@ -981,7 +982,7 @@ void SubscriberHostingBrokerImpl::OnAck(absl::string_view from, const AckMessage
   for (const auto& [p, t] : m.checkpoint.entries()) {
     if (!pubends_.contains(p)) continue;
     Position& pos = s.positions[p];
-    if (pos.session.OnAck(
+    if (pos.live().session.OnAck(
             t, Now(),
             &stats_.deliver_to_ack)) {  // the last message was lost (SessionStream::ShouldResend)
       Resend(s, pubends_.at(p), pos);
@@ -1057,10 +1058,11 @@ SubscriptionStatus SubscriberHostingBrokerImpl::StatusOf(const SubscriptionState
     at.released = pos.released;
     at.latest_delivered = latest_delivered(id);
     at.backlog_ticks = at.latest_delivered > at.released ? at.latest_delivered - at.released : 0;
-    at.catching_up = pos.catchup != nullptr;
-    if (!s.session.empty()) {
-      at.sent_through = pos.session.sent_through();
-      at.unacked_events = pos.session.unacked();
+    const Position::Live* live = pos.live_if_any();
+    at.catching_up = live != nullptr && live->catchup != nullptr;
+    if (!s.session.empty() && live != nullptr) {
+      at.sent_through = live->session.sent_through();
+      at.unacked_events = live->session.unacked();
     }
     catching_up = catching_up || at.catching_up;
   }
@@ -1191,7 +1193,7 @@ void SubscriberHostingBrokerImpl::OnTimer(absl::Time now) {
       // Catchups still reading below the released point keep their records.
       Tick chop = released;
       for (const auto& [name, s] : p.catchups) {
-        chop = std::min(chop, s->positions.at(id).catchup->position());
+        chop = std::min(chop, s->positions.at(id).live().catchup->position());
       }
       if (chop > p.pfs->chopped_through()) {
         if (absl::Status st = p.pfs->Chop(chop, &wb); !st.ok()) {
