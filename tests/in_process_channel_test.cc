@@ -229,5 +229,46 @@ TEST_CASE("Wait returns when a message arrives for the lane, or at the timeout",
   REQUIRE(net.DeliverAll(1) == 1);
 }
 
+TEST_CASE("an arrival hook runs once per emptied queue, and not after it is replaced",
+          "[channel]") {
+  InProcessNetwork net(2);
+  auto a = net.Connect("a", 0);
+  auto b = net.Connect("b", 1);
+  (*b)->SetReceiver([](absl::string_view, Message) {});
+  std::atomic<int> calls = 0;
+  net.SetArrivalHook(1, [&] { ++calls; });
+  REQUIRE_OK((*a)->Send("b", DisconnectMessage{"x"}));
+  REQUIRE_OK((*a)->Send("b", DisconnectMessage{"y"}));  // the queue was not empty
+  std::vector<Channel::Outgoing> many = {{"b", DisconnectMessage{"z"}},
+                                         {"b", DisconnectMessage{"w"}}};
+  REQUIRE((*a)->SendMany(absl::MakeSpan(many)) == 2);
+  REQUIRE(calls == 1);
+  REQUIRE(net.Wait(1, absl::ZeroDuration()));  // without the network's lock
+  REQUIRE(net.DeliverAll(1) == 4);
+  REQUIRE_FALSE(net.Wait(1, absl::ZeroDuration()));
+  REQUIRE((*a)->SendMany(absl::MakeSpan(many)) == 2);
+  REQUIRE(calls == 2);
+
+  // A hook running on a sender's thread has ended once SetArrivalHook returns (a runtime's hook
+  // must not run after the runtime is gone), though it runs outside the network's lock.
+  REQUIRE(net.DeliverAll(1) == 2);
+  std::atomic<bool> in_hook = false;
+  std::atomic<bool> hook_done = false;
+  std::atomic<size_t> pending_in_hook = 0;
+  net.SetArrivalHook(1, [&] {
+    in_hook = true;
+    pending_in_hook = net.pending();  // the network's lock is free meanwhile
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    hook_done = true;
+  });
+  std::thread sender([&] { (void)(*a)->Send("b", DisconnectMessage{"late"}); });
+  while (!in_hook) std::this_thread::yield();
+  net.SetArrivalHook(1, nullptr);
+  REQUIRE(hook_done);
+  sender.join();
+  REQUIRE(pending_in_hook == 1);
+  REQUIRE(net.DeliverAll(1) == 1);
+}
+
 }  // namespace
 }  // namespace gryph

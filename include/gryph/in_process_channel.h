@@ -69,8 +69,10 @@ class InProcessNetwork {
 
   // Sets the function called whenever a message is queued for `lane` while its queue is empty
   // (null: none), for a thread that sleeps elsewhere than in Wait (Runtime's InProcessLane). It
-  // runs under the network's lock on the sending thread: it must only signal (write an eventfd,
-  // notify a condition), never call the network. REQUIRES: lane < lanes.
+  // runs on the sending thread after the send has queued its messages, outside the network's
+  // lock but under the lane's hook lock: it must only signal (write an eventfd, notify a
+  // condition), never call the network. Once SetArrivalHook returns, the old hook is not running
+  // and will not run again. REQUIRES: lane < lanes.
   void SetArrivalHook(size_t lane, std::function<void()> hook);
 
  private:
@@ -98,8 +100,21 @@ class InProcessNetwork {
     uint64_t generation ABSL_GUARDED_BY(mu) = 0;  // of the topology the receivers come from
   };
 
-  absl::Status EnqueueLocked(absl::string_view from, absl::string_view to, Message message)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Per lane, what a sender or a waiter reads without the network's lock.
+  struct LaneState {
+    // Messages in the lane's queue (a copy of its size, kept under mu_): a zero Wait reads it
+    // instead of taking mu_, which a sender may hold for a long batch.
+    std::atomic<size_t> queued{0};
+    absl::Mutex hook_mu;  // held (shared) while the hook runs, so that a replaced one has ended
+    std::function<void()> hook ABSL_GUARDED_BY(hook_mu);
+  };
+
+  // Queues `message`; returns the lane whose queue it made non-empty (its hook is to run once
+  // the caller has released mu_: RunArrivalHooks), or kNoLane.
+  absl::StatusOr<size_t> EnqueueLocked(absl::string_view from, absl::string_view to,
+                                       Message message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static constexpr size_t kNoLane = SIZE_MAX;
+  void RunArrivalHook(size_t lane) ABSL_LOCKS_EXCLUDED(mu_);
   size_t SendMany(absl::string_view from, absl::Span<Channel::Outgoing> messages);
   void SetReceiver(const std::string& name, Channel::Receiver receiver);
   void Disconnect(const std::string& name);
@@ -118,7 +133,7 @@ class InProcessNetwork {
   // Per lane: signalled when its queue becomes non-empty. (A CondVar rather than an
   // absl::Condition, so that only the waiting thread reads the guarded state.)
   std::vector<std::unique_ptr<absl::CondVar>> arrived_;  // the vector never changes
-  std::vector<std::function<void()>> arrival_hooks_ ABSL_GUARDED_BY(mu_);  // per lane
+  std::vector<std::unique_ptr<LaneState>> lanes_;        // the vector never changes
   // Bumped (under mu_) whenever an endpoint goes or changes its receiver: outboxes re-resolve.
   std::atomic<uint64_t> generation_{0};
   // Taken into an outbox, to a live receiver, not yet delivered.

@@ -1,5 +1,6 @@
 #include "gryph/in_process_channel.h"
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 
 namespace gryph {
@@ -13,8 +14,14 @@ class InProcessNetwork::Endpoint final : public Channel {
   const std::string& name() const override { return name_; }
 
   absl::Status Send(absl::string_view peer, Message message) override {
-    absl::MutexLock lock(&network_->mu_);
-    return network_->EnqueueLocked(name_, peer, std::move(message));
+    absl::StatusOr<size_t> woken;
+    {
+      absl::MutexLock lock(&network_->mu_);
+      woken = network_->EnqueueLocked(name_, peer, std::move(message));
+    }
+    if (!woken.ok()) return woken.status();
+    if (*woken != kNoLane) network_->RunArrivalHook(*woken);
+    return absl::OkStatus();
   }
 
   size_t SendMany(absl::Span<Outgoing> messages) override {
@@ -33,10 +40,10 @@ class InProcessNetwork::Endpoint final : public Channel {
 InProcessNetwork::InProcessNetwork(size_t lanes) {
   absl::MutexLock lock(&mu_);
   queues_.resize(lanes);
-  arrival_hooks_.resize(lanes);
   for (size_t i = 0; i < lanes; ++i) {
     outboxes_.push_back(std::make_unique<Outbox>());
     arrived_.push_back(std::make_unique<absl::CondVar>());
+    lanes_.push_back(std::make_unique<LaneState>());
   }
 }
 
@@ -80,8 +87,8 @@ void InProcessNetwork::Disconnect(const std::string& name) {
   generation_.fetch_add(1, std::memory_order_release);
 }
 
-absl::Status InProcessNetwork::EnqueueLocked(absl::string_view from, absl::string_view to,
-                                             Message message) {
+absl::StatusOr<size_t> InProcessNetwork::EnqueueLocked(absl::string_view from, absl::string_view to,
+                                                       Message message) {
   auto it = receivers_.find(to);
   if (it == receivers_.end()) {
     return absl::UnavailableError(absl::StrCat("no endpoint named '", to, "'"));
@@ -90,17 +97,23 @@ absl::Status InProcessNetwork::EnqueueLocked(absl::string_view from, absl::strin
   ++peer.queued;
   ++live_;
   std::vector<Envelope>& queue = queues_[peer.lane];
-  if (queue.empty()) {
-    arrived_[peer.lane]->Signal();
-    if (arrival_hooks_[peer.lane]) arrival_hooks_[peer.lane]();
-  }
+  const bool was_empty = queue.empty();
+  if (was_empty) arrived_[peer.lane]->Signal();
   queue.emplace_back(from, peer.id, std::move(message));
-  return absl::OkStatus();
+  lanes_[peer.lane]->queued.store(queue.size(), std::memory_order_release);
+  return was_empty ? peer.lane : kNoLane;
+}
+
+void InProcessNetwork::RunArrivalHook(size_t lane) {
+  LaneState& state = *lanes_[lane];
+  absl::ReaderMutexLock lock(&state.hook_mu);
+  if (state.hook) state.hook();
 }
 
 void InProcessNetwork::SetArrivalHook(size_t lane, std::function<void()> hook) {
-  absl::MutexLock lock(&mu_);
-  arrival_hooks_.at(lane) = std::move(hook);
+  LaneState& state = *lanes_.at(lane);
+  absl::MutexLock lock(&state.hook_mu);  // waits for a running hook to end
+  state.hook = std::move(hook);
 }
 
 bool InProcessNetwork::Wait(size_t lane, absl::Duration timeout) {
@@ -109,6 +122,10 @@ bool InProcessNetwork::Wait(size_t lane, absl::Duration timeout) {
     absl::MutexLock deliver_lock(&outbox.mu);
     if (outbox.next < outbox.batch.size()) return true;
   }
+  // Without mu_: a sender may hold it for a long batch. A message queued after this read wakes
+  // the caller through the lane's hook or condition.
+  if (lanes_[lane]->queued.load(std::memory_order_acquire) > 0) return true;
+  if (timeout <= absl::ZeroDuration()) return false;
   const absl::Time deadline = absl::Now() + timeout;
   absl::MutexLock lock(&mu_);
   while (queues_[lane].empty()) {
@@ -119,11 +136,17 @@ bool InProcessNetwork::Wait(size_t lane, absl::Duration timeout) {
 
 size_t InProcessNetwork::SendMany(absl::string_view from, absl::Span<Channel::Outgoing> messages) {
   size_t accepted = 0;
-  absl::MutexLock lock(&mu_);
-  for (Channel::Outgoing& m : messages) {
-    m.accepted = EnqueueLocked(from, m.peer, std::move(m.message)).ok();
-    accepted += m.accepted ? 1 : 0;
+  absl::InlinedVector<size_t, 4> woken;  // lanes whose queue this made non-empty
+  {
+    absl::MutexLock lock(&mu_);
+    for (Channel::Outgoing& m : messages) {
+      absl::StatusOr<size_t> lane = EnqueueLocked(from, m.peer, std::move(m.message));
+      m.accepted = lane.ok();
+      accepted += m.accepted ? 1 : 0;
+      if (lane.ok() && *lane != kNoLane) woken.push_back(*lane);
+    }
   }
+  for (size_t lane : woken) RunArrivalHook(lane);
   return accepted;
 }
 
@@ -161,6 +184,7 @@ size_t InProcessNetwork::Deliver(size_t max_messages, size_t lane) {
       absl::MutexLock lock(&mu_);
       if (queues_[lane].empty()) break;
       outbox.batch.swap(queues_[lane]);  // the queue keeps the old batch's capacity
+      lanes_[lane]->queued.store(0, std::memory_order_release);
       ResolveLocked(outbox, /*take=*/true);
     } else if (generation_.load(std::memory_order_acquire) != outbox.generation) {
       // An endpoint went or replaced its receiver while this batch was out.
