@@ -159,6 +159,10 @@ struct SubscriberHostingBrokerOptions {
   // stalled for half of it first counts every session as heard (its acks may be waiting).
   absl::Duration session_timeout = absl::Seconds(30);
   size_t pfs_checkpoint_interval = 1024;
+  // Per pubend: PFS records recently read for catchups are kept in memory up to about this many
+  // bytes, so that catchups reading the same records in turn (after an outage) read storage
+  // once (PfsOptions::read_cache_bytes). 0: none kept.
+  size_t pfs_read_cache_bytes = size_t{8} << 20;
   // A subscription whose subscriber has not been connected for this long is deleted, as an
   // administrator's DeleteSubscription would (Pulsar's subscription expiration, Kafka's offset
   // retention): without it, a subscriber that never returns holds the pubends' logs for ever.

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "lib/pfs/pfs_keys.h"
+#include "lib/pfs/record_cache.h"
 #include "lib/storage/last_row.h"
 #include "lib/util/status_macros.h"
 
@@ -37,7 +38,8 @@ PFS::PFS(const PfsOptions& options, Storage* storage)
     : options_(options),
       storage_(storage),
       records_begin_(internal::PubendPrefix(options.pubend)),
-      records_end_(internal::PubendEnd(options.pubend)) {}
+      records_end_(internal::PubendEnd(options.pubend)),
+      cache_(std::make_unique<internal::PfsRecordCache>(options.read_cache_bytes)) {}
 
 PFS::~PFS() = default;
 
@@ -314,6 +316,46 @@ absl::Status PFS::Chop(Tick through, WriteBatch* batch) {
              internal::EncodePfsMetaTick(through));
   chopped_ = through;
   last_tick_ = std::max(last_tick_, through);
+  cache_->DropThrough(through);
+  return absl::OkStatus();
+}
+
+absl::Status PFS::ScanCommitted(Tick from, Tick to,
+                                absl::FunctionRef<bool(Tick, absl::string_view)> visit) {
+  // Storage holds nothing at or below the chop point; a chunk from before the chop may still.
+  Tick at = std::max(from, chopped_);  // every record in (from, at] has been visited
+  while (at < to) {
+    if (const internal::PfsRecordCache::Chunk* c = cache_->Covering(at)) {
+      for (size_t i = c->UpperBound(at); i < c->size() && c->tick(i) <= to; ++i) {
+        if (!visit(c->tick(i), c->value(i))) return absl::OkStatus();
+      }
+      at = std::min(c->hi(), to);
+      continue;
+    }
+    // Storage up to the next cached chunk (or `to`), remembered for the next pass.
+    const Tick stop = std::min(to, cache_->NextStart(at));
+    internal::PfsRecordCache::Builder kept(cache_.get(), at);
+    absl::Status parse;
+    Tick last = at;
+    bool stopped = false;
+    GRYPH_RETURN_IF_ERROR(storage_->Scan(
+        kPfsRecordsTable, internal::PfsRecordKey(options_.pubend, at + 1),
+        internal::PfsRecordKey(options_.pubend, stop + 1),
+        [&](absl::string_view key, absl::string_view value) {
+          if (!internal::ParsePfsRecordKey(key, options_.pubend, &last)) {
+            parse = Corrupt(options_.pubend,
+                            absl::StrCat("a record key is ", key.size(), " bytes, not 12"));
+            return false;
+          }
+          kept.Add(last, value);
+          stopped = !visit(last, value);
+          return !stopped;
+        }));
+    GRYPH_RETURN_IF_ERROR(parse);
+    kept.Finish(stopped ? last : stop);
+    if (stopped) return absl::OkStatus();
+    at = stop;
+  }
   return absl::OkStatus();
 }
 
@@ -513,18 +555,7 @@ absl::Status PFS::ReadTogether(absl::Span<Reader* const> readers, size_t max_rec
     return true;
   };
   if (!wants.empty() && lo < committed_) {
-    GRYPH_RETURN_IF_ERROR(storage_->Scan(
-        kPfsRecordsTable, internal::PfsRecordKey(options_.pubend, lo + 1),
-        internal::PfsRecordKey(options_.pubend, std::min(hi, committed_) + 1),
-        [&](absl::string_view key, absl::string_view value) {
-          Tick t = 0;
-          if (!internal::ParsePfsRecordKey(key, options_.pubend, &t)) {
-            parse = Corrupt(options_.pubend,
-                            absl::StrCat("a record key is ", key.size(), " bytes, not 12"));
-            return false;
-          }
-          return visit(t, value);
-        }));
+    GRYPH_RETURN_IF_ERROR(ScanCommitted(lo, std::min(hi, committed_), visit));
   }
   if (parse.ok() && !wants.empty() && hi > committed_ && through == hi) {
     auto begin = unsettled_ticks_.begin() + static_cast<ptrdiff_t>(unsettled_begin_);

@@ -101,6 +101,7 @@ absl::Status SubscriberHostingBrokerImpl::Recover() {
     PfsOptions po;
     po.pubend = up.pubend;
     po.checkpoint_interval = options_.pfs_checkpoint_interval;
+    po.read_cache_bytes = options_.pfs_read_cache_bytes;
     GRYPH_ASSIGN_OR_RETURN(p.pfs, PFS::Open(po, storage_));
   }
   recovery_.pfs = step.Lap();

@@ -106,6 +106,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -114,6 +115,10 @@
 #include "gryph/tick.h"
 
 namespace gryph {
+
+namespace internal {
+class PfsRecordCache;
+}  // namespace internal
 
 struct PfsOptions {
   // The pubend whose log stream this PFS holds. Several PFS (one per pubend) share one Storage.
@@ -125,6 +130,10 @@ struct PfsOptions {
   // A reader holds at most this many Q ticks in memory (8 bytes each); a window with more is
   // walked in chunks (see the file comment). REQUIRES: >= 1.
   size_t reader_chunk_ticks = size_t{1} << 16;
+  // Committed records that ReadTogether read are kept in memory, up to about this many bytes,
+  // for the next pass over the same ticks (catchups after an outage ask in groups, each from
+  // about where the last one read). 0: none kept.
+  size_t read_cache_bytes = size_t{8} << 20;
 };
 
 class PFS {
@@ -323,6 +332,11 @@ class PFS {
   // record is malformed or does not hold s.
   static absl::StatusOr<Tick> FindPrev(absl::string_view record, Tick t, SubscriberId s);
   const Sub* FindSub(SubscriberId s) const;
+  // Calls visit(t, value) for the committed records in (from, to], in tick order, until it
+  // returns false: from the read cache where it holds them, else from storage (filling the
+  // cache). REQUIRES: to <= committed_.
+  absl::Status ScanCommitted(Tick from, Tick to,
+                             absl::FunctionRef<bool(Tick, absl::string_view)> visit);
 
   // Constant after construction.
   const PfsOptions options_;
@@ -339,6 +353,7 @@ class PFS {
   uint64_t next_incarnation_ = 1;
   absl::flat_hash_map<uint64_t, Sub> subs_;
   std::vector<uint64_t> dirty_;  // subscribers with dirty set (may hold stale ids)
+  std::unique_ptr<internal::PfsRecordCache> cache_;  // committed records read lately
 
   // Records appended but not known committed (tick > committed_), in tick order: their ticks,
   // offsets into unsettled_bytes_ and values back to back. Entries before unsettled_begin_ are
