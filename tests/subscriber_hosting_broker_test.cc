@@ -92,30 +92,29 @@ std::vector<ReleaseMessage> Release(Tick released, Tick delivered) {
   return {ReleaseMessage{{ReleaseEntry{kP, released, delivered}}}};
 }
 
-// What a durable subscriber hands its application: "E12", "S20", "G15" (pubend kP).
+// What a durable subscriber hands its application: "E12", "S20", "G15" at pubend kP, "2:E12" at
+// pubend 2.
 class Recorder : public DurableSubscriber::Handler {
  public:
   void OnEvent(PubendId p, Tick t, const EventRef& event) override {
-    CHECK(p == kP);
     // The broker delivers the event of that tick, not just any event.
     const AttributeValue* id = event->Find("id");
     CHECK((id != nullptr && std::get<int64_t>(*id) == static_cast<int64_t>(t)));
-    log.push_back("E" + std::to_string(t));
+    log.push_back(Entry(p, "E", t));
   }
-  void OnSilence(PubendId p, Tick t) override {
-    CHECK(p == kP);
-    log.push_back("S" + std::to_string(t));
-  }
-  void OnGap(PubendId p, Tick t) override {
-    CHECK(p == kP);
-    log.push_back("G" + std::to_string(t));
-  }
+  void OnSilence(PubendId p, Tick t) override { log.push_back(Entry(p, "S", t)); }
+  void OnGap(PubendId p, Tick t) override { log.push_back(Entry(p, "G", t)); }
   void OnConnected(const CheckpointToken& start) override { connected.push_back(start); }
   void OnError(const absl::Status& status) override { errors.push_back(status); }
 
   Strings log;
   std::vector<CheckpointToken> connected;
   std::vector<absl::Status> errors;
+
+ private:
+  static std::string Entry(PubendId p, const char* kind, Tick t) {
+    return absl::StrCat(p == kP ? "" : absl::StrCat(p.value, ":"), kind, t);
+  }
 };
 
 // A durable subscriber on its own endpoint.
@@ -564,6 +563,76 @@ TEST_CASE("a Flush stops mid-round once its catchup budget is spent; the next go
   }
 }
 
+TEST_CASE("a Flush gives catchups one time slice, and the pubends take turns at it",
+          "[shb][catchup]") {
+  // Catchups running flat out (a thousand reconnections) must leave the loop every slice, so
+  // that what arrives meanwhile reaches the caught-up subscribers; a message budget alone let a
+  // Flush run for tens of milliseconds.
+  ShbTest t;
+  t.options.pubends = {{kP, "phb"}, {kP2, "phb"}};
+  t.options.catchup.max_deliveries_per_step = 2;
+  t.options.catchup_slice = absl::Microseconds(250);
+  bool ticking = false;  // while set, every reading of the broker's clock takes 100 us
+  t.options.clock = [&] {
+    if (ticking) t.now += absl::Microseconds(100);
+    return t.now;
+  };
+  t.Open();
+  std::vector<Client*> clients;
+  for (const char* name : {"a", "b", "c"}) clients.push_back(&t.Subscribe(name, ""));
+  for (Client* c : clients) REQUIRE_OK(c->ds->Disconnect());
+  t.Pump();
+  std::map<Tick, std::string> events;
+  for (Tick k = 2; k <= 40; k += 2) events[k] = "red";
+  t.Publish(Knowledge(1, 40, events, kP));
+  t.Publish(Knowledge(1, 40, events, kP2));
+  for (Client* c : clients) REQUIRE_OK(c->ds->Connect());
+  t.DeliverOnly();
+  t.DeliverOnly();
+  REQUIRE(t.shb().catching_up() == 6);  // three subscriptions at two pubends
+  auto at = [&](PubendId p) {           // the ticks the subscribers have reached at p, together
+    Tick n = 0;
+    for (Client* c : clients) n += c->ds->checkpoint().Get(p);
+    return n;
+  };
+  // The slice ends after a step or two: far less than the message budget allows.
+  ticking = true;
+  REQUIRE(t.shb().Flush());
+  ticking = false;
+  t.DeliverOnly();
+  const Tick start = at(kP2);
+  REQUIRE(at(kP) > 0);
+  REQUIRE(at(kP) < 3 * 40);
+  // Every Flush moves some catchup; the second pubend's catchups start before the first's are
+  // done; all finish, nothing lost.
+  int flushes = 1;
+  int p2_moved = 0;
+  int p1_done = 0;
+  for (;;) {
+    const Tick before = at(kP) + at(kP2);
+    ticking = true;
+    const bool more = t.shb().Flush();
+    ticking = false;
+    t.DeliverOnly();
+    ++flushes;
+    REQUIRE((at(kP) + at(kP2) > before || !more));
+    if (p2_moved == 0 && at(kP2) > start) p2_moved = flushes;
+    if (p1_done == 0 && at(kP) == 3 * 40) p1_done = flushes;
+    if (!more) break;
+    REQUIRE(flushes < 200);
+  }
+  REQUIRE(p2_moved > 0);
+  REQUIRE(p2_moved < p1_done);
+  REQUIRE(flushes > 4);
+  REQUIRE(t.shb().catching_up() == 0);
+  for (Client* c : clients) {
+    REQUIRE(c->ds->checkpoint().Get(kP) == 40);
+    REQUIRE(c->ds->checkpoint().Get(kP2) == 40);
+    REQUIRE(c->ds->duplicates_dropped() == 0);
+    REQUIRE(c->rec.errors.empty());
+  }
+}
+
 TEST_CASE("events arriving during a catchup are handed over without loss or duplicate",
           "[shb][catchup]") {
   ShbTest t;
@@ -693,6 +762,7 @@ TEST_CASE("options that would stall every stream are InvalidArgument at Open", "
       {"silence_interval", [](Options& o) { o.silence_interval = absl::ZeroDuration(); }},
       {"session_timeout", [](Options& o) { o.session_timeout = absl::ZeroDuration(); }},
       {"nack_delay", [](Options& o) { o.nack_delay = -absl::Milliseconds(1); }},
+      {"catchup_slice", [](Options& o) { o.catchup_slice = absl::ZeroDuration(); }},
       {"delivery_lease_ticks", [](Options& o) { o.delivery_lease_ticks = 0; }},
       {"upstream node", [](Options& o) { o.pubends[0].node = ""; }},
       {"simulated_commit_thread", [](Options& o) { o.simulated_commit_thread = true; }},

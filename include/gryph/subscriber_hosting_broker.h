@@ -149,6 +149,14 @@ struct SubscriberHostingBrokerOptions {
   // are not held back behind it: smaller favours the caught-up subscribers' latency, larger the
   // catchups' throughput.
   size_t max_catchup_messages_per_flush = 4096;
+  // The time one Flush gives the catchups of all pubends together, on the broker's clock (the
+  // pubends take turns); checked before each shared PFS read and each catchup's step, so a
+  // Flush overruns it by at most one of those. Then the loop delivers what arrived meanwhile to
+  // the caught-up subscribers before the catchups go on: while catchups run flat out, this
+  // bounds what they add to a caught-up subscriber's latency, at little cost to their own
+  // throughput. (On a simulator's clock, which stands still within a Flush, only the message
+  // budget above applies.)
+  absl::Duration catchup_slice = absl::Microseconds(500);
   // Event messages of one pubend a session may have outstanding (sent, not acknowledged); see
   // the file comment. It must exceed what a healthy subscriber receives between two acks.
   uint64_t max_unacked_events = 50'000;

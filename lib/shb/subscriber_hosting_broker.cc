@@ -429,9 +429,24 @@ bool SubscriberHostingBrokerImpl::Flush() {
     Fail(st);
     return false;
   }
+  // The catchups step after the constreams have sent what they could, for one slice, starting
+  // with the pubend the last slice ended in.
   bool more = false;
+  bool sliced = false;
+  catchup_until_ = Now() + options_.catchup_slice;
+  const auto turn = pubends_.lower_bound(catchup_turn_);
+  auto step = [&](PubendState& p) {
+    if (sliced) return;
+    more |= StepCatchups(p, &sliced);
+    if (sliced) {
+      // The next pubend goes first next time (this one's catchups resume where they stopped).
+      auto after = std::next(pubends_.find(p.id));
+      catchup_turn_ = after == pubends_.end() ? pubends_.begin()->first : after->first;
+    }
+  };
+  for (auto it = turn; it != pubends_.end(); ++it) step(it->second);
+  for (auto it = pubends_.begin(); it != turn; ++it) step(it->second);
   for (auto& [id, p] : pubends_) {
-    more |= StepCatchups(p);
     Forget(p);
     AskForTheRest(p);
   }
@@ -454,6 +469,10 @@ void SubscriberHostingBrokerImpl::Forget(PubendState& p) {
     p.forgotten = forget;
   }
 }
+
+// What one shared PFS read of StepCatchups may cost, in records times readers (a few hundred
+// microseconds).
+constexpr size_t kPassWork = size_t{1} << 15;
 
 // The most deliveries a round's buffers keep room for between rounds.
 constexpr size_t kKeptRoundDeliveries = 1 << 16;
@@ -598,7 +617,7 @@ void SubscriberHostingBrokerImpl::EndCatchup(SubscriptionState& s, PubendState& 
   p.catchups.erase(s.name);
 }
 
-bool SubscriberHostingBrokerImpl::StepCatchups(PubendState& p) {
+bool SubscriberHostingBrokerImpl::StepCatchups(PubendState& p, bool* sliced) {
   const Tick ld = p.constream->latest_delivered();
   // A step may end its own catchup (the hand-over, a session ended): walk a copy. (Positions do
   // not move while the catchups step: no subscription or pubend is added meanwhile.)
@@ -625,6 +644,12 @@ bool SubscriberHostingBrokerImpl::StepCatchups(PubendState& p) {
   // Rounds over the catchups that still have something to send, until the Flush's budget is
   // spent (the next Flush goes on).
   for (int round = 0; round < 4 && !active.empty(); ++round) {
+    if (Now() >= catchup_until_) {
+      // The Flush's slice is spent: the next Flush starts here.
+      p.catchup_resume = active.front().first->name;
+      *sliced = true;
+      return true;
+    }
     // Flow control: a consumer that has not acknowledged enough waits, and so does its hand-over.
     next.clear();
     for (const Catchup& c : active) {
@@ -635,21 +660,31 @@ bool SubscriberHostingBrokerImpl::StepCatchups(PubendState& p) {
     }
     active.swap(next);
     // The catchups that need PFS matches read them in one pass when there are several: after an
-    // outage they read the same records.
+    // outage they read the same records. A pass costs its records times its readers, so it takes
+    // the kPassWork / records of them that are furthest behind; the others wait for a later pass
+    // (the PFS keeps what this one read for it). The furthest behind always move: no catchup
+    // waits for ever.
+    const size_t pass_records = options_.catchup.max_buffered_matches / 2;
+    const size_t pass_readers = std::max<size_t>(2, kPassWork / pass_records);
     wanting.clear();
-    readers.clear();
     for (const auto& [s, pos] : active) {
-      if (pos->live().catchup->WantedMatches(ld)) {
-        pos->live().reader->ExtendTo(ld);
-        wanting.push_back(pos);
-        readers.push_back(pos->live().reader.get());
-      }
+      if (pos->live().catchup->WantedMatches(ld)) wanting.push_back(pos);
     }
-    if (readers.size() >= 2 &&
-        p.pfs
-            ->ReadTogether(absl::MakeSpan(readers), options_.catchup.max_buffered_matches / 2,
-                           &results)
-            .ok()) {
+    if (wanting.size() > pass_readers) {
+      std::nth_element(wanting.begin(), wanting.begin() + static_cast<ptrdiff_t>(pass_readers),
+                       wanting.end(), [](Position* a, Position* b) {
+                         return a->live().reader->position() < b->live().reader->position();
+                       });
+      wanting.resize(pass_readers);
+    }
+    readers.clear();
+    for (Position* pos : wanting) {
+      pos->live().reader->ExtendTo(ld);
+      readers.push_back(pos->live().reader.get());
+    }
+    const bool passed = readers.size() >= 2 &&
+                        p.pfs->ReadTogether(absl::MakeSpan(readers), pass_records, &results).ok();
+    if (passed) {
       // (On an error each catchup reads alone below, and reports it to its own session.)
       for (size_t i = 0; i < wanting.size(); ++i) {
         const PFS::ReadResult& r = results[i];
@@ -662,13 +697,18 @@ bool SubscriberHostingBrokerImpl::StepCatchups(PubendState& p) {
       Position& pos = *c.second;
       const std::string& name = s.name;
       if (pos.live().catchup == nullptr) continue;
-      if (sent >= options_.max_catchup_messages_per_flush) {
-        // The budget is spent (a step sends at most catchup.max_deliveries_per_step past it):
-        // the next Flush starts here, after the loop has handled what arrived meanwhile.
+      const bool out_of_time = Now() >= catchup_until_;
+      if (sent >= options_.max_catchup_messages_per_flush || out_of_time) {
+        // The budget or the slice is spent (a step sends at most
+        // catchup.max_deliveries_per_step past it): the next Flush starts here, after the loop
+        // has handled what arrived meanwhile.
         p.catchup_resume = name;
+        *sliced = out_of_time;
         return true;
       }
-      if (pos.live().catchup->WantedMatches(ld)) {
+      // A catchup a pass left short waits for the next pass: alone it would walk the whole
+      // window of its chain.
+      if (!passed && pos.live().catchup->WantedMatches(ld)) {
         PFS::ReadResult r;
         if (absl::Status st =
                 pos.live().reader->Read(options_.catchup.max_buffered_matches / 2, &r);
@@ -1291,7 +1331,8 @@ absl::StatusOr<std::unique_ptr<SubscriberHostingBroker>> SubscriberHostingBroker
                                       {options.silence_interval, "silence_interval"},
                                       {options.session_timeout, "session_timeout"},
                                       {options.subscription_expiry, "subscription_expiry"},
-                                      {options.full_store_wait, "full_store_wait"}}));
+                                      {options.full_store_wait, "full_store_wait"},
+                                      {options.catchup_slice, "catchup_slice"}}));
   if (options.nack_delay < absl::ZeroDuration() || options.commit_interval < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("SHB options nack_delay and commit_interval must be >= 0");
   }

@@ -167,9 +167,10 @@ class SubscriberHostingBrokerImpl final : public SubscriberHostingBroker {
   // Nacks again what answers left unanswered (p.unanswered) and is still outstanding.
   void AskForTheRest(PubendState& p);
   // Steps the catchup streams of `p` in rounds, each with one shared PFS read for the streams
-  // that need matches (see max_catchup_messages_per_flush); returns whether they may have more
-  // to send now.
-  bool StepCatchups(PubendState& p);
+  // that need matches (see max_catchup_messages_per_flush and catchup_slice); returns whether
+  // they may have more to send now. Sets *sliced when it stopped because the Flush's catchup
+  // slice (until catchup_until_) was spent.
+  bool StepCatchups(PubendState& p, bool* sliced);
   // Moves a constream member whose consumer fell behind to a catchup stream.
   void Demote(SubscriptionState& s, PubendState& p, Position& pos);
   // Gives `s` a catchup stream at `p` from `from` (refiltering through `refilter_through`),
@@ -222,6 +223,10 @@ class SubscriberHostingBrokerImpl final : public SubscriberHostingBroker {
   Recovery recovery_;
   uint64_t next_id_ = 1;
   std::map<PubendId, PubendState> pubends_;
+  // The pubend whose catchups step first in the next Flush: the one after the pubend whose
+  // catchups the last slice cut short, so that the slice goes round the pubends.
+  PubendId catchup_turn_{0};
+  absl::Time catchup_until_;  // the current Flush's catchups stop at this instant
   // std::map: by_id_ and in-flight deliveries point into it, and its nodes do not move.
   std::map<std::string, SubscriptionState, std::less<>> subscriptions_;
   absl::flat_hash_map<uint64_t, SubscriptionState*> by_id_;
