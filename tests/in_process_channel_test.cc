@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -178,6 +179,44 @@ TEST_CASE("a receiver replaced during a batch gets the rest of it", "[channel]")
   for (int i = 0; i < 3; ++i) REQUIRE_OK((*a)->Send("b", DisconnectMessage{"x"}));
   REQUIRE(net.DeliverAll() == 3);
   REQUIRE(got == std::vector<std::string>{"old", "new", "new"});
+}
+
+TEST_CASE("a batch of many messages, looked up a part at a time, stays exact", "[channel]") {
+  // Longer than one part (256): the parts looked up later see what changed meanwhile.
+  InProcessNetwork net(2);
+  auto a = net.Connect("a", 0);
+  auto b = net.Connect("b", 1);
+  auto c = net.Connect("c", 1);
+  auto d = net.Connect("d", 1);
+  std::vector<int> at_b;
+  int at_c = 0;
+  int at_d_old = 0;
+  int at_d_new = 0;
+  (*b)->SetReceiver([&](absl::string_view, Message m) {
+    const int n = std::stoi(std::get<DisconnectMessage>(m).subscription);
+    at_b.push_back(n);
+    if (n == 300) c->reset();  // c's later messages are dropped
+    if (n == 600) {            // d's later messages reach its new receiver
+      (*d)->SetReceiver([&](absl::string_view, Message) { ++at_d_new; });
+    }
+  });
+  (*c)->SetReceiver([&](absl::string_view, Message) { ++at_c; });
+  (*d)->SetReceiver([&](absl::string_view, Message) { ++at_d_old; });
+  std::vector<Channel::Outgoing> batch;
+  for (int i = 1; i <= 1000; ++i) {
+    batch.push_back({"b", DisconnectMessage{std::to_string(i)}});
+    batch.push_back({"c", DisconnectMessage{"c"}});
+    batch.push_back({"d", DisconnectMessage{"d"}});
+  }
+  REQUIRE((*a)->SendMany(absl::MakeSpan(batch)) == 3000);
+  REQUIRE(net.pending() == 3000);
+  net.DeliverAll(1);
+  REQUIRE(at_b.size() == 1000);
+  for (int i = 0; i < 1000; ++i) REQUIRE(at_b[static_cast<size_t>(i)] == i + 1);
+  REQUIRE(at_c == 299);  // the one after b's 300th was the first not delivered
+  REQUIRE(at_d_old == 599);
+  REQUIRE(at_d_new == 401);
+  REQUIRE(net.pending() == 0);
 }
 
 TEST_CASE("two lanes run on two threads while others send", "[channel]") {

@@ -11,8 +11,9 @@
 // their subscribers on another). With one lane (the default) every message goes through one
 // Deliver in global send order.
 //
-// Cost: Deliver takes a lane's whole queue under one lock and resolves its receivers there, and
-// SendMany queues a batch under one lock, so a message costs no lock of its own.
+// Cost: Deliver takes a lane's whole queue under one lock and resolves its receivers a chunk at a
+// time, and SendMany queues a batch a chunk at a time, so a message costs no lock of its own and
+// no thread holds the network's lock for long.
 //
 // Thread-safety: thread-safe. Send may be called from any thread; Deliver() for one lane from
 // one thread at a time. An endpoint must not outlive its network.
@@ -97,6 +98,7 @@ class InProcessNetwork {
     std::vector<Envelope> batch ABSL_GUARDED_BY(mu);
     std::vector<SharedReceiver> receivers ABSL_GUARDED_BY(mu);  // null: drop
     size_t next ABSL_GUARDED_BY(mu) = 0;
+    size_t resolved ABSL_GUARDED_BY(mu) = 0;      // receivers[next, resolved) are looked up
     uint64_t generation ABSL_GUARDED_BY(mu) = 0;  // of the topology the receivers come from
   };
 
@@ -118,9 +120,13 @@ class InProcessNetwork {
   size_t SendMany(absl::string_view from, absl::Span<Channel::Outgoing> messages);
   void SetReceiver(const std::string& name, Channel::Receiver receiver);
   void Disconnect(const std::string& name);
-  // Looks up the receivers of outbox.batch[outbox.next...]; with `take`, the envelopes were
-  // just taken from the queue and leave its counts.
-  void ResolveLocked(Outbox& outbox, bool take) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, outbox.mu);
+  // Looks up the receivers of outbox.batch[outbox.next, end); with `take`, those envelopes are
+  // looked up for the first time and leave their queue's counts (resolved moves to `end`).
+  void ResolveLocked(Outbox& outbox, size_t end, bool take)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, outbox.mu);
+  // How many messages a SendMany queues, and a Deliver looks up, per hold of mu_.
+  static constexpr size_t kSendChunk = 256;
+  static constexpr size_t kResolveChunk = 256;
 
   mutable absl::Mutex mu_;
   // Connected endpoints by name, and by connection id (queued messages name their connection).

@@ -137,9 +137,10 @@ bool InProcessNetwork::Wait(size_t lane, absl::Duration timeout) {
 size_t InProcessNetwork::SendMany(absl::string_view from, absl::Span<Channel::Outgoing> messages) {
   size_t accepted = 0;
   absl::InlinedVector<size_t, 4> woken;  // lanes whose queue this made non-empty
-  {
+  // A chunk at a time under mu_, so that a long batch does not hold every lane's thread.
+  for (size_t begin = 0; begin < messages.size(); begin += kSendChunk) {
     absl::MutexLock lock(&mu_);
-    for (Channel::Outgoing& m : messages) {
+    for (Channel::Outgoing& m : messages.subspan(begin, kSendChunk)) {
       absl::StatusOr<size_t> lane = EnqueueLocked(from, m.peer, std::move(m.message));
       m.accepted = lane.ok();
       accepted += m.accepted ? 1 : 0;
@@ -150,9 +151,9 @@ size_t InProcessNetwork::SendMany(absl::string_view from, absl::Span<Channel::Ou
   return accepted;
 }
 
-void InProcessNetwork::ResolveLocked(Outbox& outbox, bool take) {
+void InProcessNetwork::ResolveLocked(Outbox& outbox, size_t end, bool take) {
   outbox.receivers.resize(outbox.batch.size());
-  for (size_t i = outbox.next; i < outbox.batch.size(); ++i) {
+  for (size_t i = outbox.next; i < end; ++i) {
     const Envelope& e = outbox.batch[i];
     SharedReceiver& r = outbox.receivers[i];
     // By connection id: a later endpoint of the same name is another connection.
@@ -169,6 +170,7 @@ void InProcessNetwork::ResolveLocked(Outbox& outbox, bool take) {
     if (r != nullptr && now == nullptr) in_hand_.fetch_sub(1, std::memory_order_relaxed);
     r = std::move(now);
   }
+  if (take) outbox.resolved = end;
   outbox.generation = generation_.load(std::memory_order_acquire);
 }
 
@@ -180,16 +182,21 @@ size_t InProcessNetwork::Deliver(size_t max_messages, size_t lane) {
     if (outbox.next == outbox.batch.size()) {
       outbox.batch.clear();
       outbox.receivers.clear();
-      outbox.next = 0;
+      outbox.next = outbox.resolved = 0;
       absl::MutexLock lock(&mu_);
       if (queues_[lane].empty()) break;
       outbox.batch.swap(queues_[lane]);  // the queue keeps the old batch's capacity
       lanes_[lane]->queued.store(0, std::memory_order_release);
-      ResolveLocked(outbox, /*take=*/true);
-    } else if (generation_.load(std::memory_order_acquire) != outbox.generation) {
-      // An endpoint went or replaced its receiver while this batch was out.
+    }
+    if (outbox.next == outbox.resolved) {
+      // A chunk at a time: senders wait for mu_ meanwhile, and a batch may be long.
       absl::MutexLock lock(&mu_);
-      ResolveLocked(outbox, /*take=*/false);
+      ResolveLocked(outbox, std::min(outbox.batch.size(), outbox.next + kResolveChunk),
+                    /*take=*/true);
+    } else if (generation_.load(std::memory_order_acquire) != outbox.generation) {
+      // An endpoint went or replaced its receiver while this chunk was out.
+      absl::MutexLock lock(&mu_);
+      ResolveLocked(outbox, outbox.resolved, /*take=*/false);
     }
     const size_t i = outbox.next++;
     // Shared: the receiver may replace itself (or close its endpoint) while running.
