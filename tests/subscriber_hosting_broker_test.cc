@@ -572,7 +572,8 @@ TEST_CASE("a Flush gives catchups one time slice, and the pubends take turns at 
   t.options.pubends = {{kP, "phb"}, {kP2, "phb"}};
   t.options.catchup.max_deliveries_per_step = 2;
   t.options.catchup_slice = absl::Microseconds(250);
-  bool ticking = false;  // while set, every reading of the broker's clock takes 100 us
+  t.options.catchup_share = 1;  // no rest (the next test)
+  bool ticking = false;         // while set, every reading of the broker's clock takes 100 us
   t.options.clock = [&] {
     if (ticking) t.now += absl::Microseconds(100);
     return t.now;
@@ -631,6 +632,79 @@ TEST_CASE("a Flush gives catchups one time slice, and the pubends take turns at 
     REQUIRE(c->ds->duplicates_dropped() == 0);
     REQUIRE(c->rec.errors.empty());
   }
+}
+
+TEST_CASE("with a catchup share below 1, catchups rest after each slice while others are live",
+          "[shb][catchup]") {
+  ShbTest t;
+  t.options.catchup.max_deliveries_per_step = 2;
+  t.options.catchup_slice = absl::Microseconds(250);
+  t.options.catchup_share = 0.25;  // a rest three times the slice
+  bool ticking = false;            // while set, every reading of the broker's clock takes 100 us
+  t.options.clock = [&] {
+    if (ticking) t.now += absl::Microseconds(100);
+    return t.now;
+  };
+  t.Open();
+  Client& live = t.Subscribe("live", "");
+  std::vector<Client*> back;
+  for (const char* name : {"a", "b"}) back.push_back(&t.Subscribe(name, ""));
+  for (Client* c : back) REQUIRE_OK(c->ds->Disconnect());
+  t.Pump();
+  std::map<Tick, std::string> events;
+  for (Tick k = 2; k <= 40; k += 2) events[k] = "red";
+  t.Publish(Knowledge(1, 40, events));
+  for (Client* c : back) REQUIRE_OK(c->ds->Connect());
+  t.DeliverOnly();
+  t.DeliverOnly();
+  REQUIRE(t.shb().catching_up() == 2);
+  auto at = [&] { return back[0]->ds->checkpoint().Get(kP) + back[1]->ds->checkpoint().Get(kP); };
+  ticking = true;
+  REQUIRE_FALSE(t.shb().Flush());  // a slice, then a rest: nothing to do at once
+  ticking = false;
+  t.DeliverOnly();
+  const Tick after_slice = at();
+  REQUIRE(after_slice > 0);
+  const absl::Time slice_end = t.now;  // the slice took at least 250 us: the rest, 750 us more
+  // Resting: a Flush (a message came) steps no catchup, and the live subscriber still gets its
+  // events; the broker's next deadline is no later than the rest's end.
+  t.Publish(Knowledge(41, 42, {{42, "red"}}));
+  REQUIRE(at() == after_slice);
+  REQUIRE(live.rec.log.back() == "E42");
+  REQUIRE(t.shb().NextDeadline(t.now) <= slice_end + absl::Milliseconds(1));
+  t.now = slice_end + absl::Microseconds(700);
+  REQUIRE_FALSE(t.shb().Flush());
+  t.DeliverOnly();
+  REQUIRE(at() == after_slice);
+  // Once the rest is over they go on, and finish exactly.
+  for (int i = 0; i < 200 && t.shb().catching_up() > 0; ++i) {
+    t.now += absl::Milliseconds(1);
+    ticking = true;
+    (void)t.shb().Flush();
+    ticking = false;
+    t.DeliverOnly();
+    if (i == 0) REQUIRE(at() > after_slice);
+  }
+  REQUIRE(t.shb().catching_up() == 0);
+  for (Client* c : back) {
+    REQUIRE(c->ds->checkpoint().Get(kP) == 42);
+    REQUIRE(c->rec.log.back() == "E42");
+    REQUIRE(c->ds->duplicates_dropped() == 0);
+  }
+
+  // With nobody caught up connected, nothing holds the catchups back.
+  REQUIRE_OK(live.ds->Disconnect());
+  for (Client* c : back) REQUIRE_OK(c->ds->Disconnect());
+  t.Pump();
+  std::map<Tick, std::string> more;
+  for (Tick k = 44; k <= 80; k += 2) more[k] = "red";
+  t.Publish(Knowledge(43, 80, more));
+  for (Client* c : back) REQUIRE_OK(c->ds->Connect());
+  t.DeliverOnly();
+  t.DeliverOnly();
+  ticking = true;
+  REQUIRE(t.shb().Flush());  // sliced, more to do at once: no rest
+  ticking = false;
 }
 
 TEST_CASE("events arriving during a catchup are handed over without loss or duplicate",
@@ -763,6 +837,8 @@ TEST_CASE("options that would stall every stream are InvalidArgument at Open", "
       {"session_timeout", [](Options& o) { o.session_timeout = absl::ZeroDuration(); }},
       {"nack_delay", [](Options& o) { o.nack_delay = -absl::Milliseconds(1); }},
       {"catchup_slice", [](Options& o) { o.catchup_slice = absl::ZeroDuration(); }},
+      {"catchup_share", [](Options& o) { o.catchup_share = 0; }},
+      {"catchup_share", [](Options& o) { o.catchup_share = 1.5; }},
       {"delivery_lease_ticks", [](Options& o) { o.delivery_lease_ticks = 0; }},
       {"upstream node", [](Options& o) { o.pubends[0].node = ""; }},
       {"simulated_commit_thread", [](Options& o) { o.simulated_commit_thread = true; }},

@@ -157,6 +157,13 @@ struct SubscriberHostingBrokerOptions {
   // throughput. (On a simulator's clock, which stands still within a Flush, only the message
   // budget above applies.)
   absl::Duration catchup_slice = absl::Microseconds(500);
+  // While caught-up subscribers are connected here, the catchups take at most this share of the
+  // broker's time: a slice that ran out is followed by a rest of its length times (1/share - 1),
+  // in which the loop serves the rest (or sleeps). On a machine whose cores the catchups would
+  // fill (their consumers run there too), this is what keeps the caught-up subscribers' latency
+  // near its normal during a burst of reconnections; it slows the catchups down by as much.
+  // 1: no rest. With no caught-up subscriber connected, catchups never rest. In (0, 1].
+  double catchup_share = 0.5;
   // Event messages of one pubend a session may have outstanding (sent, not acknowledged); see
   // the file comment. It must exceed what a healthy subscriber receives between two acks.
   uint64_t max_unacked_events = 50'000;

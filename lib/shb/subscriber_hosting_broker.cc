@@ -430,13 +430,15 @@ bool SubscriberHostingBrokerImpl::Flush() {
     return false;
   }
   // The catchups step after the constreams have sent what they could, for one slice, starting
-  // with the pubend the last slice ended in.
+  // with the pubend whose turn it is; unless they rest.
   bool more = false;
   bool sliced = false;
-  catchup_until_ = Now() + options_.catchup_slice;
+  const absl::Time catchups_start = Now();
+  const bool resting = catchups_start < catchup_rest_until_;
+  catchup_until_ = resting ? catchups_start : catchups_start + options_.catchup_slice;
   const auto turn = pubends_.lower_bound(catchup_turn_);
   auto step = [&](PubendState& p) {
-    if (sliced) return;
+    if (sliced || resting) return;
     more |= StepCatchups(p, &sliced);
     if (sliced) {
       // The next pubend goes first next time (this one's catchups resume where they stopped).
@@ -450,9 +452,22 @@ bool SubscriberHostingBrokerImpl::Flush() {
     Forget(p);
     AskForTheRest(p);
   }
+  if (sliced && options_.catchup_share < 1 && LiveMembers()) {
+    // Their share of the time is spent: they rest; NextDeadline wakes the loop for the rest.
+    catchup_rest_until_ = Now() + (Now() - catchups_start) * (1 / options_.catchup_share - 1);
+    dirty_ = status_.ok();
+    return false;
+  }
   // The next Flush goes on where this one stopped, without waiting for a message.
-  if (more && status_.ok()) dirty_ = true;
-  return dirty_;
+  if ((more || resting) && status_.ok()) dirty_ = true;
+  return dirty_ && !resting;
+}
+
+bool SubscriberHostingBrokerImpl::LiveMembers() const {
+  for (const auto& [id, p] : pubends_) {
+    if (p.constream->member_count() > 0) return true;
+  }
+  return false;
 }
 
 void SubscriberHostingBrokerImpl::Forget(PubendState& p) {
@@ -1294,6 +1309,8 @@ absl::Time SubscriberHostingBrokerImpl::NextDeadline(absl::Time now) const {
   // Missing ticks start their nack_delay at the next OnTimer; after a nack they wait for the
   // answer or the renack (at least a millisecond apart, so that a nack_delay of 0 cannot spin).
   if (waiting_) next = std::min(next, room_made_ ? room_least_ : room_probe_);
+  // Catchups resting (catchup_share) go on then.
+  if (dirty_ && catchup_rest_until_ > now) next = std::min(next, catchup_rest_until_);
   const absl::Duration q_wait = std::max(options_.nack_delay, absl::Milliseconds(1));
   for (const auto& [id, p] : pubends_) {
     if (p.highest_seen > p.constream->latest_delivered()) {
@@ -1335,6 +1352,10 @@ absl::StatusOr<std::unique_ptr<SubscriberHostingBroker>> SubscriberHostingBroker
                                       {options.catchup_slice, "catchup_slice"}}));
   if (options.nack_delay < absl::ZeroDuration() || options.commit_interval < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("SHB options nack_delay and commit_interval must be >= 0");
+  }
+  if (!(options.catchup_share > 0 && options.catchup_share <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SHB option catchup_share is ", options.catchup_share, "; it must be in (0, 1]"));
   }
   if (options.delivery_lease_ticks == 0) {
     return absl::InvalidArgumentError("SHB option delivery_lease_ticks is 0");

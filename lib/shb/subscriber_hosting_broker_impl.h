@@ -171,6 +171,8 @@ class SubscriberHostingBrokerImpl final : public SubscriberHostingBroker {
   // they may have more to send now. Sets *sliced when it stopped because the Flush's catchup
   // slice (until catchup_until_) was spent.
   bool StepCatchups(PubendState& p, bool* sliced);
+  // Whether any constream has a member: a caught-up subscriber connected here.
+  bool LiveMembers() const;
   // Moves a constream member whose consumer fell behind to a catchup stream.
   void Demote(SubscriptionState& s, PubendState& p, Position& pos);
   // Gives `s` a catchup stream at `p` from `from` (refiltering through `refilter_through`),
@@ -227,6 +229,8 @@ class SubscriberHostingBrokerImpl final : public SubscriberHostingBroker {
   // catchups the last slice cut short, so that the slice goes round the pubends.
   PubendId catchup_turn_{0};
   absl::Time catchup_until_;  // the current Flush's catchups stop at this instant
+  // While a slice's rest (catchup_share) lasts, Flush steps no catchup.
+  absl::Time catchup_rest_until_ = absl::InfinitePast();
   // std::map: by_id_ and in-flight deliveries point into it, and its nodes do not move.
   std::map<std::string, SubscriptionState, std::less<>> subscriptions_;
   absl::flat_hash_map<uint64_t, SubscriptionState*> by_id_;
