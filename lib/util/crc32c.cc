@@ -53,9 +53,55 @@ uint32_t UpdatePortable(uint32_t crc, const unsigned char* p, size_t n) {
 }
 
 #if defined(__x86_64__)
+// The crc32 instruction takes 3 cycles and can start one every cycle: three streams at once go
+// about three times as fast as one. A block of 3 * kStripe bytes is checksummed as three stripes
+// in parallel, the second and third from a zero register, and then combined: the register after
+// A B is the register after A followed by |B| zero bytes, xor the register of B alone (the CRC
+// is linear). Moving a register past kStripe zero bytes is itself linear, so it is four table
+// lookups: kShift[k][b] is byte b in byte position k of the register, moved so.
+constexpr size_t kStripe = 128;
+
+using ShiftTables = std::array<std::array<uint32_t, 256>, 4>;
+
+ShiftTables MakeShiftTables() {
+  ShiftTables t{};
+  const unsigned char zeros[kStripe] = {};
+  for (int k = 0; k < 4; ++k) {
+    for (uint32_t b = 0; b < 256; ++b) {
+      t[static_cast<size_t>(k)][b] = UpdatePortable(b << (8 * k), zeros, kStripe);
+    }
+  }
+  return t;
+}
+
+const ShiftTables& Shift() {
+  static const ShiftTables* tables = new ShiftTables(MakeShiftTables());
+  return *tables;
+}
+
+uint32_t ShiftPastStripe(const ShiftTables& t, uint32_t crc) {
+  return t[0][crc & 0xff] ^ t[1][(crc >> 8) & 0xff] ^ t[2][(crc >> 16) & 0xff] ^ t[3][crc >> 24];
+}
+
 __attribute__((target("sse4.2"))) uint32_t UpdateSse42(uint32_t crc, const unsigned char* p,
                                                        size_t n) {
   uint64_t c = crc;
+  if (n >= 3 * kStripe) {
+    const ShiftTables& t = Shift();
+    while (n >= 3 * kStripe) {
+      uint64_t c1 = 0;
+      uint64_t c2 = 0;
+      for (size_t i = 0; i < kStripe; i += 8) {
+        c = _mm_crc32_u64(c, LoadLE64(p + i));
+        c1 = _mm_crc32_u64(c1, LoadLE64(p + kStripe + i));
+        c2 = _mm_crc32_u64(c2, LoadLE64(p + 2 * kStripe + i));
+      }
+      const uint32_t ab = ShiftPastStripe(t, static_cast<uint32_t>(c)) ^ static_cast<uint32_t>(c1);
+      c = ShiftPastStripe(t, ab) ^ static_cast<uint32_t>(c2);
+      p += 3 * kStripe;
+      n -= 3 * kStripe;
+    }
+  }
   while (n >= 8) {
     c = _mm_crc32_u64(c, LoadLE64(p));
     p += 8;
