@@ -276,8 +276,8 @@ struct Line {
   }
 };
 
-// Parses one flat object: {"key": "string" | number | null, ...}. No nesting, no arrays, no
-// booleans: gryph_bench prints none.
+// Parses one flat object: {"key": "string" | number | true | false | null, ...}. No nesting, no
+// arrays: gryph_bench prints none.
 class LineParser {
  public:
   explicit LineParser(std::string_view text) : text_(text) {}
@@ -360,6 +360,15 @@ class LineParser {
       pos_ += 4;
       *out = std::monostate();
       return true;
+    }
+    // A boolean (match_ranges' "exact") reads as 1 or 0.
+    for (const auto& [word, number] : {std::pair<std::string_view, double>{"true", 1},
+                                       std::pair<std::string_view, double>{"false", 0}}) {
+      if (text_.substr(pos_, word.size()) == word) {
+        pos_ += word.size();
+        *out = number;
+        return true;
+      }
     }
     double d = 0;
     const char* begin = text_.data() + pos_;
