@@ -162,8 +162,11 @@ struct SubscriberHostingBrokerOptions {
   // in which the loop serves the rest (or sleeps). On a machine whose cores the catchups would
   // fill (their consumers run there too), this is what keeps the caught-up subscribers' latency
   // near its normal during a burst of reconnections; it slows the catchups down by as much.
-  // 1: no rest. With no caught-up subscriber connected, catchups never rest. In (0, 1].
-  double catchup_share = 0.5;
+  // 1 (the default): no rest. With no caught-up subscriber connected, catchups never rest. A
+  // share below 1 slows every catchup while anyone is live: after an outage of the whole
+  // broker, the first subscriber back slows all the others (shb_all_catchup: about 2.5 times
+  // at 0.5). In (0, 1].
+  double catchup_share = 1.0;
   // Event messages of one pubend a session may have outstanding (sent, not acknowledged); see
   // the file comment. It must exceed what a healthy subscriber receives between two acks.
   uint64_t max_unacked_events = 50'000;
