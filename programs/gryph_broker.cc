@@ -63,6 +63,10 @@ ABSL_FLAG(absl::Duration, session_timeout, absl::Seconds(30),
 ABSL_FLAG(absl::Duration, subscription_expiry, absl::InfiniteDuration(),
           "shb: delete a subscription whose subscriber stayed away this long (if it returns, "
           "it gets a Gap for what upstream released meanwhile); inf: never");
+ABSL_FLAG(double, catchup_share, 1.0,
+          "shb: while caught-up subscribers are connected, catchups take at most this share of "
+          "the broker's time, in (0, 1]; below 1 favours the caught-up subscribers' latency over "
+          "the catchups' speed (1: catchups never rest)");
 ABSL_FLAG(absl::Duration, stats_interval, absl::Seconds(10),
           "print one line of figures on stderr this often (0: never)");
 ABSL_FLAG(std::string, metrics_file, "",
@@ -137,6 +141,9 @@ int Run() {
   if (absl::GetFlag(FLAGS_listen).empty()) Die("--listen is required (e.g. tcp://*:7100)");
   if (role != "ib" && data_dir.empty()) Die(absl::StrCat("--role=", role, " needs --data_dir"));
   if (role != "phb" && upstream.empty()) Die(absl::StrCat("--role=", role, " needs --upstream"));
+  if (const double share = absl::GetFlag(FLAGS_catchup_share); !(share > 0 && share <= 1)) {
+    Die(absl::StrCat("--catchup_share=", share, ": a share of the broker's time, in (0, 1]"));
+  }
   if (role == "phb" && !upstream.empty()) Die("a PHB has no --upstream");
   if (role != "shb" && downstream.empty()) {
     Die(absl::StrCat("--role=", role, " needs --downstream"));
@@ -214,6 +221,7 @@ int Run() {
     for (PubendId p : pubends) so.pubends.push_back({p, upstream_name});
     so.session_timeout = absl::GetFlag(FLAGS_session_timeout);
     so.subscription_expiry = absl::GetFlag(FLAGS_subscription_expiry);
+    so.catchup_share = absl::GetFlag(FLAGS_catchup_share);
     so.log = StderrLogSink();
     shb = Must(runtime->OpenSubscriberHostingBroker(so, storage.get(), channel.get()));
     stats = [shb, c = channel.get()] {

@@ -29,9 +29,18 @@ track phb
 phb=$(endpoint_of "$dir/phb.log") || fail "the PHB did not start"
 "$bin/gryph-broker" --role=shb --data_dir="$dir/shb" --listen="tcp://127.0.0.1:*" \
   --upstream="phb@$phb" --admin="$admin" --metrics_file="$metrics" --stats_interval=200ms \
-  2>>"$dir/shb.log" &
+  --catchup_share=0.5 2>>"$dir/shb.log" &
 track shb
 shb=$(endpoint_of "$dir/shb.log") || fail "the SHB did not start"
+
+# A share of the broker's time outside (0, 1] is a bad flag.
+if "$bin/gryph-broker" --role=shb --data_dir="$dir/other" --listen="tcp://127.0.0.1:*" \
+     --upstream="phb@$phb" --catchup_share=0 2>"$dir/bad.log"; then
+  fail "--catchup_share=0 was accepted"
+else
+  [ $? -eq 2 ] || fail "--catchup_share=0 did not exit 2"
+fi
+grep -q "catchup_share" "$dir/bad.log" || fail "--catchup_share=0 was refused without naming it"
 
 # A bad admin endpoint is a bad flag.
 if "$bin/gryph-broker" --role=shb --data_dir="$dir/other" --listen="tcp://127.0.0.1:*" \
