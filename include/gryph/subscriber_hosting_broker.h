@@ -181,6 +181,11 @@ struct SubscriberHostingBrokerOptions {
   // bytes, so that catchups reading the same records in turn (after an outage) read storage
   // once (PfsOptions::read_cache_bytes). 0: none kept.
   size_t pfs_read_cache_bytes = size_t{8} << 20;
+  // Threads Open recovers on: at 2 or more, a second thread opens the PFS, reads the positions
+  // and shares the selectors' parse while the caller's reads the subscriptions and builds the
+  // matcher (Recovery says how the time went); at 1, the caller's thread alone. What is
+  // recovered is the same either way. At least 1; above 2 acts as 2.
+  size_t recovery_threads = 2;
   // A subscription whose subscriber has not been connected for this long is deleted, as an
   // administrator's DeleteSubscription would (Pulsar's subscription expiration, Kafka's offset
   // retention): without it, a subscriber that never returns holds the pubends' logs for ever.
@@ -263,13 +268,17 @@ class SubscriberHostingBroker {
     LatencyHistogram deliver_to_ack;
   };
 
-  // What the last Open spent recovering, step by step (wall time, on the caller's thread). Open
-  // also logs it, at kInfo, in one line: what an operator reads to learn why a restart was slow.
+  // What the last Open spent recovering, step by step (wall time of each step on the thread that
+  // ran it: with recovery_threads > 1, steps run side by side and add up to more than `total`).
+  // Open also logs it, at kInfo, in one line: what an operator reads to learn why a restart was
+  // slow.
   struct Recovery {
     absl::Duration total;           // all of the recovery
     absl::Duration pfs;             // the PFS of every pubend: lastIndex and the records' tail
     absl::Duration subscriptions;   // reading the subscription rows
-    absl::Duration selectors;       // parsing their selectors and topic filters
+    absl::Duration selectors;       // parsing their selectors and topic filters (beyond the rows
+                                    // and the PFS, with which it shares the threads), and filing
+                                    // the subscriptions
     absl::Duration positions;       // reading released(s,p) and created(s,p)
     absl::Duration matcher;         // filing every subscription in the matcher
     size_t subscription_count = 0;  // subscriptions recovered

@@ -1,12 +1,16 @@
 #include "gryph/subscriber_hosting_broker.h"
 
 #include <algorithm>
+#include <atomic>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "lib/shb/shb_host.h"
 #include "lib/shb/shb_keys.h"
 #include "lib/shb/subscriber_hosting_broker_impl.h"
@@ -74,9 +78,45 @@ void SubscriberHostingBrokerImpl::StopWaiting(absl::string_view why) {
   Log(LogLevel::kInfo, absl::StrCat("the constreams go on (", why, ")"));
 }
 
+namespace {
+
+// Runs `first` on this thread and `second` on a thread of its own, side by side, when `beside`;
+// else `first`, then `second`. So `second` may wait for what `first` makes, never the other way
+// round. Returns when both are done.
+void RunBeside(bool beside, absl::FunctionRef<void()> first, absl::FunctionRef<void()> second) {
+  if (!beside) {
+    first();
+    second();
+    return;
+  }
+  std::thread t([&] { second(); });
+  first();
+  t.join();
+}
+
+// Below this many subscriptions, stage 2 of recovery runs on one thread: a second would cost
+// more than it saves.
+constexpr size_t kRecoveryThreadMinSubscriptions = 4096;
+
+// Selectors are parsed in chunks of this many rows, taken in turn by the recovery's threads; the
+// matcher's build follows the subscriptions' filing in steps as long.
+constexpr size_t kRecoveryChunk = 1024;
+
+}  // namespace
+
+// Recovery in two stages; with recovery_threads > 1, each runs on two threads:
+//   1. the next id and the subscription rows beside the PFS of every pubend; then both threads
+//      parse the rows' selectors, a chunk at a time;
+//   2. the subscriptions' state, filed by name and id and checked in row order, then their
+//      positions (and those a pubend added since lacks), beside the matcher's build, which
+//      follows the filing a chunk behind.
+// The threads touch different state (the rows against the PFS objects; the subscriptions'
+// names, ids and positions against the matcher, which reads only what filing has finished), and
+// each stage's errors are checked after it in a fixed order, so the outcome does not depend on
+// how the threads interleave.
 absl::Status SubscriberHostingBrokerImpl::Recover() {
   Stopwatch total;
-  Stopwatch step;
+  const bool threads = options_.recovery_threads > 1;
   for (const auto& up : options_.pubends) {
     if (pubends_.contains(up.pubend)) {
       return absl::InvalidArgumentError(absl::StrCat("pubend ", up.pubend.value, " appears twice"));
@@ -98,21 +138,9 @@ absl::Status SubscriberHostingBrokerImpl::Recover() {
     p.constream = std::make_unique<ConStream>(up.pubend, latest);
     p.committed = latest;
     p.lease = p.lease_submitted = p.recovered_lease = lease;
-    PfsOptions po;
-    po.pubend = up.pubend;
-    po.checkpoint_interval = options_.pfs_checkpoint_interval;
-    po.read_cache_bytes = options_.pfs_read_cache_bytes;
-    GRYPH_ASSIGN_OR_RETURN(p.pfs, PFS::Open(po, storage_));
-  }
-  recovery_.pfs = step.Lap();
-  GRYPH_ASSIGN_OR_RETURN(auto next, storage_->Get(kShbMetaTable, kShbNextIdKey));
-  if (next) {
-    std::optional<uint64_t> id = internal::ParseNextId(*next);
-    if (!id) return absl::DataLossError("shb next id row is not 8 bytes");
-    next_id_ = *id;
   }
 
-  // The rows first, then their selectors: each step's time is its own.
+  // Stage 1.
   struct StoredSubscription {
     std::string name;
     uint64_t id;
@@ -121,105 +149,216 @@ absl::Status SubscriberHostingBrokerImpl::Recover() {
     std::string topic_filter;
   };
   std::vector<StoredSubscription> stored;
-  absl::Status parse;
-  GRYPH_RETURN_IF_ERROR(storage_->Scan(
-      kShbSubscriptionsTable, "", "", [&](absl::string_view key, absl::string_view value) {
-        absl::StatusOr<internal::SubscriptionRow> row = internal::ParseSubscriptionRow(value);
-        if (!row.ok()) {
-          parse = absl::DataLossError(row.status().message());
-          return false;
-        }
-        stored.push_back({std::string(key), row->id, row->epoch, std::string(row->selector),
-                          std::string(row->topic_filter)});
-        return true;
-      }));
-  GRYPH_RETURN_IF_ERROR(parse);
-  recovery_.subscriptions = step.Lap();
+  std::vector<absl::StatusOr<Subscription>> parsed;
+  absl::Notification rows_read;  // stored and parsed are sized (or the rows failed)
+  std::atomic<size_t> next_chunk{0};
   // Accepted when it was made: a smaller limit since must not lose it.
   SelectorOptions accepted;
   accepted.max_length = SIZE_MAX;
-  names_.reserve(stored.size());
-  by_id_.reserve(stored.size());
-  for (StoredSubscription& row : stored) {
-    absl::StatusOr<Subscription> sub =
-        Subscription::Create(row.selector, row.topic_filter, accepted);
-    if (!sub.ok()) {
-      return absl::DataLossError(absl::StrCat("stored subscription '", row.name,
-                                              "' no longer parses: ", sub.status().message()));
+  auto parse_chunks = [&] {
+    rows_read.WaitForNotification();
+    for (size_t c; (c = next_chunk.fetch_add(1)) * kRecoveryChunk < stored.size();) {
+      const size_t end = std::min(stored.size(), (c + 1) * kRecoveryChunk);
+      for (size_t i = c * kRecoveryChunk; i < end; ++i) {
+        parsed[i] = Subscription::Create(stored[i].selector, stored[i].topic_filter, accepted);
+      }
     }
-    // Ids are unique and below next_id: anything else is damage that would surface later as
-    // another error (two subscriptions sharing PFS chains, a new one reusing an id).
-    if (row.id >= next_id_ || names_.contains(row.id)) {
-      return absl::DataLossError(absl::StrCat(
-          "stored subscription '", row.name, "' has id ", row.id,
-          names_.contains(row.id) ? absl::StrCat(", which '", names_[row.id], "' has too")
-                                  : absl::StrCat(", not below the next id ", next_id_),
-          ": the subscriptions table is damaged"));
-    }
-    SubscriptionState s{SubscriberId{row.id}, row.name, *std::move(sub), row.epoch, "", {}};
-    // For subscription_expiry: when it was last heard is not stored.
-    s.last_heard = Now();
-    names_[row.id] = row.name;
-    // The rows come in name order: each goes at the end, without a search.
-    by_id_[row.id] =
-        &subscriptions_.emplace_hint(subscriptions_.end(), std::move(row.name), std::move(s))
-             ->second;
-  }
-  recovery_.subscription_count = stored.size();
-  stored = {};
-  recovery_.selectors = step.Lap();
-  // Rows come by subscriber, then pubend: each subscriber's are looked up once.
-  std::optional<uint64_t> looked_up;
-  SubscriptionState* found = nullptr;  // looked_up's, or null if none
-  GRYPH_RETURN_IF_ERROR(storage_->Scan(
-      kShbPositionsTable, "", "", [&](absl::string_view key, absl::string_view value) {
-        std::optional<internal::PositionKeyParts> k = internal::ParsePositionKey(key);
-        std::optional<internal::PositionRow> row = internal::ParsePositionRow(value);
-        if (!k || !row) {
-          parse = absl::DataLossError("shb position row has the wrong size");
-          return false;
+  };
+  absl::Status rows_status;
+  absl::Status pfs_status;
+  Stopwatch stage;
+  RunBeside(
+      threads,
+      [&] {
+        Stopwatch rows;
+        rows_status = [&]() -> absl::Status {
+          GRYPH_ASSIGN_OR_RETURN(auto next, storage_->Get(kShbMetaTable, kShbNextIdKey));
+          if (next) {
+            std::optional<uint64_t> id = internal::ParseNextId(*next);
+            if (!id) return absl::DataLossError("shb next id row is not 8 bytes");
+            next_id_ = *id;
+          }
+          absl::Status parse;
+          GRYPH_RETURN_IF_ERROR(storage_->Scan(
+              kShbSubscriptionsTable, "", "", [&](absl::string_view key, absl::string_view value) {
+                absl::StatusOr<internal::SubscriptionRow> row =
+                    internal::ParseSubscriptionRow(value);
+                if (!row.ok()) {
+                  parse = absl::DataLossError(row.status().message());
+                  return false;
+                }
+                stored.push_back({std::string(key), row->id, row->epoch, std::string(row->selector),
+                                  std::string(row->topic_filter)});
+                return true;
+              }));
+          return parse;
+        }();
+        if (!rows_status.ok()) stored.clear();
+        parsed.resize(stored.size());
+        recovery_.subscriptions = rows.Lap();
+        rows_read.Notify();
+        parse_chunks();
+      },
+      [&] {
+        Stopwatch pfs_time;
+        for (auto& [id, p] : pubends_) {
+          PfsOptions po;
+          po.pubend = id;
+          po.checkpoint_interval = options_.pfs_checkpoint_interval;
+          po.read_cache_bytes = options_.pfs_read_cache_bytes;
+          absl::StatusOr<std::unique_ptr<PFS>> pfs = PFS::Open(po, storage_);
+          if (!pfs.ok()) {
+            pfs_status = pfs.status();
+            break;
+          }
+          p.pfs = *std::move(pfs);
         }
-        if (looked_up != k->subscriber.value) {
-          auto s = by_id_.find(k->subscriber.value);
-          found = s == by_id_.end() ? nullptr : s->second;
-          looked_up = k->subscriber.value;
-        }
-        if (found == nullptr || !pubends_.contains(k->pubend)) {
-          return true;  // pubend no longer served
-        }
-        Position& pos = found->positions[k->pubend];
-        pos.created = row->created;
-        pos.released = row->released;
-        return true;
-      }));
-  GRYPH_RETURN_IF_ERROR(parse);
-  recovery_.positions = step.Lap();
-  // A pubend added to the options since a subscription was created serves it from now on, as it
-  // would a new subscription: registered in that pubend's PFS, starting at its latestDelivered.
-  // What fails here on stored state is damage (DataLoss), whatever code the callee uses for it.
+        recovery_.pfs = pfs_time.Lap();
+        parse_chunks();
+      });
+  // The parse: what stage 1 took beyond the rows and the PFS (on one thread, all of it).
+  recovery_.selectors = stage.Lap() - (threads ? std::max(recovery_.subscriptions, recovery_.pfs)
+                                               : recovery_.subscriptions + recovery_.pfs);
+  GRYPH_RETURN_IF_ERROR(pfs_status);
+  GRYPH_RETURN_IF_ERROR(rows_status);
+
+  // Stage 2. What fails here on stored state is damage (DataLoss), whatever code the callee uses
+  // for it.
   auto damaged = [](const absl::Status& st, absl::string_view what) {
     return absl::DataLossError(
         absl::StrCat("the stored subscriptions are inconsistent (", what, "): ", st.message()));
   };
+  const size_t n = stored.size();
+  std::vector<const SubscriptionState*> states(n);  // by row, once filed
+  absl::Mutex filing_mu;
+  absl::CondVar filing_cv;
+  size_t filed = 0;          // guarded by filing_mu: the rows whose `states` are set
+  bool filing_over = false;  // guarded by filing_mu: no more will be (done, or damage found)
+  absl::Status filing_status;
+  absl::Status positions_status;
+  absl::Status matcher_status;
   WriteBatch added;
-  for (auto& [name, s] : subscriptions_) {
-    if (absl::Status st = matcher_.Add(s.id, s.subscription); !st.ok()) {
-      return damaged(st, name);
-    }
-    for (auto& [id, p] : pubends_) {
-      if (s.positions.contains(id)) continue;
-      Position& pos = s.positions[id];
-      pos.created = pos.released = p.committed;
-      if (absl::Status st = p.pfs->AddSubscriber(s.id, &added); !st.ok()) {
-        return damaged(
-            st, absl::StrCat(name, " has no position at pubend ", id.value, " but is in its PFS"));
-      }
-      PutPosition(s, id, added);
-    }
-  }
-  matcher_.Publish();
+  RunBeside(
+      threads && n >= kRecoveryThreadMinSubscriptions,
+      [&] {
+        Stopwatch step;
+        auto say_filed = [&](size_t rows, bool over) {
+          absl::MutexLock lock(&filing_mu);
+          filed = rows;
+          filing_over = over;
+          filing_cv.Signal();
+        };
+        names_.reserve(n);
+        by_id_.reserve(n);
+        filing_status = [&]() -> absl::Status {
+          for (size_t i = 0; i < n; ++i) {
+            if (i % kRecoveryChunk == 0) say_filed(i, false);
+            StoredSubscription& row = stored[i];
+            if (!parsed[i].ok()) {
+              return absl::DataLossError(
+                  absl::StrCat("stored subscription '", row.name,
+                               "' no longer parses: ", parsed[i].status().message()));
+            }
+            // Ids are unique and below next_id: anything else is damage that would surface
+            // later as another error (two subscriptions sharing PFS chains, a new one reusing
+            // an id).
+            if (row.id >= next_id_ || names_.contains(row.id)) {
+              return absl::DataLossError(absl::StrCat(
+                  "stored subscription '", row.name, "' has id ", row.id,
+                  names_.contains(row.id) ? absl::StrCat(", which '", names_[row.id], "' has too")
+                                          : absl::StrCat(", not below the next id ", next_id_),
+                  ": the subscriptions table is damaged"));
+            }
+            SubscriptionState s{
+                SubscriberId{row.id}, row.name, *std::move(parsed[i]), row.epoch, "", {}};
+            // For subscription_expiry: when it was last heard is not stored.
+            s.last_heard = Now();
+            names_[row.id] = row.name;
+            // The rows come in name order: each goes at the end, without a search.
+            SubscriptionState* state =
+                &subscriptions_
+                     .emplace_hint(subscriptions_.end(), std::move(row.name), std::move(s))
+                     ->second;
+            by_id_[row.id] = state;
+            states[i] = state;
+          }
+          return absl::OkStatus();
+        }();
+        say_filed(filing_status.ok() ? n : filed, true);
+        recovery_.selectors += step.Lap();
+        if (!filing_status.ok()) return;
+        positions_status = [&]() -> absl::Status {
+          // Rows come by subscriber, then pubend: each subscriber's are looked up once.
+          std::optional<uint64_t> looked_up;
+          SubscriptionState* found = nullptr;  // looked_up's, or null if none
+          absl::Status parse;
+          GRYPH_RETURN_IF_ERROR(storage_->Scan(
+              kShbPositionsTable, "", "", [&](absl::string_view key, absl::string_view value) {
+                std::optional<internal::PositionKeyParts> k = internal::ParsePositionKey(key);
+                std::optional<internal::PositionRow> row = internal::ParsePositionRow(value);
+                if (!k || !row) {
+                  parse = absl::DataLossError("shb position row has the wrong size");
+                  return false;
+                }
+                if (looked_up != k->subscriber.value) {
+                  auto s = by_id_.find(k->subscriber.value);
+                  found = s == by_id_.end() ? nullptr : s->second;
+                  looked_up = k->subscriber.value;
+                }
+                if (found == nullptr || !pubends_.contains(k->pubend)) {
+                  return true;  // pubend no longer served
+                }
+                Position& pos = found->positions[k->pubend];
+                pos.created = row->created;
+                pos.released = row->released;
+                return true;
+              }));
+          GRYPH_RETURN_IF_ERROR(parse);
+          // A pubend added to the options since a subscription was created serves it from now
+          // on, as it would a new subscription: registered in that pubend's PFS, starting at its
+          // latestDelivered.
+          for (auto& [name, s] : subscriptions_) {
+            for (auto& [id, p] : pubends_) {
+              if (s.positions.contains(id)) continue;
+              Position& pos = s.positions[id];
+              pos.created = pos.released = p.committed;
+              if (absl::Status st = p.pfs->AddSubscriber(s.id, &added); !st.ok()) {
+                return damaged(st, absl::StrCat(name, " has no position at pubend ", id.value,
+                                                " but is in its PFS"));
+              }
+              PutPosition(s, id, added);
+            }
+          }
+          return absl::OkStatus();
+        }();
+        recovery_.positions = step.Lap();
+      },
+      [&] {
+        // The matcher's own thread until Recover returns. It reads a filed subscription's id
+        // and parse, which filing no longer touches.
+        Stopwatch step;
+        size_t ready = 0;
+        for (size_t i = 0;; ++i) {
+          if (i == ready) {
+            absl::MutexLock lock(&filing_mu);
+            while (filed <= i && !filing_over) filing_cv.Wait(&filing_mu);
+            ready = filed;
+            if (i >= ready) break;  // all filed, or damage found (filing reports it)
+          }
+          const SubscriptionState& s = *states[i];
+          if (absl::Status st = matcher_.Add(s.id, s.subscription); !st.ok()) {
+            matcher_status = damaged(st, s.name);
+            break;
+          }
+        }
+        matcher_.Publish();
+        recovery_.matcher = step.Lap();
+      });
+  GRYPH_RETURN_IF_ERROR(filing_status);
+  GRYPH_RETURN_IF_ERROR(positions_status);
+  GRYPH_RETURN_IF_ERROR(matcher_status);
   if (!added.empty()) GRYPH_RETURN_IF_ERROR(CommitNow(std::move(added)));
-  recovery_.matcher = step.Lap();
+  recovery_.subscription_count = n;
   recovery_.total = total.Lap();
   if (recovery_.subscription_count == 0) return absl::OkStatus();  // a new broker: no news
   Log(LogLevel::kInfo,
@@ -229,7 +368,7 @@ absl::Status SubscriberHostingBrokerImpl::Recover() {
                    FormatMillis(recovery_.subscriptions), ", selectors ",
                    FormatMillis(recovery_.selectors), ", positions ",
                    FormatMillis(recovery_.positions), ", matcher ", FormatMillis(recovery_.matcher),
-                   ")"));
+                   threads ? "; side by side on two threads" : "", ")"));
   return absl::OkStatus();
 }
 
@@ -1334,6 +1473,7 @@ absl::StatusOr<std::unique_ptr<SubscriberHostingBroker>> SubscriberHostingBroker
                                                     "max_batch_events"},
         {options.max_catchup_messages_per_flush, 1, "max_catchup_messages_per_flush"},
         {options.max_unacked_events, 1, "max_unacked_events"},
+        {options.recovery_threads, 1, "recovery_threads"},
         {options.catchup.max_buffered_matches, 2, "catchup.max_buffered_matches"},
         {options.catchup.nack_window, 1, "catchup.nack_window"},
         {options.catchup.max_deliveries_per_step, 1, "catchup.max_deliveries_per_step"}}) {
