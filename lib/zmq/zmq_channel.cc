@@ -1,5 +1,6 @@
 #include "gryph/zmq_channel.h"
 
+#include <poll.h>
 #include <zmq.h>
 
 #include <algorithm>
@@ -79,9 +80,11 @@ struct Frames {
       zmq_msg_t& m = parts.back();
       zmq_msg_init(&m);
       if (zmq_msg_recv(&m, socket, flags) < 0) {
+        const int error = zmq_errno();
         zmq_msg_close(&m);
         parts.pop_back();
-        return false;  // EAGAIN (nothing waiting); a part never fails once the first arrived
+        errno = error;  // for the caller: EAGAIN (nothing waiting), EINTR
+        return false;   // a part never fails once the first arrived
       }
       if (!zmq_msg_more(&m)) return true;
     }
@@ -243,7 +246,7 @@ class ZmqChannel::Impl {
       return st;
     }
     by_name_[p.name] = dialed_.size();
-    dialed_.push_back(Dialed{p.name, s});
+    dialed_.push_back(Dialed{p.name, s, true});
     return absl::OkStatus();
   }
 
@@ -282,7 +285,8 @@ class ZmqChannel::Impl {
     auto add = [this](void* s) {
       int fd = -1;
       size_t size = sizeof(fd);
-      if (zmq_getsockopt(s, ZMQ_FD, &fd, &size) == 0) fds_.push_back(fd);
+      // One per socket, in order (NoteSignalled); poll skips a negative one.
+      fds_.push_back(zmq_getsockopt(s, ZMQ_FD, &fd, &size) == 0 ? fd : -1);
     };
     if (router_ != nullptr) add(router_);
     for (Dialed& d : dialed_) add(d.socket);
@@ -345,11 +349,14 @@ class ZmqChannel::Impl {
   absl::Status SendNow(absl::string_view peer, absl::Span<const std::string> parts) {
     void* socket;
     bool routed;
+    // A send may consume the signal of a message that arrived meanwhile (NoteSignalled).
     if (auto it = by_name_.find(peer); it != by_name_.end()) {
       socket = dialed_[it->second].socket;
+      dialed_[it->second].pending = true;
       routed = false;
     } else if (router_ != nullptr) {
       socket = router_;
+      router_pending_ = true;
       routed = true;
     } else {
       unreachable_.fetch_add(parts.size());
@@ -532,13 +539,21 @@ class ZmqChannel::Impl {
       std::shared_ptr<const Receiver> receiver = receiver_;  // a receiver may replace it
       static const Receiver kNone;
       const Receiver& r = receiver ? *receiver : kNone;
-      // Round robin over the sockets, one message each, so that no peer starves the others.
+      // Round robin over the sockets that may hold messages, one message each, so that no peer
+      // starves the others.
+      NoteSignalled();
+      auto receive = [&](void* socket, const std::string* name, bool* pending) {
+        if (!*pending) return false;
+        if (ReceiveOne(socket, name, r, &delivered)) return true;
+        *pending = zmq_errno() == EINTR;  // else drained: its descriptor signals the next one
+        return false;
+      };
       bool any = true;
       while (any && delivered < max) {
         any = false;
-        if (router_ != nullptr) any |= ReceiveOne(router_, nullptr, r, &delivered);
+        if (router_ != nullptr) any |= receive(router_, nullptr, &router_pending_);
         for (size_t i = 0; i < dialed_.size() && delivered < max; ++i) {
-          any |= ReceiveOne(dialed_[i].socket, &dialed_[i].name, r, &delivered);
+          any |= receive(dialed_[i].socket, &dialed_[i].name, &dialed_[i].pending);
         }
       }
       FlushOutbox();  // what the receivers' sends queued from elsewhere meanwhile
@@ -550,16 +565,34 @@ class ZmqChannel::Impl {
 
   bool Ready() {
     if (queued_.load()) return true;
-    auto readable = [](void* s) {
-      int events = 0;
-      size_t size = sizeof(events);
-      return zmq_getsockopt(s, ZMQ_EVENTS, &events, &size) == 0 && (events & ZMQ_POLLIN) != 0;
-    };
-    if (router_ != nullptr && readable(router_)) return true;
-    for (Dialed& d : dialed_) {
-      if (readable(d.socket)) return true;
+    NoteSignalled();
+    if (router_ != nullptr && router_pending_) return true;
+    for (const Dialed& d : dialed_) {
+      if (d.pending) return true;
     }
     return false;
+  }
+
+  // Which sockets to read. A socket's ZMQ_FD becomes readable when commands wait in its mailbox
+  // (among them the news of a message arriving into an empty pipe); any call into the socket
+  // that processes them (a receive, a send, a ZMQ_EVENTS query) consumes that signal, and each
+  // such call on a socket with nothing to read is itself a system call. So a socket is marked
+  // pending when its descriptor signals (one poll for all of them here), when a send on it may
+  // have consumed a signal, and from its creation; it stays pending until a receive finds it
+  // empty. A pass costs one system call for the idle sockets, not two or three each.
+  void NoteSignalled() {
+    poll_fds_.resize(fds_.size());
+    for (size_t i = 0; i < fds_.size(); ++i) poll_fds_[i] = {fds_[i], POLLIN, 0};
+    if (poll(poll_fds_.data(), poll_fds_.size(), 0) <= 0) return;
+    size_t i = 0;
+    if (router_ != nullptr) {
+      if ((poll_fds_[i].revents & POLLIN) != 0) router_pending_ = true;
+      ++i;
+    }
+    for (Dialed& d : dialed_) {
+      if (i < poll_fds_.size() && (poll_fds_[i].revents & POLLIN) != 0) d.pending = true;
+      ++i;
+    }
   }
 
   std::string BoundEndpoint() const {
@@ -588,6 +621,7 @@ class ZmqChannel::Impl {
   struct Dialed {
     std::string name;
     void* socket;
+    bool pending = true;  // see NoteSignalled
   };
   struct Queued {
     std::string peer;
@@ -597,9 +631,11 @@ class ZmqChannel::Impl {
   ZmqChannelOptions options_;
   void* ctx_ = nullptr;
   void* router_ = nullptr;
+  bool router_pending_ = true;  // see NoteSignalled
   std::vector<Dialed> dialed_;
   absl::flat_hash_map<std::string, size_t> by_name_;
-  std::vector<int> fds_;
+  std::vector<int> fds_;          // the router's first, if any, then the dialed sockets' in order
+  std::vector<pollfd> poll_fds_;  // NoteSignalled's, reused
   std::vector<zmq_msg_t> received_frames_;  // Dispatch's, reused
   uint64_t delivered_in_pass_ = 0;          // counted into received_ once per Dispatch
   std::vector<std::string> encoded_;        // SendMany's on the owner thread, reused
