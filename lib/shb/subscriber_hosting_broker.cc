@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -80,18 +81,24 @@ void SubscriberHostingBrokerImpl::StopWaiting(absl::string_view why) {
 
 namespace {
 
-// Runs `first` on this thread and `second` on a thread of its own, side by side, when `beside`;
-// else `first`, then `second`. So `second` may wait for what `first` makes, never the other way
-// round. Returns when both are done.
+// Runs `first` on this thread and `second` on a thread of its own, side by side, when `beside`
+// (and a thread can be made); else `first`, then `second`. So `second` may wait for what `first`
+// makes, never the other way round. Returns when both are done.
 void RunBeside(bool beside, absl::FunctionRef<void()> first, absl::FunctionRef<void()> second) {
-  if (!beside) {
-    first();
-    second();
-    return;
+  std::thread t;
+  if (beside) {
+    try {
+      t = std::thread([&] { second(); });
+    } catch (const std::system_error&) {
+      // Out of threads (a process limit): the same work on this one.
+    }
   }
-  std::thread t([&] { second(); });
   first();
-  t.join();
+  if (t.joinable()) {
+    t.join();
+  } else {
+    second();
+  }
 }
 
 // Below this many subscriptions, stage 2 of recovery runs on one thread: a second would cost
