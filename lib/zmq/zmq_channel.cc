@@ -565,12 +565,16 @@ class ZmqChannel::Impl {
 
   bool Ready() {
     if (queued_.load()) return true;
+    auto any_pending = [this] {
+      if (router_ != nullptr && router_pending_) return true;
+      for (const Dialed& d : dialed_) {
+        if (d.pending) return true;
+      }
+      return false;
+    };
+    if (any_pending()) return true;  // no system call while there is known work
     NoteSignalled();
-    if (router_ != nullptr && router_pending_) return true;
-    for (const Dialed& d : dialed_) {
-      if (d.pending) return true;
-    }
-    return false;
+    return any_pending();
   }
 
   // Which sockets to read. A socket's ZMQ_FD becomes readable when commands wait in its mailbox
