@@ -45,14 +45,24 @@
 #include <thread>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "benchmarks/workload.h"
 #include "gryph/runtime.h"
 #include "gryph/zmq_channel.h"
+
+ABSL_FLAG(std::string, scaleout_shbs, "1,2,4",
+          "net_scaleout: the SHB counts to run, comma-separated (each with and without churn)");
+ABSL_FLAG(std::string, scaleout_churn, "no,yes",
+          "net_scaleout: without churn (no), with it (yes), or both (no,yes)");
+ABSL_FLAG(std::string, scaleout_churn_pattern, "100,500",
+          "net_scaleout with churn: PERIOD_MS,AWAY_MS (each client sends one subscriber away "
+          "every PERIOD_MS, for AWAY_MS)");
 
 namespace gryph::bench {
 namespace {
@@ -1336,8 +1346,13 @@ void NetScaleout(const Context& ctx, size_t shbs, bool churn) {
   net.AwaitDeliveries(0, clients, warm.acked * matching, std::chrono::seconds(60));
 
   if (churn) {
-    // Each client: one subscriber away for 500 ms every 100 ms (about 5 of 50 at a time).
-    for (size_t c : clients) Expect(net.client(c), "churning", net.client(c).Ask("churn 100 500"));
+    // Each client: one subscriber away for 500 ms every 100 ms (about 5 of 50 at a time), by
+    // default.
+    const std::string pattern =
+        absl::StrReplaceAll(absl::GetFlag(FLAGS_scaleout_churn_pattern), {{",", " "}});
+    for (size_t c : clients) {
+      Expect(net.client(c), "churning", net.client(c).Ask(absl::StrCat("churn ", pattern)));
+    }
   }
   std::vector<double> cpu_before;
   for (size_t i = 0; i < shbs; ++i) cpu_before.push_back(net.shb(i).CpuSeconds());
@@ -1374,8 +1389,17 @@ void NetScaleout(const Context& ctx, size_t shbs, bool churn) {
 }
 
 GRYPH_WORKLOAD(net_scaleout) {
-  for (bool churn : {false, true}) {
-    for (size_t shbs : {1, 2, 4}) NetScaleout(ctx, shbs, churn);
+  std::vector<size_t> counts;
+  for (absl::string_view w :
+       absl::StrSplit(absl::GetFlag(FLAGS_scaleout_shbs), ',', absl::SkipWhitespace())) {
+    size_t n = 0;
+    if (!absl::SimpleAtoi(w, &n) || n == 0) Fail(absl::StrCat("--scaleout_shbs: bad count ", w));
+    counts.push_back(n);
+  }
+  for (absl::string_view w :
+       absl::StrSplit(absl::GetFlag(FLAGS_scaleout_churn), ',', absl::SkipWhitespace())) {
+    if (w != "no" && w != "yes") Fail(absl::StrCat("--scaleout_churn: yes or no, not ", w));
+    for (size_t shbs : counts) NetScaleout(ctx, shbs, w == "yes");
   }
 }
 
