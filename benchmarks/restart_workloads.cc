@@ -46,6 +46,7 @@
 #include "gryph/durable_subscriber.h"
 #include "gryph/in_process_channel.h"
 #include "gryph/publisher_hosting_broker.h"
+#include "gryph/selector.h"
 #include "gryph/storage.h"
 #include "gryph/subscriber_hosting_broker.h"
 #include "lib/shb/shb_keys.h"
@@ -146,8 +147,9 @@ void WriteSubscriptions(const std::string& dir, uint64_t subscriptions) {
   };
   for (uint64_t id = 1; id <= subscriptions; ++id) {
     const std::string selector = world.Selector();
+    const std::string program = Check(Selector::Parse(selector), "Selector::Parse").EncodeProgram();
     batch.Put(internal::kShbSubscriptionsTable, absl::StrCat("sub-", id),
-              internal::EncodeSubscriptionRow({id, 1, selector, ""}));
+              internal::EncodeSubscriptionRow({id, 1, selector, "", program}));
     for (int k = 0; k < kPubends; ++k) {
       Check(pfs[k]->AddSubscriber(SubscriberId{id}, &batch), "AddSubscriber");
       batch.Put(internal::kShbPositionsTable, internal::PositionKey(SubscriberId{id}, PubendOf(k)),

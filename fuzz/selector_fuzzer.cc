@@ -10,7 +10,8 @@
 //   - a decoded subscription re-encodes to the same bytes;
 //   - a parsed selector's encoding decodes to the same text, rendering and truth values, and any
 //     input Selector::Decode accepts re-encodes to itself; anything else it refuses with
-//     DataLoss or InvalidArgument;
+//     DataLoss or InvalidArgument; the same holds of a program stored beside its text
+//     (EncodeProgram / DecodeProgram);
 //   - any input taken as a compiled program (past the encoding's checksum) is refused with
 //     DataLoss or evaluates and renders without fault, a FALSE conjunct making it FALSE.
 
@@ -200,6 +201,10 @@ void FuzzSelector(absl::string_view input) {
   for (const Event& e : Events()) {
     Check(decoded->Evaluate(e) == s->Evaluate(e), "decoded evaluates the same", debug);
   }
+  // So does the program stored beside the text.
+  absl::StatusOr<Selector> from_program = Selector::DecodeProgram(s->text(), s->EncodeProgram());
+  Check(from_program.ok(), "a stored program decodes", from_program.status().ToString());
+  Check(from_program->Encode() == encoded, "program round trip", debug);
   if (s->matches_everything()) return;
   const sp::View view(*s->program());
   for (const sp::ViewNode* conjunct : view.Conjuncts(view.root())) {
@@ -210,6 +215,21 @@ void FuzzSelector(absl::string_view input) {
           s->program()->EvaluateRange(conjunct->begin, conjunct->end, e) == Truth::kTrue;
       Check(is_true == IndexMatches(*ix, e), "indexable conjunct", view.ToString(*conjunct));
     }
+  }
+}
+
+// `input` as the stored program of a text: refused with DataLoss or InvalidArgument, or accepted
+// as a selector whose stored program is `input` again.
+void FuzzSelectorDecodeProgram(absl::string_view input) {
+  for (absl::string_view text : {"", "a = 1"}) {
+    absl::StatusOr<Selector> s = Selector::DecodeProgram(text, input);
+    if (!s.ok()) {
+      Check(s.status().code() == absl::StatusCode::kDataLoss ||
+                s.status().code() == absl::StatusCode::kInvalidArgument,
+            "selector program decode error code", s.status().ToString());
+      continue;
+    }
+    Check(s->EncodeProgram() == input && s->text() == text, "program re-encoding", input);
   }
 }
 
@@ -224,6 +244,9 @@ void FuzzSelectorDecode(absl::string_view input) {
     return;
   }
   Check(s->Encode() == input, "selector re-encoding", input);
+  // Its program, stored beside its text, decodes to the same selector.
+  absl::StatusOr<Selector> from_program = Selector::DecodeProgram(s->text(), s->EncodeProgram());
+  Check(from_program.ok() && from_program->Encode() == input, "program re-encoding", input);
   const std::string debug = s->DebugString();
   for (const Event& e : Events()) {
     const Truth t = s->Evaluate(e);
@@ -286,6 +309,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzTopicFilter(input);
   FuzzSubscription(input);
   FuzzSelectorDecode(input);
+  FuzzSelectorDecodeProgram(input);
   FuzzProgram(input);
   return 0;
 }

@@ -110,12 +110,20 @@ TEST_CASE("keys: the subscriber hosting broker's layouts", "[keys]") {
   const std::optional<DeliveredRow> d = ParseDeliveredRow(EncodeDeliveredRow({5, 8}));
   REQUIRE(d.has_value());
   CHECK((d->latest_delivered == 5 && d->lease == 8));
-  const std::string sub = EncodeSubscriptionRow({2, 1, "", "orders/#"});
+  const std::string sub = EncodeSubscriptionRow({2, 1, "", "orders/#", ""});
   CHECK(Hex(sub) == "020100086f72646572732f23");  // docs/format.md: id, epoch, selector, filter
   absl::StatusOr<SubscriptionRow> r = ParseSubscriptionRow(sub);
   REQUIRE_OK(r);
   CHECK((r->id == 2 && r->epoch == 1 && r->selector.empty() && r->topic_filter == "orders/#"));
   CHECK_FALSE(ParseSubscriptionRow(sub + "x").ok());
+  // Since stored programs: the selector's program after the filter.
+  const std::string with_program = EncodeSubscriptionRow({2, 1, "", "orders/#", "\x01"});
+  CHECK(Hex(with_program) == "020100086f72646572732f230101");
+  r = ParseSubscriptionRow(with_program);
+  REQUIRE_OK(r);
+  CHECK((r->topic_filter == "orders/#" && r->program == "\x01"));
+  CHECK_FALSE(ParseSubscriptionRow(sub + std::string(1, '\0')).ok());  // an empty program
+  CHECK_FALSE(ParseSubscriptionRow(with_program + "x").ok());
   const std::string key = PositionKey(SubscriberId{2}, PubendId{1});
   CHECK(Hex(key) == "000000000000000200000001");
   const std::optional<PositionKeyParts> k = ParsePositionKey(key);

@@ -453,6 +453,62 @@ TEST_CASE("encoded selectors decode to the same text, rendering and bytes", "[se
   REQUIRE(d->matches_everything());
 }
 
+TEST_CASE("a program stored beside its text decodes to the same selector", "[selector]") {
+  for (uint64_t seed : Seeds(9250, 10)) {
+    INFO("seed " << seed);
+    Rng rng(seed);
+    Generator gen(rng);
+    for (int iter = 0; iter < 300; ++iter) {
+      const std::string text = gen.Condition(0).text;
+      INFO("selector: " << text);
+      const Selector s = MustParse(text);
+      const std::string bytes = s.EncodeProgram();
+      REQUIRE(static_cast<uint8_t>(bytes[0]) == Selector::kEncodingVersion);
+      absl::StatusOr<Selector> d = Selector::DecodeProgram(text, bytes);
+      REQUIRE_OK(d);
+      REQUIRE(d->text() == text);
+      REQUIRE(d->Encode() == s.Encode());
+    }
+  }
+  for (absl::string_view blank : {"", " ", "\t\n"}) {
+    absl::StatusOr<Selector> d = Selector::DecodeProgram(blank, MustParse(blank).EncodeProgram());
+    REQUIRE_OK(d);
+    REQUIRE(d->matches_everything());
+    REQUIRE(d->text() == blank);
+  }
+  // A program needs a text that is not blank, and the reverse.
+  REQUIRE(Selector::DecodeProgram("a = 1", Selector().EncodeProgram()).status().code() ==
+          absl::StatusCode::kDataLoss);
+  REQUIRE(Selector::DecodeProgram(" ", MustParse("a = 1").EncodeProgram()).status().code() ==
+          absl::StatusCode::kDataLoss);
+  // Damage in the program is refused as Decode refuses it; an unknown version is named.
+  const std::string text = "a BETWEEN 1 AND 2 AND s LIKE 'x%' AND b IN (1, 2.5) OR NOT c";
+  const std::string bytes = MustParse(text).EncodeProgram();
+  REQUIRE(Selector::DecodeProgram(text, "").status().code() == absl::StatusCode::kDataLoss);
+  for (size_t n = 1; n < bytes.size(); ++n) {
+    REQUIRE(Selector::DecodeProgram(text, bytes.substr(0, n)).status().code() ==
+            absl::StatusCode::kDataLoss);
+  }
+  for (size_t i = 1; i < bytes.size(); ++i) {
+    for (int bit = 0; bit < 8; ++bit) {
+      std::string bad = bytes;
+      bad[i] = static_cast<char>(bad[i] ^ (1 << bit));
+      INFO("byte " << i << " bit " << bit);
+      REQUIRE(Selector::DecodeProgram(text, bad).status().code() == absl::StatusCode::kDataLoss);
+    }
+  }
+  // The program of another text, even one that compiles to the same program, is refused.
+  REQUIRE(Selector::DecodeProgram(text + " ", bytes).status().code() ==
+          absl::StatusCode::kDataLoss);
+  REQUIRE(Selector::DecodeProgram("a = 1", MustParse("a = 2").EncodeProgram()).status().code() ==
+          absl::StatusCode::kDataLoss);
+  std::string version = bytes;
+  version[0] = 2;
+  const absl::Status st = Selector::DecodeProgram(text, version).status();
+  REQUIRE(st.code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(absl::StrContains(st.message(), "version 2"));
+}
+
 TEST_CASE("damaged or truncated selector encodings are refused as data loss", "[selector]") {
   const Selector s = MustParse("a BETWEEN 1 AND 2 AND s LIKE 'x%' AND b IN (1, 2.5) OR NOT c");
   const std::string bytes = s.Encode();

@@ -138,6 +138,20 @@ class Selector {
   // again.
   static absl::StatusOr<Selector> Decode(absl::string_view bytes);
 
+  // The program alone, for a store that keeps the text beside it (the SHB's subscription rows):
+  //
+  //   version  1 byte  = kEncodingVersion
+  //   program  the compiled program (nothing for a selector that matches everything)
+  //   crc      4 bytes, big-endian: CRC-32C of the text's length (4 bytes, big-endian), the
+  //            text, the version and the program, so that it checks the pair
+  std::string EncodeProgram() const;
+
+  // The selector of `text` whose EncodeProgram() is `bytes`, without parsing `text`: the checksum
+  // over both, then the program as Decode checks it, with the same errors (DataLoss naming the
+  // damage, a program stored with another text among it; InvalidArgument for an unknown
+  // version).
+  static absl::StatusOr<Selector> DecodeProgram(absl::string_view text, absl::string_view bytes);
+
   // The compiled program, for gryph's matcher (lib/selector/program.h); nullptr when the
   // selector matches every event. Valid as long as any copy of this Selector lives.
   const selector_program::Program* program() const { return program_; }
@@ -150,6 +164,9 @@ class Selector {
   // Takes over a reference to each (either may be null).
   Selector(const selector_program::Program* program, const Text* text)
       : program_(program), text_(text) {}
+
+  // Decode and DecodeProgram, once the framing is read: `code` checked as the program of `text`.
+  static absl::StatusOr<Selector> FromProgram(absl::string_view text, absl::string_view code);
 
   // A counted reference (lib/selector/program.h ProgramRef), or null: matches everything.
   const selector_program::Program* program_ = nullptr;

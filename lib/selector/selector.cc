@@ -124,6 +124,44 @@ absl::StatusOr<Selector> Selector::Decode(absl::string_view bytes) {
       !in.ExpectEnd()) {
     return absl::DataLossError(in.status().message());
   }
+  return FromProgram(text, code);
+}
+
+namespace {
+
+// The checksum of a stored program: CRC-32C of the text's length (4 bytes, big-endian), the text,
+// then the version and the program (`body`), so that a program stored with another text fails.
+uint32_t ProgramChecksum(absl::string_view text, absl::string_view body) {
+  std::string length;
+  internal::PutFixed32BE(&length, static_cast<uint32_t>(text.size()));
+  return internal::Crc32cExtend(internal::Crc32cExtend(internal::Crc32c(length), text), body);
+}
+
+}  // namespace
+
+std::string Selector::EncodeProgram() const {
+  std::string out(1, static_cast<char>(kEncodingVersion));
+  if (program_ != nullptr) absl::StrAppend(&out, program_->code());
+  internal::PutFixed32BE(&out, ProgramChecksum(text(), out));
+  return out;
+}
+
+absl::StatusOr<Selector> Selector::DecodeProgram(absl::string_view text, absl::string_view bytes) {
+  if (bytes.empty()) return absl::DataLossError("selector program encoding: empty");
+  if (static_cast<uint8_t>(bytes[0]) != kEncodingVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "selector program encoding: unsupported version ", static_cast<uint8_t>(bytes[0])));
+  }
+  if (bytes.size() < 1 + 4) return absl::DataLossError("selector program encoding: truncated");
+  const absl::string_view body = bytes.substr(0, bytes.size() - 4);
+  if (ProgramChecksum(text, body) != internal::DecodeFixed32BE(bytes.data() + body.size())) {
+    return absl::DataLossError(
+        "selector program encoding: checksum mismatch (damaged, or stored with another text)");
+  }
+  return FromProgram(text, body.substr(1));
+}
+
+absl::StatusOr<Selector> Selector::FromProgram(absl::string_view text, absl::string_view code) {
   const bool blank = text.find_first_not_of(" \t\n\r\f") == absl::string_view::npos;
   if (code.empty()) {
     // Only a blank text compiles to no program.

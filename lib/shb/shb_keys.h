@@ -45,12 +45,15 @@ inline std::optional<DeliveredRow> ParseDeliveredRow(absl::string_view value) {
 }
 
 // shb.subscriptions: subscription name -> id:varint epoch:varint selector:bytes
-// topic_filter:bytes.
+// topic_filter:bytes [program:bytes]. `program` is the selector's Selector::EncodeProgram(), so
+// that a restart decodes it rather than parsing the text (at least its version byte: never
+// empty); rows written before it have none.
 struct SubscriptionRow {
   uint64_t id = 0;
   uint64_t epoch = 0;
   absl::string_view selector;  // views into the parsed value
   absl::string_view topic_filter;
+  absl::string_view program;  // empty when the row has none
 };
 inline std::string EncodeSubscriptionRow(const SubscriptionRow& row) {
   std::string out;
@@ -58,6 +61,7 @@ inline std::string EncodeSubscriptionRow(const SubscriptionRow& row) {
   PutVarint64(&out, row.epoch);
   PutLengthPrefixed(&out, row.selector);
   PutLengthPrefixed(&out, row.topic_filter);
+  if (!row.program.empty()) PutLengthPrefixed(&out, row.program);
   return out;
 }
 // InvalidArgument saying what is malformed.
@@ -66,7 +70,10 @@ inline absl::StatusOr<SubscriptionRow> ParseSubscriptionRow(absl::string_view va
   SubscriptionRow row;
   if (!in.ReadVarint64(&row.id, "id") || !in.ReadVarint64(&row.epoch, "epoch") ||
       !in.ReadLengthPrefixed(&row.selector, "selector") ||
-      !in.ReadLengthPrefixed(&row.topic_filter, "topic filter") || !in.ExpectEnd()) {
+      !in.ReadLengthPrefixed(&row.topic_filter, "topic filter") ||
+      (in.remaining() != 0 && (!in.ReadLengthPrefixed(&row.program, "program") ||
+                               (row.program.empty() && !in.Fail("an empty program")))) ||
+      !in.ExpectEnd()) {
     return in.status();
   }
   return row;

@@ -154,6 +154,7 @@ absl::Status SubscriberHostingBrokerImpl::Recover() {
     uint64_t epoch;
     std::string selector;
     std::string topic_filter;
+    std::string program;  // Selector::EncodeProgram(); empty in rows written before it
   };
   std::vector<StoredSubscription> stored;
   std::vector<absl::StatusOr<Subscription>> parsed;
@@ -162,12 +163,35 @@ absl::Status SubscriberHostingBrokerImpl::Recover() {
   // Accepted when it was made: a smaller limit since must not lose it.
   SelectorOptions accepted;
   accepted.max_length = SIZE_MAX;
-  auto parse_chunks = [&] {
+  // Rows whose texts were parsed, each thread's own count: those without a stored program, and
+  // those whose program did not decode (with the first such row and why).
+  struct Reparsed {
+    size_t absent = 0;
+    size_t unusable = 0;
+    size_t first = SIZE_MAX;  // the first unusable row
+    absl::Status why;
+  };
+  Reparsed reparsed[2];
+  auto parse_chunks = [&](Reparsed& mine) {
     rows_read.WaitForNotification();
     for (size_t c; (c = next_chunk.fetch_add(1)) * kRecoveryChunk < stored.size();) {
       const size_t end = std::min(stored.size(), (c + 1) * kRecoveryChunk);
       for (size_t i = c * kRecoveryChunk; i < end; ++i) {
-        parsed[i] = Subscription::Create(stored[i].selector, stored[i].topic_filter, accepted);
+        const StoredSubscription& row = stored[i];
+        if (row.program.empty()) {
+          ++mine.absent;
+        } else {
+          absl::StatusOr<Selector> selector = Selector::DecodeProgram(row.selector, row.program);
+          if (selector.ok()) {
+            parsed[i] = Subscription::Create(*std::move(selector), row.topic_filter);
+            continue;
+          }
+          if (mine.unusable++ == 0 || i < mine.first) {
+            mine.first = i;
+            mine.why = selector.status();
+          }
+        }
+        parsed[i] = Subscription::Create(row.selector, row.topic_filter, accepted);
       }
     }
   };
@@ -195,7 +219,7 @@ absl::Status SubscriberHostingBrokerImpl::Recover() {
                   return false;
                 }
                 stored.push_back({std::string(key), row->id, row->epoch, std::string(row->selector),
-                                  std::string(row->topic_filter)});
+                                  std::string(row->topic_filter), std::string(row->program)});
                 return true;
               }));
           return parse;
@@ -204,7 +228,7 @@ absl::Status SubscriberHostingBrokerImpl::Recover() {
         parsed.resize(stored.size());
         recovery_.subscriptions = rows.Lap();
         rows_read.Notify();
-        parse_chunks();
+        parse_chunks(reparsed[0]);
       },
       [&] {
         Stopwatch pfs_time;
@@ -221,13 +245,27 @@ absl::Status SubscriberHostingBrokerImpl::Recover() {
           p.pfs = *std::move(pfs);
         }
         recovery_.pfs = pfs_time.Lap();
-        parse_chunks();
+        parse_chunks(reparsed[1]);
       });
   // The parse: what stage 1 took beyond the rows and the PFS (on one thread, all of it).
   recovery_.selectors = stage.Lap() - (threads ? std::max(recovery_.subscriptions, recovery_.pfs)
                                                : recovery_.subscriptions + recovery_.pfs);
   GRYPH_RETURN_IF_ERROR(pfs_status);
   GRYPH_RETURN_IF_ERROR(rows_status);
+  if (const size_t absent = reparsed[0].absent + reparsed[1].absent; absent != 0) {
+    Log(LogLevel::kInfo,
+        absl::StrCat(absent, " of ", stored.size(),
+                     " stored subscriptions predate stored selector programs: their selectors "
+                     "were parsed (a row gains its program when it is next written)"));
+  }
+  if (const size_t unusable = reparsed[0].unusable + reparsed[1].unusable; unusable != 0) {
+    const Reparsed& r = reparsed[0].first < reparsed[1].first ? reparsed[0] : reparsed[1];
+    Log(LogLevel::kWarning,
+        absl::StrCat(unusable, " of ", stored.size(),
+                     " stored selector programs could not be used, so their texts were parsed "
+                     "instead (the first, of subscription '",
+                     stored[r.first].name, "': ", r.why.message(), ")"));
+  }
 
   // Stage 2. What fails here on stored state is damage (DataLoss), whatever code the callee uses
   // for it.
@@ -1029,9 +1067,7 @@ void SubscriberHostingBrokerImpl::OnConnect(absl::string_view from, const Connec
         return;
       }
     }
-    wb.Put(
-        kShbSubscriptionsTable, s.name,
-        internal::EncodeSubscriptionRow({s.id.value, s.epoch, s.SelectorText(), s.FilterText()}));
+    wb.Put(kShbSubscriptionsTable, s.name, s.EncodeRow());
     wb.Put(kShbMetaTable, kShbNextIdKey, internal::EncodeNextId(next_id_));
     names_[s.id.value] = s.name;
     it = subscriptions_.emplace(s.name, std::move(s)).first;
@@ -1093,9 +1129,7 @@ void SubscriberHostingBrokerImpl::OnConnect(absl::string_view from, const Connec
     }
     if (m.epoch > s.epoch) {
       s.epoch = m.epoch;
-      wb.Put(
-          kShbSubscriptionsTable, s.name,
-          internal::EncodeSubscriptionRow({s.id.value, s.epoch, s.SelectorText(), s.FilterText()}));
+      wb.Put(kShbSubscriptionsTable, s.name, s.EncodeRow());
     }
   }
   // Submitted, not waited for: a burst of reconnections must not cost the loop an fsync each.

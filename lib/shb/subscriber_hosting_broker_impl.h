@@ -25,6 +25,7 @@
 #include "gryph/group_commit.h"
 #include "gryph/subscriber_hosting_broker.h"
 #include "gryph/subscription.h"
+#include "lib/shb/shb_keys.h"
 
 namespace gryph::internal {
 
@@ -118,6 +119,12 @@ class SubscriberHostingBrokerImpl final : public SubscriberHostingBroker {
     absl::string_view FilterText() const {
       const TopicFilter* f = subscription.topic_filter();
       return f == nullptr ? absl::string_view() : absl::string_view(f->text());
+    }
+    // Its shb.subscriptions row (lib/shb/shb_keys.h), with the selector's program.
+    std::string EncodeRow() const {
+      const std::string program = subscription.selector().EncodeProgram();
+      return internal::EncodeSubscriptionRow(
+          {id.value, epoch, SelectorText(), FilterText(), program});
     }
   };
   struct PubendState {
