@@ -634,6 +634,56 @@ TEST_CASE("a Flush gives catchups one time slice, and the pubends take turns at 
   }
 }
 
+TEST_CASE("every Flush steps a catchup, even when its slice is spent before the first step",
+          "[shb][catchup]") {
+  // On a loaded machine a Flush's slice can be over before its first catchup steps (a shared PFS
+  // pass, or a preempted thread, took it all). The slice used to end the Flush there, before any
+  // step: while publishing went on, those catchups never moved.
+  ShbTest t;
+  t.options.catchup.max_deliveries_per_step = 2;
+  t.options.catchup_slice = absl::Microseconds(250);
+  bool ticking = false;  // while set, every reading of the broker's clock takes 300 us
+  t.options.clock = [&] {
+    if (ticking) t.now += absl::Microseconds(300);
+    return t.now;
+  };
+  t.Open();
+  Client& live = t.Subscribe("live", "");
+  std::vector<Client*> back;
+  for (const char* name : {"a", "b", "c"}) back.push_back(&t.Subscribe(name, ""));
+  for (Client* c : back) REQUIRE_OK(c->ds->Disconnect());
+  t.Pump();
+  std::map<Tick, std::string> events;
+  for (Tick k = 2; k <= 40; k += 2) events[k] = "red";
+  t.Publish(Knowledge(1, 40, events));
+  for (Client* c : back) REQUIRE_OK(c->ds->Connect());
+  t.DeliverOnly();
+  t.DeliverOnly();
+  REQUIRE(t.shb().catching_up() == 3);
+  auto at = [&] {
+    Tick n = 0;
+    for (Client* c : back) n += c->ds->checkpoint().Get(kP);
+    return n;
+  };
+  // Publishing goes on, and every Flush still moves the catchups, until they are done.
+  Tick next = 41;
+  for (int flushes = 0; t.shb().catching_up() > 0; ++flushes) {
+    REQUIRE(flushes < 200);
+    const Tick before = at();
+    ticking = true;
+    t.Publish(Knowledge(next, next + 1, {{next + 1, "red"}}));  // delivered and flushed
+    ticking = false;
+    next += 2;
+    REQUIRE((at() > before || t.shb().catching_up() == 0));
+  }
+  t.Pump();
+  for (Client* c : back) {
+    REQUIRE(c->ds->checkpoint().Get(kP) == next - 1);
+    REQUIRE(c->rec.log.size() == live.rec.log.size());
+    REQUIRE(c->rec.errors.empty());
+  }
+}
+
 TEST_CASE("with a catchup share below 1, catchups rest after each slice while others are live",
           "[shb][catchup]") {
   ShbTest t;

@@ -840,10 +840,14 @@ bool SubscriberHostingBrokerImpl::StepCatchups(PubendState& p, bool* sliced) {
   std::vector<TickRange> nacks;
   std::vector<Channel::Outgoing> batch;
   size_t sent = 0;
+  // Whether a catchup has stepped: the slice ends nothing before one has, so that catchups move
+  // in every Flush that reaches them, even when the slice was spent before their first step (a
+  // long shared pass, a preempted thread).
+  bool stepped = false;
   // Rounds over the catchups that still have something to send, until the Flush's budget is
   // spent (the next Flush goes on).
   for (int round = 0; round < 4 && !active.empty(); ++round) {
-    if (Now() >= catchup_until_) {
+    if (stepped && Now() >= catchup_until_) {
       // The Flush's slice is spent: the next Flush starts here.
       p.catchup_resume = active.front().first->name;
       *sliced = true;
@@ -896,7 +900,7 @@ bool SubscriberHostingBrokerImpl::StepCatchups(PubendState& p, bool* sliced) {
       Position& pos = *c.second;
       const std::string& name = s.name;
       if (pos.live().catchup == nullptr) continue;
-      const bool out_of_time = Now() >= catchup_until_;
+      const bool out_of_time = stepped && Now() >= catchup_until_;
       if (sent >= options_.max_catchup_messages_per_flush || out_of_time) {
         // The budget or the slice is spent (a step sends at most
         // catchup.max_deliveries_per_step past it): the next Flush starts here, after the loop
@@ -924,6 +928,7 @@ bool SubscriberHostingBrokerImpl::StepCatchups(PubendState& p, bool* sliced) {
       out.clear();
       nacks.clear();
       pos.live().catchup->Step(p.istream, ld, &out, &nacks);
+      stepped = true;
       uint64_t events = 0;
       Tick last_event = 0;
       batch.clear();
