@@ -39,6 +39,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -53,6 +54,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "benchmarks/workload.h"
+#include "gryph/log.h"
 #include "gryph/runtime.h"
 #include "gryph/zmq_channel.h"
 
@@ -252,6 +254,13 @@ ZmqChannelOptions ChannelOptions(std::string name, std::string listen) {
   return o;
 }
 
+// A broker's warnings and errors, on standard error (what explains a run that went wrong).
+LogSink WarningsToStderr() {
+  return [sink = StderrLogSink()](const LogRecord& r) {
+    if (r.level >= LogLevel::kWarning) sink(r);
+  };
+}
+
 StorageOptions StoreOptions(const std::string& dir) {
   StorageOptions so;
   so.path = dir;
@@ -275,6 +284,7 @@ int PhbMain(const std::string& dir, std::vector<std::string> downstream, FILE* i
   PublisherHostingBrokerOptions po;
   po.pubends.push_back(PubendOptions{kPubend});
   po.downstream = std::move(downstream);
+  po.log = WarningsToStderr();
   auto phb = (*runtime)->OpenPublisherHostingBroker(po, storage->get(), channel->get());
   if (!phb.ok()) return ChildFailed("phb", phb.status());
   Answer(out, absl::StrCat("ready ", (*channel)->bound_endpoint()));
@@ -304,6 +314,7 @@ int ShbMain(const std::string& name, const std::string& dir, const std::string& 
   SubscriberHostingBrokerOptions so;
   so.pubends.push_back({kPubend, "phb"});
   so.session_timeout = absl::Seconds(5);
+  so.log = WarningsToStderr();
   auto shb = (*runtime)->OpenSubscriberHostingBroker(so, storage->get(), channel->get());
   if (!shb.ok()) return ChildFailed(name, shb.status());
   Answer(out, absl::StrCat("ready ", (*channel)->bound_endpoint()));
@@ -523,7 +534,12 @@ class Subscriber final : public DurableSubscriber::Handler {
 
   void OnEvent(PubendId p, Tick t, const EventRef& event) override;
   void OnGap(PubendId, Tick) override { ++gaps_; }
-  void OnError(const absl::Status&) override {}
+  // Counted by code, the first of each kept: most are retried by the DurableSubscriber itself,
+  // the others end its reconnections (explain prints them).
+  void OnError(const absl::Status& status) override {
+    auto [it, first] = errors_.try_emplace(status.code(), 0, status.ToString());
+    ++it->second.first;
+  }
 
   int index() const { return index_; }
   int topic() const { return index_ % kTopics; }
@@ -553,8 +569,13 @@ class Subscriber final : public DurableSubscriber::Handler {
         if (++lost <= 5) absl::StrAppend(&missing, " ", p, ":", s);
       }
     }
+    std::string errors;
+    for (const auto& [code, e] : errors_) {
+      absl::StrAppend(&errors, errors.empty() ? "" : "; ", e.first, " x ", e.second);
+    }
     return absl::StrCat("subscriber ", index_, " lost ", lost, ", first missing (publisher:seq)",
-                        missing, ", last tick ", last_tick_);
+                        missing, ", last tick ", last_tick_, ", misdelivered ", misdelivered_,
+                        ", errors: ", errors.empty() ? "none" : errors);
   }
   uint64_t duplicated() const { return duplicated_; }
   uint64_t misdelivered() const { return misdelivered_; }
@@ -586,6 +607,7 @@ class Subscriber final : public DurableSubscriber::Handler {
   uint64_t duplicated_ = 0;
   uint64_t misdelivered_ = 0;
   uint64_t gaps_ = 0;
+  std::map<absl::StatusCode, std::pair<uint64_t, std::string>> errors_;  // count, first
 };
 
 // A client process: durable subscribers `indexes`, each on a connection of its own to the SHB,
@@ -758,10 +780,11 @@ class ClientProcess {
       for (size_t k = 0; k < subscribers_.size(); ++k) {
         if (subscribers_[k]->Lost(last) == 0) continue;
         // Commands run on the loop thread (ServeCommands), which owns the subscribers.
-        const std::string state = absl::StrCat(
-            durable_[k]->connected() ? "connected" : "not connected",
-            durable_[k]->connecting() ? " (connecting)" : "", ", CT ",
-            durable_[k]->checkpoint().ToString(), ", reconnects ", durable_[k]->reconnects());
+        const std::string state =
+            absl::StrCat(durable_[k]->connected() ? "connected" : "not connected",
+                         durable_[k]->connecting() ? " (connecting)" : "", ", CT ",
+                         durable_[k]->checkpoint().ToString(), ", reconnects ",
+                         durable_[k]->reconnects(), ", resyncs ", durable_[k]->resyncs());
         std::fprintf(stderr, "net client: %s; %s\n", subscribers_[k]->ExplainLost(last).c_str(),
                      state.c_str());
       }
@@ -1384,6 +1407,7 @@ void NetScaleout(const Context& ctx, size_t shbs, bool churn) {
       .Add("p99_us", p1.latency.Percentile(99))
       .Add("lost", static_cast<int64_t>(check.lost))
       .Add("duplicated", static_cast<int64_t>(check.duplicated))
+      .Add("misdelivered", static_cast<int64_t>(check.misdelivered))
       .Add("gaps", static_cast<int64_t>(check.gaps))
       .Print();
 }
