@@ -13,16 +13,17 @@
 // process restart on a warm page cache; the SHB opens in a forked process, on a fresh heap).
 // Keys, one line per state size:
 //   role, subscriptions, pfs_records, retained_events, publishers, pubends, runs, recovery_threads
-//   (the SHB option, --restart_recovery_threads);
+//   (the SHB option, --restart_recovery_threads), stored_programs (--restart_stored_programs:
+//   whether the rows hold their selectors' programs, as the broker writes them, or only the texts);
 //   open_ms: from opening the storage to serving (the median of `runs` opens);
 //   storage_ms (opening LMDB), recover_ms (the broker's Open) and serve_ms (the first Connected or
 //   acknowledgement), which add up to open_ms;
 //   the broker's own split of its recovery (SubscriberHostingBroker::Recovery, PubendRecovery):
 //   SHB pfs_ms (lastIndex and the tail of every pubend's PFS), subscriptions_ms (reading the
-//   rows), selectors_ms (parsing), positions_ms, matcher_ms; PHB log_ms, release_table_ms (the
-//   publisher sequences are read per publisher at its first publish, in serve_ms for the probe's);
-//   rss_mb (the opening process's resident set after the open), store_mb (data.mdb), generate_s
-//   (writing the state).
+//   rows), selectors_ms (decoding or parsing them), positions_ms, matcher_ms; PHB log_ms,
+//   release_table_ms (the publisher sequences are read per publisher at its first publish, in
+//   serve_ms for the probe's); rss_mb (the opening process's resident set after the open), store_mb
+//   (data.mdb), generate_s (writing the state).
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -57,6 +58,9 @@ ABSL_FLAG(std::string, restart_pfs_records, "1000000,10000000",
           "restart: the SHB PFS record counts (ascending), comma-separated");
 ABSL_FLAG(std::string, restart_recovery_threads, "2",
           "restart: the SHB's recovery_threads, comma-separated (a line for each, interleaved)");
+ABSL_FLAG(bool, restart_stored_programs, true,
+          "restart: the SHB rows store their selectors' programs, as the broker writes them "
+          "(false: as rows written before that, whose selectors an open parses)");
 ABSL_FLAG(std::string, restart_retained_events, "1000000,10000000",
           "restart: the PHB retained event counts (ascending), comma-separated");
 
@@ -147,7 +151,10 @@ void WriteSubscriptions(const std::string& dir, uint64_t subscriptions) {
   };
   for (uint64_t id = 1; id <= subscriptions; ++id) {
     const std::string selector = world.Selector();
-    const std::string program = Check(Selector::Parse(selector), "Selector::Parse").EncodeProgram();
+    const std::string program =
+        absl::GetFlag(FLAGS_restart_stored_programs)
+            ? Check(Selector::Parse(selector), "Selector::Parse").EncodeProgram()
+            : std::string();
     batch.Put(internal::kShbSubscriptionsTable, absl::StrCat("sub-", id),
               internal::EncodeSubscriptionRow({id, 1, selector, "", program}));
     for (int k = 0; k < kPubends; ++k) {
@@ -316,6 +323,7 @@ void ShbRestart(const Context& ctx, uint64_t subscriptions, const std::vector<ui
           .Add("pfs_records", static_cast<int64_t>(total))
           .Add("pubends", int64_t{kPubends})
           .Add("recovery_threads", static_cast<int64_t>(threads[t]))
+          .Add("stored_programs", absl::GetFlag(FLAGS_restart_stored_programs) ? "yes" : "no")
           .Add("runs", static_cast<int64_t>(runs))
           .Add("open_ms", m.open_ms)
           .Add("storage_ms", m.storage_ms)
