@@ -116,6 +116,7 @@ TEST_CASE("PHB to SHB under faults: exactly once or an honest Gap", "[simulation
   o.subscriber_link.max_delay = absl::Milliseconds(3);
   o.subscriber_disconnect = 0.03;
   o.subscriber_old_checkpoint = 0.3;
+  o.subscriber_reconnect_in_place = 0.5;
   o.subscriber_crash = 0.01;
   o.shb_crash = 0.01;
   o.shb_store_full = 0.005;
@@ -136,6 +137,7 @@ TEST_CASE("four pubends with early release under faults", "[simulation]") {
   o.subscriber_link.loss = 0.005;
   o.subscriber_disconnect = 0.04;
   o.subscriber_old_checkpoint = 0.3;
+  o.subscriber_reconnect_in_place = 0.5;
   o.shb_crash = 0.01;
   o.shb_store_full = 0.005;
   o.phb_crash = 0.01;
@@ -158,6 +160,7 @@ TEST_CASE("PHB to intermediate to two SHBs under faults", "[simulation][intermed
   o.subscriber_link.duplicate = 0.01;
   o.subscriber_disconnect = 0.03;
   o.subscriber_old_checkpoint = 0.3;
+  o.subscriber_reconnect_in_place = 0.5;
   o.subscriber_crash = 0.01;
   o.shb_crash = 0.01;
   o.shb_store_full = 0.005;
@@ -184,6 +187,7 @@ TEST_CASE("subscribers moving between two SHBs under faults", "[simulation]") {
   o.subscriber_link.loss = 0.01;
   o.subscriber_disconnect = 0.02;
   o.subscriber_old_checkpoint = 0.3;
+  o.subscriber_reconnect_in_place = 0.5;
   o.subscriber_crash = 0.01;
   o.subscriber_move = 0.04;
   o.shb_crash = 0.01;

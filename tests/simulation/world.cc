@@ -340,6 +340,8 @@ class SubscriberNode : public SimNode, public DurableSubscriber::Handler {
   ~SubscriberNode() override { app_->resyncs += ds_->resyncs(); }
 
   void Disconnect() { (void)ds_->Disconnect(); }
+  // Connects again, with this process (its CT and epoch), after Disconnect.
+  void Reconnect() { (void)ds_->Connect(); }
   // Reconnect anywhere, with this process: the DurableSubscriber goes to `broker` with its CT.
   void MoveTo(const std::string& broker) { (void)ds_->ConnectTo(broker); }
   uint64_t resyncs() const { return ds_->resyncs(); }
@@ -569,6 +571,14 @@ void World::FaultTick() {
       a->well_behaved = false;
       a->want_connected = false;
       sim_.node_as<SubscriberNode>(app.name)->Disconnect();
+      if (chance(options_.subscriber_reconnect_in_place)) {
+        sim_.Schedule(later(20, 600), [this, a] {
+          a->want_connected = true;
+          // Unless it crashed meanwhile (then its restart connects it).
+          if (sim_.is_up(a->name)) sim_.node_as<SubscriberNode>(a->name)->Reconnect();
+        });
+        continue;
+      }
       const bool old_ct = chance(options_.subscriber_old_checkpoint);
       sim_.Schedule(later(20, 600), [this, a, old_ct] {
         // Reconnect as a restarted application would: from its stored state, or from an older

@@ -56,6 +56,10 @@ struct WorldOptions {
   // Faults (each a probability per fault tick of 50 ms while faults are on).
   double subscriber_disconnect = 0;
   double subscriber_old_checkpoint = 0;  // on reconnect, use an older stored CT
+  // The share of those disconnections after which the same process connects again (the same
+  // DurableSubscriber, its CT and its epoch: an application that paused its subscription); the
+  // others reconnect as a restarted application.
+  double subscriber_reconnect_in_place = 0;
   double subscriber_crash = 0;
   double shb_crash = 0;
   // The SHB's next commit fails as at a full store (it reads its state again, waits for room).
