@@ -191,7 +191,7 @@ TEMPLATE_TEST_CASE("bad table names, keys and ranges are rejected", "[storage]",
   // Reading the reserved meta table is allowed, and shows the format version.
   auto version = storage->Get("gryph.meta", "format_version");
   REQUIRE_OK(version);
-  REQUIRE(*version == std::string("\0\0\0\2", 4));
+  REQUIRE(*version == std::string("\0\0\0\3", 4));
   REQUIRE(ReadTable(*storage, "t").size() == 1);
 }
 
@@ -548,6 +548,38 @@ std::optional<std::string> RawLmdbGet(const std::string& path, const char* table
   return out;
 }
 
+TEST_CASE("a version-2 store is upgraded at its first writable open, not at a read-only one",
+          "[storage]") {
+  LmdbKind kind;
+  {
+    auto storage = kind.Open();
+    WriteBatch batch;
+    batch.Put("log", Key(1), "e");
+    REQUIRE_OK(storage->Commit(batch));
+  }
+  const std::string version_2("\0\0\0\2", 4);
+  const std::string version_3("\0\0\0\3", 4);
+  RawLmdbPut(kind.options.path, "gryph.meta", "format_version", version_2);
+  {
+    StorageOptions ro = kind.options;
+    ro.read_only = true;
+    auto reader = OpenLmdbStorage(ro);
+    REQUIRE_OK(reader);
+    auto row = (*reader)->Get("log", Key(1));
+    REQUIRE_OK(row);
+    REQUIRE(*row == std::optional<std::string>("e"));
+  }
+  REQUIRE(RawLmdbGet(kind.options.path, "gryph.meta", "format_version") == version_2);
+  {
+    auto writer = OpenLmdbStorage(kind.options);
+    REQUIRE_OK(writer);
+    auto row = (*writer)->Get("log", Key(1));
+    REQUIRE_OK(row);
+    REQUIRE(*row == std::optional<std::string>("e"));
+  }
+  REQUIRE(RawLmdbGet(kind.options.path, "gryph.meta", "format_version") == version_3);
+}
+
 TEST_CASE("a store with another format version is rejected and left unchanged", "[storage]") {
   LmdbKind kind;
   {
@@ -564,15 +596,15 @@ TEST_CASE("a store with another format version is rejected and left unchanged", 
     REQUIRE_CODE(reopened, absl::StatusCode::kFailedPrecondition);
     REQUIRE(absl::StrContains(reopened.status().message(), "format version 1"));
   }
-  const std::string version_3("\0\0\0\3", 4);
-  RawLmdbPut(kind.options.path, "gryph.meta", "format_version", version_3);
+  const std::string version_4("\0\0\0\4", 4);
+  RawLmdbPut(kind.options.path, "gryph.meta", "format_version", version_4);
   auto reopened = OpenLmdbStorage(kind.options);
   REQUIRE_CODE(reopened, absl::StatusCode::kFailedPrecondition);
   INFO(reopened.status().message());
-  REQUIRE(absl::StrContains(reopened.status().message(), "format version 3"));
-  REQUIRE(absl::StrContains(reopened.status().message(), "reads only version 2"));
-  // Nothing was changed: the version is still 3 and the data is there (with its checksum).
-  REQUIRE(RawLmdbGet(kind.options.path, "gryph.meta", "format_version") == version_3);
+  REQUIRE(absl::StrContains(reopened.status().message(), "format version 4"));
+  REQUIRE(absl::StrContains(reopened.status().message(), "reads only versions 2 to 3"));
+  // Nothing was changed: the version is still 4 and the data is there (with its checksum).
+  REQUIRE(RawLmdbGet(kind.options.path, "gryph.meta", "format_version") == version_4);
   const std::optional<std::string> row = RawLmdbGet(kind.options.path, "log", Key(1));
   REQUIRE(row);
   REQUIRE(row->size() == 5);

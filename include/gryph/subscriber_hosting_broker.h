@@ -153,9 +153,9 @@ struct SubscriberHostingBrokerOptions {
   // pubends take turns); checked before each shared PFS read and each catchup's step, so a
   // Flush overruns it by at most one of those. Each pubend a Flush reaches steps one catchup
   // at least, even with the slice already spent (by a long shared read, or a preempted
-  // thread): catchups move on however loaded the machine. Then the loop delivers what arrived meanwhile to
-  // the caught-up subscribers before the catchups go on: while catchups run flat out, this
-  // bounds what they add to a caught-up subscriber's latency, at little cost to their own
+  // thread): catchups move on however loaded the machine. Then the loop delivers what arrived
+  // meanwhile to the caught-up subscribers before the catchups go on: while catchups run flat out,
+  // this bounds what they add to a caught-up subscriber's latency, at little cost to their own
   // throughput. (On a simulator's clock, which stands still within a Flush, only the message
   // budget above applies.)
   absl::Duration catchup_slice = absl::Microseconds(500);

@@ -912,11 +912,19 @@ absl::Status LmdbStorage::CheckFormatAndOpenTables() {
                                                         internal::kMetaTable));
     }
     const uint32_t version = internal::DecodeFixed32BE(static_cast<const char*>(value.mv_data));
-    if (version != internal::kStorageFormatVersion) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("OpenLmdbStorage: ", path, " has storage format version ", version,
-                       "; this build reads only version ", internal::kStorageFormatVersion,
-                       " (the store was left unchanged)"));
+    if (version < internal::kOldestReadableStorageFormatVersion ||
+        version > internal::kStorageFormatVersion) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "OpenLmdbStorage: ", path, " has storage format version ", version,
+          "; this build reads only versions ", internal::kOldestReadableStorageFormatVersion,
+          " to ", internal::kStorageFormatVersion, " (the store was left unchanged)"));
+    }
+    if (version < internal::kStorageFormatVersion && !options_.read_only) {
+      // An older layout this build reads as it is: the store becomes this version's (see
+      // kOldestReadableStorageFormatVersion), committed with the rest of the open.
+      const std::string current = internal::EncodeFormatVersion();
+      MDB_val upgraded = ToMdbVal(current);
+      if ((rc = mdb_put(txn.get(), meta, &key, &upgraded, 0)) != 0) return Fail("mdb_put", rc);
     }
   }
 

@@ -22,9 +22,15 @@ inline constexpr absl::string_view kMetaFormatVersionKey = "format_version";
 // Rewritten after a batch that frees space at a full map (lmdb_storage.cc, Commit): a uint64,
 // big-endian, counting such rewrites since the store was last opened. Carries no meaning.
 inline constexpr absl::string_view kMetaFreedKey = "freed";
-// The storage format this build reads and writes. Bump it, with docs/format.md and a
-// compatibility test, whenever a stored layout changes.
-inline constexpr uint32_t kStorageFormatVersion = 2;
+// The storage format this build writes. Bump it, with docs/format.md and a compatibility test,
+// whenever a stored layout changes. 3: an SHB subscription row may end with its selector's
+// program (lib/shb/shb_keys.h), which version 2 builds refuse.
+inline constexpr uint32_t kStorageFormatVersion = 3;
+// The oldest format this build reads. A store of an older version than kStorageFormatVersion is
+// upgraded (its format_version record rewritten) at its first writable open: every version-2
+// layout is a version-3 layout, and from then on a version-2 build refuses the store instead of
+// misreading its rows.
+inline constexpr uint32_t kOldestReadableStorageFormatVersion = 2;
 // The value of the format_version record: kStorageFormatVersion as 4 big-endian bytes.
 std::string EncodeFormatVersion();
 
