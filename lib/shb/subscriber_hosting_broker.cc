@@ -336,7 +336,6 @@ absl::Status SubscriberHostingBrokerImpl::Recover() {
           // Rows come by subscriber, then pubend: each subscriber's are looked up once.
           std::optional<uint64_t> looked_up;
           SubscriptionState* found = nullptr;  // looked_up's, or null if none
-          size_t placed = 0;  // rows of a filed subscription at a served pubend (keys are unique)
           absl::Status parse;
           GRYPH_RETURN_IF_ERROR(storage_->Scan(
               kShbPositionsTable, "", "", [&](absl::string_view key, absl::string_view value) {
@@ -357,12 +356,9 @@ absl::Status SubscriberHostingBrokerImpl::Recover() {
                 Position& pos = found->positions[k->pubend];
                 pos.created = row->created;
                 pos.released = row->released;
-                ++placed;
                 return true;
               }));
           GRYPH_RETURN_IF_ERROR(parse);
-          // Every subscription has a position at every pubend: none was added since.
-          if (placed == n * pubends_.size()) return absl::OkStatus();
           // A pubend added to the options since a subscription was created serves it from now
           // on, as it would a new subscription: registered in that pubend's PFS, starting at its
           // latestDelivered.
