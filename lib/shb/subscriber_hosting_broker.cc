@@ -164,7 +164,8 @@ absl::Status SubscriberHostingBrokerImpl::Recover() {
   SelectorOptions accepted;
   accepted.max_length = SIZE_MAX;
   // Rows whose texts were parsed, each thread's own count: those without a stored program, and
-  // those whose program did not decode (with the first such row and why).
+  // those whose program did not decode (with the first such row and why: a thread takes its
+  // chunks in row order).
   struct Reparsed {
     size_t absent = 0;
     size_t unusable = 0;
@@ -186,7 +187,7 @@ absl::Status SubscriberHostingBrokerImpl::Recover() {
             parsed[i] = Subscription::Create(*std::move(selector), row.topic_filter);
             continue;
           }
-          if (mine.unusable++ == 0 || i < mine.first) {
+          if (mine.unusable++ == 0) {
             mine.first = i;
             mine.why = selector.status();
           }
@@ -254,9 +255,11 @@ absl::Status SubscriberHostingBrokerImpl::Recover() {
   GRYPH_RETURN_IF_ERROR(rows_status);
   if (const size_t absent = reparsed[0].absent + reparsed[1].absent; absent != 0) {
     Log(LogLevel::kInfo,
-        absl::StrCat(absent, " of ", stored.size(),
-                     " stored subscriptions predate stored selector programs: their selectors "
-                     "were parsed (a row gains its program when it is next written)"));
+        absl::StrCat(
+            absent, " of ", stored.size(),
+            " stored subscriptions predate stored selector programs: their selectors "
+            "were parsed (a row gains its program when it is next written: at a connection "
+            "with a higher epoch)"));
   }
   if (const size_t unusable = reparsed[0].unusable + reparsed[1].unusable; unusable != 0) {
     const Reparsed& r = reparsed[0].first < reparsed[1].first ? reparsed[0] : reparsed[1];
