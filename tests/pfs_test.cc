@@ -567,6 +567,41 @@ TEST_CASE("a PFS pass over records a pass read lately reads them from memory", "
   REQUIRE(results[0].through == 70);
 }
 
+TEST_CASE("a PFS pass stops once its records' bytes pass max_bytes, after one record at least",
+          "[pfs]") {
+  Harness h;
+  for (uint64_t id = 1; id <= 4; ++id) h.Add(id);
+  for (Tick t = 1; t <= 40; ++t) h.Write(t, {1, 2, 3, 4});
+  h.Restart();  // from storage, not the records still in memory
+  for (uint64_t id = 5; id <= 6; ++id) h.Add(id);
+  WriteBatch uncommitted;  // and records only in memory
+  for (Tick t = 41; t <= 60; ++t) REQUIRE_OK(h.pfs->Write(t, Subs({1, 2, 5, 6}), &uncommitted));
+  std::vector<PFS::ReadResult> results;
+  auto readers = NewReaders(h, {1, 2}, 0, 60);
+  // A bound below one record's size: a record per pass, none skipped, storage and memory alike.
+  std::vector<Tick> read;
+  for (Tick t = 1; t <= 60; ++t) {
+    REQUIRE_OK(h.pfs->ReadTogether(Raw(readers), 1000, &results, /*max_bytes=*/1));
+    REQUIRE(results[0].through == t);
+    REQUIRE(results[1].through == t);
+    REQUIRE(results[1].ticks == std::vector<Tick>{t});
+    read.insert(read.end(), results[0].ticks.begin(), results[0].ticks.end());
+  }
+  REQUIRE(read.size() == 60);
+  REQUIRE(read.back() == 60);
+  // Larger bounds read more records per pass, never fewer.
+  size_t last = 1;
+  for (size_t max_bytes : {size_t{64}, size_t{256}, size_t{1024}, SIZE_MAX}) {
+    auto again = NewReaders(h, {1, 2}, 0, 60);
+    REQUIRE_OK(h.pfs->ReadTogether(Raw(again), 1000, &results, max_bytes));
+    INFO("max_bytes " << max_bytes);
+    REQUIRE(results[0].through >= last);
+    REQUIRE(results[0].ticks.size() == results[0].through);
+    last = results[0].through;
+  }
+  REQUIRE(last == 60);
+}
+
 TEST_CASE("a PFS pass starts above the chop point even where memory still holds older records",
           "[pfs]") {
   Harness h;
@@ -1170,8 +1205,11 @@ class PropertyRun {
       stale |= reg == pending_.subs.end() || reg->second.incarnation != readers_[i].incarnation;
     }
     const size_t max_records = rng_.Range(1, 6);
+    // Sometimes a byte bound too, down to a record per pass.
+    const size_t max_bytes = rng_.OneIn(2) ? SIZE_MAX : rng_.Range(1, 200);
     std::vector<PFS::ReadResult> results;
-    const absl::Status s = h_.pfs->ReadTogether(absl::MakeSpan(readers), max_records, &results);
+    const absl::Status s =
+        h_.pfs->ReadTogether(absl::MakeSpan(readers), max_records, &results, max_bytes);
     if (stale) {
       REQUIRE_CODE(s, absl::StatusCode::kNotFound);
       for (size_t k = 0; k < chosen.size(); ++k) REQUIRE(readers[k]->position() == positions[k]);

@@ -684,6 +684,62 @@ TEST_CASE("every Flush steps a catchup, even when its slice is spent before the 
   }
 }
 
+TEST_CASE("a Flush whose slice is spent before any step steps one pubend's catchups, in turn",
+          "[shb][catchup]") {
+  // A Flush must move some catchup even when its slice is gone before the first step (the test
+  // above), but one pubend's are enough: a shared PFS pass and a step at every pubend cost a
+  // Flush several slices when passes are slow (a thousand catchups on a loaded machine).
+  ShbTest t;
+  t.options.pubends = {{kP, "phb"}, {kP2, "phb"}};
+  t.options.catchup.max_deliveries_per_step = 2;
+  t.options.catchup_slice = absl::Microseconds(250);
+  bool ticking = false;  // while set, every reading of the broker's clock takes 300 us
+  t.options.clock = [&] {
+    if (ticking) t.now += absl::Microseconds(300);
+    return t.now;
+  };
+  t.Open();
+  std::vector<Client*> clients;
+  for (const char* name : {"a", "b"}) clients.push_back(&t.Subscribe(name, ""));
+  for (Client* c : clients) REQUIRE_OK(c->ds->Disconnect());
+  t.Pump();
+  std::map<Tick, std::string> events;
+  for (Tick k = 2; k <= 40; k += 2) events[k] = "red";
+  t.Publish(Knowledge(1, 40, events, kP));
+  t.Publish(Knowledge(1, 40, events, kP2));
+  for (Client* c : clients) REQUIRE_OK(c->ds->Connect());
+  t.DeliverOnly();
+  t.DeliverOnly();
+  REQUIRE(t.shb().catching_up() == 4);
+  auto at = [&](PubendId p) {
+    Tick n = 0;
+    for (Client* c : clients) n += c->ds->checkpoint().Get(p);
+    return n;
+  };
+  // Each Flush moves the catchups of one pubend only, the two taking turns, until both are done.
+  std::vector<PubendId> moved;
+  for (int flushes = 0; t.shb().catching_up() > 0; ++flushes) {
+    REQUIRE(flushes < 200);
+    const Tick p1 = at(kP);
+    const Tick p2 = at(kP2);
+    ticking = true;
+    (void)t.shb().Flush();
+    ticking = false;
+    t.DeliverOnly();
+    INFO("flush " << flushes);
+    REQUIRE(((at(kP) > p1) != (at(kP2) > p2) || t.shb().catching_up() == 0));
+    moved.push_back(at(kP) > p1 ? kP : kP2);
+  }
+  REQUIRE(moved.size() > 4);
+  for (size_t i = 1; i + 1 < moved.size(); ++i) REQUIRE(moved[i] != moved[i - 1]);
+  t.Pump();
+  for (Client* c : clients) {
+    REQUIRE(c->ds->checkpoint().Get(kP) == 40);
+    REQUIRE(c->ds->checkpoint().Get(kP2) == 40);
+    REQUIRE(c->rec.errors.empty());
+  }
+}
+
 TEST_CASE("with a catchup share below 1, catchups rest after each slice while others are live",
           "[shb][catchup]") {
   ShbTest t;

@@ -477,7 +477,7 @@ std::vector<SubscriberId> PFS::subscribers() const {
 }
 
 absl::Status PFS::ReadTogether(absl::Span<Reader* const> readers, size_t max_records,
-                               std::vector<ReadResult>* results) {
+                               std::vector<ReadResult>* results, size_t max_bytes) {
   GRYPH_RETURN_IF_ERROR(CheckUsable());
   if (max_records == 0) return absl::InvalidArgumentError("PFS read of no records");
   results->resize(readers.size());
@@ -518,12 +518,14 @@ absl::Status PFS::ReadTogether(absl::Span<Reader* const> readers, size_t max_rec
   std::sort(wants.begin(), wants.end(),
             [](const Want& a, const Want& b) { return a.subscriber.value < b.subscriber.value; });
   // The pass: records in (lo, hi], committed ones from storage and the rest from memory, in tick
-  // order; `through` ends at the last record read when max_records ran out.
+  // order; `through` ends at the last record read when max_records or max_bytes ran out.
   Tick through = hi;
   size_t records = 0;
+  size_t bytes = 0;
   absl::Status parse;
   auto visit = [&](Tick t, absl::string_view value) {
-    if (records == max_records) {
+    bytes += value.size();
+    if (records == max_records || (records > 0 && bytes > max_bytes)) {
       through = std::min(through, t - 1);
       return false;
     }

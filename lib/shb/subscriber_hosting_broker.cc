@@ -672,9 +672,11 @@ void SubscriberHostingBrokerImpl::Forget(PubendState& p) {
   }
 }
 
-// What one shared PFS read of StepCatchups may cost, in records times readers (a few hundred
-// microseconds).
+// What one shared PFS read of StepCatchups may cost, in records times readers, and in the
+// records' bytes (a record of many subscribers runs to kilobytes, each read and checked): a few
+// hundred microseconds either way.
 constexpr size_t kPassWork = size_t{1} << 15;
+constexpr size_t kPassBytes = size_t{256} << 10;
 
 // The most deliveries a round's buffers keep room for between rounds.
 constexpr size_t kKeptRoundDeliveries = 1 << 16;
@@ -888,8 +890,9 @@ bool SubscriberHostingBrokerImpl::StepCatchups(PubendState& p, bool* sliced) {
       pos->live().reader->ExtendTo(ld);
       readers.push_back(pos->live().reader.get());
     }
-    const bool passed = readers.size() >= 2 &&
-                        p.pfs->ReadTogether(absl::MakeSpan(readers), pass_records, &results).ok();
+    const bool passed =
+        readers.size() >= 2 &&
+        p.pfs->ReadTogether(absl::MakeSpan(readers), pass_records, &results, kPassBytes).ok();
     if (passed) {
       // (On an error each catchup reads alone below, and reports it to its own session.)
       for (size_t i = 0; i < wanting.size(); ++i) {

@@ -275,22 +275,23 @@ class PFS {
   absl::StatusOr<std::unique_ptr<Reader>> NewReader(SubscriberId s, Tick from, Tick to);
 
   // Reads for several readers at once, in ONE forward pass over the records from the lowest
-  // reader position on, at most max_records records: each record is read once for all of them
-  // instead of once per reader that walks through it. This pays when the readers' windows overlap
-  // and their subscribers match densely (many subscribers catching up after an outage); a single
-  // reader of a sparse subscriber is cheaper with Reader::Read, which touches only its own
+  // reader position on, at most max_records records and, beyond the first, at most max_bytes of
+  // their encoded size (records of many subscribers are large): each record is read once for all of
+  // them instead of once per reader that walks through it. This pays when the readers' windows
+  // overlap and their subscribers match densely (many subscribers catching up after an outage); a
+  // single reader of a sparse subscriber is cheaper with Reader::Read, which touches only its own
   // records.
   //
   // (*results)[i] (resized to readers.size()) is what readers[i]->Read would have reported for
   // the part of its window the pass covered, and the reader moves past it as if it had read it:
-  // through is where the pass stopped (after its last record when max_records ran out, else the
+  // through is where the pass stopped (after its last record when a bound ran out, else the
   // reader's end), or the reader's position unchanged when the pass stopped below it (then ticks
   // is empty and lost_through 0). A reader already done reports through = end().
   // Fails with kNotFound if a reader's subscriber was removed since it was created, kDataLoss
   // for a damaged record, or a storage error; no reader moves then. REQUIRES: the readers are
   // distinct readers of this PFS; max_records >= 1.
   absl::Status ReadTogether(absl::Span<Reader* const> readers, size_t max_records,
-                            std::vector<ReadResult>* results);
+                            std::vector<ReadResult>* results, size_t max_bytes = SIZE_MAX);
 
   // ---- State ----------------------------------------------------------------------------------
 
