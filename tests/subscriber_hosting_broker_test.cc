@@ -686,9 +686,9 @@ TEST_CASE("every Flush steps a catchup, even when its slice is spent before the 
 
 TEST_CASE("a Flush whose slice is spent before any step steps one pubend's catchups, in turn",
           "[shb][catchup]") {
-  // A Flush must move some catchup even when its slice is gone before the first step (the test
-  // above), but one pubend's are enough: a shared PFS pass and a step at every pubend cost a
-  // Flush several slices when passes are slow (a thousand catchups on a loaded machine).
+  // A Flush moves some catchup even when its slice is gone before the first step (the test
+  // above), but only the first pubend's: the others wait for their turn, which comes in the next
+  // Flush, rather than each adding a shared PFS pass and a step past the slice.
   ShbTest t;
   t.options.pubends = {{kP, "phb"}, {kP2, "phb"}};
   t.options.catchup.max_deliveries_per_step = 2;
