@@ -784,7 +784,10 @@ class ClientProcess {
             absl::StrCat(durable_[k]->connected() ? "connected" : "not connected",
                          durable_[k]->connecting() ? " (connecting)" : "", ", CT ",
                          durable_[k]->checkpoint().ToString(), ", reconnects ",
-                         durable_[k]->reconnects(), ", resyncs ", durable_[k]->resyncs());
+                         durable_[k]->reconnects(), ", resyncs ", durable_[k]->resyncs(),
+                         durable_[k]->stopped().ok()
+                             ? ""
+                             : absl::StrCat(", gave up after ", durable_[k]->stopped().ToString()));
         std::fprintf(stderr, "net client: %s; %s\n", subscribers_[k]->ExplainLost(last).c_str(),
                      state.c_str());
       }

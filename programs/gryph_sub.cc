@@ -170,9 +170,9 @@ class Consumer : public DurableSubscriber::Handler {
   }
   void OnError(const absl::Status& status) override {
     std::fprintf(stderr, "gryph-sub: %s\n", status.ToString().c_str());
-    // The errors the subscriber does not recover from itself are this process's to end.
-    if (absl::IsAborted(status) || absl::IsInvalidArgument(status) || absl::IsNotFound(status) ||
-        absl::IsDataLoss(status)) {
+    // The errors the subscriber does not recover from itself are this process's to end; so is a
+    // delivery that does not match the selector (reported, not handed over).
+    if ((subscriber_ != nullptr && !subscriber_->stopped().ok()) || absl::IsDataLoss(status)) {
       refused_ = true;
       if (on_limit_) on_limit_();
     }

@@ -57,7 +57,8 @@ class Recorder : public DurableSubscriber::Handler {
 // test feeds the subscriber messages "from" it and reads what the subscriber sent it.
 class SubscriberTest {
  public:
-  explicit SubscriberTest(CheckpointToken checkpoint = {}, bool ack_stored_only = false) {
+  explicit SubscriberTest(CheckpointToken checkpoint = {}, bool ack_stored_only = false,
+                          bool auto_reconnect = true) {
     shb_ = *net_.Connect("shb");
     other_ = *net_.Connect("other");
     sub_ = *net_.Connect("sub");
@@ -74,6 +75,7 @@ class SubscriberTest {
     o.ack_interval = absl::Milliseconds(250);
     o.keepalive_interval = absl::Seconds(1);
     o.ack_stored_only = ack_stored_only;
+    o.auto_reconnect = auto_reconnect;
     auto ds = DurableSubscriber::Create(std::move(o), sub_.get(), &rec);
     REQUIRE_OK(ds);
     ds_ = *std::move(ds);
@@ -533,10 +535,15 @@ TEST_CASE("the subscriber does not reconnect when fenced, refused, or told to st
     SubscriberTest t(Ct({{kP, 10}}));
     t.Connected(Ct({{kP, 10}}));
     t.Sent();
+    REQUIRE(t.ds().stopped().ok());
     t.FromBroker(SessionErrorMessage{"s", code, "no"});
     for (int i = 0; i < 5; ++i) t.ds().OnTimer(kT0 + absl::Seconds(i));
     REQUIRE(t.Sent().empty());
     REQUIRE(t.ds().reconnects() == 0);
+    // It says why it gave up, until the application connects again.
+    REQUIRE(t.ds().stopped() == absl::Status(code, "no"));
+    REQUIRE_OK(t.ds().Connect());
+    REQUIRE(t.ds().stopped().ok());
   }
   // After Disconnect the application wants no connection: a late error changes nothing.
   SubscriberTest t(Ct({{kP, 10}}));
@@ -546,6 +553,23 @@ TEST_CASE("the subscriber does not reconnect when fenced, refused, or told to st
   t.FromBroker(SessionErrorMessage{"s", absl::StatusCode::kFailedPrecondition, "no session"});
   for (int i = 0; i < 5; ++i) t.ds().OnTimer(kT0 + absl::Seconds(i));
   REQUIRE(t.Sent().empty());
+  REQUIRE(t.ds().stopped().ok());
+}
+
+TEST_CASE(
+    "stopped() stays OK while the subscriber reconnects by itself, not without auto_reconnect",
+    "[subscriber]") {
+  SubscriberTest t(Ct({{kP, 10}}));
+  t.Connected(Ct({{kP, 10}}));
+  t.FromBroker(SessionErrorMessage{"s", absl::StatusCode::kUnavailable, "stopped"});
+  REQUIRE(t.ds().stopped().ok());  // it will connect again
+  REQUIRE_FALSE(t.ds().connected());
+  REQUIRE(t.rec.errors.size() == 1);
+
+  SubscriberTest manual(Ct({{kP, 10}}), /*ack_stored_only=*/false, /*auto_reconnect=*/false);
+  manual.Connected(Ct({{kP, 10}}));
+  manual.FromBroker(SessionErrorMessage{"s", absl::StatusCode::kUnavailable, "stopped"});
+  REQUIRE(manual.ds().stopped() == absl::UnavailableError("stopped"));
 }
 
 TEST_CASE("ConnectTo moves the subscriber to another broker with its CT", "[subscriber]") {

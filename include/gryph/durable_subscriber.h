@@ -149,6 +149,13 @@ class DurableSubscriber {
   const std::string& broker() const { return broker_; }
   // Reconnections auto_reconnect made.
   uint64_t reconnects() const { return reconnects_; }
+  // Why the subscriber gave up its connection: the broker's error after which it does not
+  // connect again by itself although the application wanted a connection (Aborted,
+  // InvalidArgument, NotFound, DataLoss; any error without auto_reconnect). Nothing more arrives
+  // until the application calls Connect or ConnectTo, which clear it. OK otherwise: connected,
+  // connecting, waiting to reconnect, or stopped by the application (Disconnect, Unsubscribe).
+  // For a supervisor that polls its subscribers rather than watching OnError.
+  const absl::Status& stopped() const { return stopped_; }
 
  private:
   DurableSubscriber(DurableSubscriberOptions options, Subscription subscription, Channel* channel,
@@ -181,6 +188,7 @@ class DurableSubscriber {
   bool reconnect_pending_ = false;
   absl::Time reconnect_at_ = absl::InfinitePast();
   absl::Duration reconnect_delay_;  // the next one; reset by a successful connection
+  absl::Status stopped_;
   uint64_t duplicates_ = 0;
   uint64_t resyncs_ = 0;
   uint64_t reconnects_ = 0;

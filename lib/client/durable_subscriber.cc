@@ -60,6 +60,7 @@ absl::Status DurableSubscriber::Connect() {
   connecting_ = true;
   want_connected_ = true;
   reconnect_pending_ = false;
+  stopped_ = absl::OkStatus();
   connect_sent_ = absl::InfinitePast();
   return channel_->Send(
       broker_, ConnectMessage{options_.subscription, options_.selector, options_.topic_filter,
@@ -78,6 +79,7 @@ absl::Status DurableSubscriber::ConnectTo(absl::string_view broker) {
 absl::Status DurableSubscriber::Disconnect() {
   want_connected_ = false;
   reconnect_pending_ = false;
+  stopped_ = absl::OkStatus();
   if (!connected_ && !connecting_) return absl::OkStatus();
   if (connected_ && !(acked_ == ackable())) {
     (void)channel_->Send(broker_, AckMessage{options_.subscription, ackable()});
@@ -94,6 +96,7 @@ absl::Status DurableSubscriber::Unsubscribe() {
   connecting_ = false;
   want_connected_ = false;
   reconnect_pending_ = false;
+  stopped_ = absl::OkStatus();
   return channel_->Send(broker_, UnsubscribeMessage{options_.subscription});
 }
 
@@ -123,13 +126,15 @@ void DurableSubscriber::HandleMessage(absl::string_view from, const Message& mes
     if (e->subscription != options_.subscription) return;
     connected_ = false;
     connecting_ = false;
+    absl::Status error(e->code, e->message);
     if (options_.auto_reconnect && want_connected_ && CallsForReconnect(e->code)) {
       reconnect_pending_ = true;
       reconnect_at_ = absl::InfinitePast();
-    } else {
+    } else if (want_connected_) {
       want_connected_ = false;
+      stopped_ = error;
     }
-    handler_->OnError(absl::Status(e->code, e->message));
+    handler_->OnError(error);
   }
 }
 

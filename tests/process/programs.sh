@@ -13,7 +13,7 @@ source "$(dirname "$0")/lib.sh"
 bin=$1
 process_test_init programs
 events=2000
-for n in phb shb pub sub; do
+for n in phb shb pub sub sub2; do
   "$bin/gryph-broker" --genkey --name=$n --keys_dir="$dir/keys" >/dev/null
 done
 
@@ -53,5 +53,13 @@ await_exit pub 900  # every event acknowledged (at most 90 s)
 check_matches "$dir/audit.jsonl" $(( events / 2 )) "s % 10 < 5"
 "$bin/gryph-inspect" "$dir/shb" >"$dir/inspect.txt" || fail "gryph-inspect on the live SHB"
 grep -q audit "$dir/inspect.txt" || fail "gryph-inspect does not list the subscription"
+# Another process asking for the subscription with another selector is refused for good: its
+# subscriber gives up, and gryph-sub exits with the refused code (3), naming the reason.
+rc=0
+timeout 60 "$bin/gryph-sub" --broker="shb@${listen_of[shb]}" --name=sub2 --subscription=audit \
+  --selector="k > 5" --state_dir="$dir/sub2" --out="$dir/other.jsonl" "${common[@]}" \
+  2>"$dir/sub2.log" || rc=$?
+[ "$rc" -eq 3 ] || fail "a refused gryph-sub exited $rc, not 3 (see sub2.log)"
+grep -q "another selector" "$dir/sub2.log" || fail "the refused gryph-sub did not say why"
 for role in sub shb phb; do stop "$role"; done
 echo "ok"
