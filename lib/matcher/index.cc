@@ -8,18 +8,24 @@
 
 namespace gryph::matcher_internal {
 
+void SetChecked(Record* rec, uint32_t slot, HotEntry* hot, ColdEntry* cold) {
+  const std::vector<Check>& checks = rec->BranchChecks(rec->accesses[slot].branch);
+  hot->id = rec->id.value;
+  hot->verify = VerifyOf(checks);
+  hot->dedupe = rec->dedupe;
+  hot->inline_checks = 0;
+  for (size_t i = 0; i < kInlineChecks && i < checks.size(); ++i) {
+    hot->checks[hot->inline_checks++] = checks[i];
+  }
+  cold->rec = rec;
+  cold->slot = slot;
+}
+
 namespace {
 
 CheckedEntry MakeChecked(Record* rec, uint32_t slot) {
-  const std::vector<Check>& checks = rec->BranchChecks(rec->accesses[slot].branch);
   CheckedEntry e{};
-  e.hot.id = rec->id.value;
-  e.hot.verify = VerifyOf(checks);
-  e.hot.dedupe = rec->dedupe;
-  for (size_t i = 0; i < kInlineChecks && i < checks.size(); ++i) {
-    e.hot.checks[e.hot.inline_checks++] = checks[i];
-  }
-  e.cold = ColdEntry{rec, slot};
+  SetChecked(rec, slot, &e.hot, &e.cold);
   return e;
 }
 
@@ -141,7 +147,7 @@ void Index::AddToGroup(Group& g, Record* rec, uint32_t slot,
   }
   if (g.content == nullptr) g.content = std::make_unique<Content>();
   if (a.kind == Access::Kind::kUnindexed) {
-    g.content->residual.Add(MakeChecked(rec, slot), copy_);
+    g.content->residual.Add(rec, slot, copy_);
     g.content->entries++;
     return;
   }
@@ -168,20 +174,25 @@ void Index::AddToGroup(Group& g, Record* rec, uint32_t slot,
   AttrIndex& ai = *slot_index;
   ai.entries++;
   g.content->entries++;
-  const CheckedEntry e = MakeChecked(rec, slot);
   switch (a.kind) {
-    case Access::Kind::kEqString: ai.strings.try_emplace(a.str).first->second.Add(e, copy_); break;
-    case Access::Kind::kEqInt: ai.ints[a.key.i].Add(e, copy_); break;
-    case Access::Kind::kEqDouble: ai.doubles[a.key.d].Add(e, copy_); break;
-    case Access::Kind::kEqBool: ai.bools[a.key.b ? 1 : 0].Add(e, copy_); break;
-    case Access::Kind::kAtLeast: ai.at_least.insert(BoundEntry{a.key.d, e}); break;
-    case Access::Kind::kAtMost: ai.at_most.insert(BoundEntry{a.key.d, e}); break;
-    case Access::Kind::kInterval:
-      ai.intervals[a.width_class][a.key.i].Add(e, a.bounds.lo, a.bounds.hi, copy_);
+    case Access::Kind::kEqString:
+      ai.strings.try_emplace(a.str).first->second.Add(rec, slot, copy_);
       break;
-    case Access::Kind::kWide: ai.wide.Add(e, a.bounds.lo, a.bounds.hi, copy_); break;
+    case Access::Kind::kEqInt: ai.ints[a.key.i].Add(rec, slot, copy_); break;
+    case Access::Kind::kEqDouble: ai.doubles[a.key.d].Add(rec, slot, copy_); break;
+    case Access::Kind::kEqBool: ai.bools[a.key.b ? 1 : 0].Add(rec, slot, copy_); break;
+    case Access::Kind::kAtLeast:
+      ai.at_least.insert(BoundEntry{a.key.d, MakeChecked(rec, slot)});
+      break;
+    case Access::Kind::kAtMost:
+      ai.at_most.insert(BoundEntry{a.key.d, MakeChecked(rec, slot)});
+      break;
+    case Access::Kind::kInterval:
+      ai.intervals[a.width_class][a.key.i].Add(rec, slot, a.bounds.lo, a.bounds.hi, copy_);
+      break;
+    case Access::Kind::kWide: ai.wide.Add(rec, slot, a.bounds.lo, a.bounds.hi, copy_); break;
     case Access::Kind::kPrefix:
-      ai.prefixes.try_emplace(a.str).first->second.Add(e, copy_);
+      ai.prefixes.try_emplace(a.str).first->second.Add(rec, slot, copy_);
       ai.prefix_lengths[a.str.size()]++;
       break;
     case Access::Kind::kRanges:
