@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -109,6 +111,33 @@ constexpr size_t kRecoveryThreadMinSubscriptions = 4096;
 // matcher's build follows the subscriptions' filing in steps as long.
 constexpr size_t kRecoveryChunk = 1024;
 
+// Copies of the subscription rows' texts and programs, packed into large blocks: recovery reads
+// them once (to decode or parse), and a string apiece cost three allocations per row.
+class RowTexts {
+ public:
+  // A copy of `s`, valid as long as *this.
+  absl::string_view Copy(absl::string_view s) {
+    if (s.empty()) return {};
+    if (left_ < s.size()) {
+      const size_t size = std::max(kBlock, s.size());
+      blocks_.emplace_back(new char[size]);
+      next_ = blocks_.back().get();
+      left_ = size;
+    }
+    char* copy = next_;
+    std::memcpy(copy, s.data(), s.size());
+    next_ += s.size();
+    left_ -= s.size();
+    return {copy, s.size()};
+  }
+
+ private:
+  static constexpr size_t kBlock = size_t{1} << 20;
+  std::vector<std::unique_ptr<char[]>> blocks_;
+  char* next_ = nullptr;
+  size_t left_ = 0;
+};
+
 }  // namespace
 
 // Recovery in two stages; with recovery_threads > 1, each runs on two threads:
@@ -152,10 +181,12 @@ absl::Status SubscriberHostingBrokerImpl::Recover() {
     std::string name;
     uint64_t id;
     uint64_t epoch;
-    std::string selector;
-    std::string topic_filter;
-    std::string program;  // Selector::EncodeProgram(); empty in rows written before it
+    // In `texts`:
+    absl::string_view selector;
+    absl::string_view topic_filter;
+    absl::string_view program;  // Selector::EncodeProgram(); empty in rows written before it
   };
+  RowTexts texts;
   std::vector<StoredSubscription> stored;
   std::vector<absl::StatusOr<Subscription>> parsed;
   absl::Notification rows_read;  // stored and parsed are sized (or the rows failed)
@@ -219,8 +250,8 @@ absl::Status SubscriberHostingBrokerImpl::Recover() {
                   parse = absl::DataLossError(row.status().message());
                   return false;
                 }
-                stored.push_back({std::string(key), row->id, row->epoch, std::string(row->selector),
-                                  std::string(row->topic_filter), std::string(row->program)});
+                stored.push_back({std::string(key), row->id, row->epoch, texts.Copy(row->selector),
+                                  texts.Copy(row->topic_filter), texts.Copy(row->program)});
                 return true;
               }));
           return parse;
