@@ -563,6 +563,23 @@ TEST_CASE("a Flush stops mid-round once its catchup budget is spent; the next go
   }
 }
 
+// Subscriptions `names` of an opened broker serving kP and kP2, disconnected while 20 events
+// (ticks 2, 4, ..., 40) are published at each pubend, then connected again: catching up at both.
+std::vector<Client*> BackAtTwoPubends(ShbTest& t, std::initializer_list<const char*> names) {
+  std::vector<Client*> clients;
+  for (const char* name : names) clients.push_back(&t.Subscribe(name, ""));
+  for (Client* c : clients) REQUIRE_OK(c->ds->Disconnect());
+  t.Pump();
+  std::map<Tick, std::string> events;
+  for (Tick k = 2; k <= 40; k += 2) events[k] = "red";
+  t.Publish(Knowledge(1, 40, events, kP));
+  t.Publish(Knowledge(1, 40, events, kP2));
+  for (Client* c : clients) REQUIRE_OK(c->ds->Connect());
+  t.DeliverOnly();
+  t.DeliverOnly();
+  return clients;
+}
+
 TEST_CASE("a Flush gives catchups one time slice, and the pubends take turns at it",
           "[shb][catchup]") {
   // Catchups running flat out (a thousand reconnections) must leave the loop every slice, so
@@ -579,17 +596,7 @@ TEST_CASE("a Flush gives catchups one time slice, and the pubends take turns at 
     return t.now;
   };
   t.Open();
-  std::vector<Client*> clients;
-  for (const char* name : {"a", "b", "c"}) clients.push_back(&t.Subscribe(name, ""));
-  for (Client* c : clients) REQUIRE_OK(c->ds->Disconnect());
-  t.Pump();
-  std::map<Tick, std::string> events;
-  for (Tick k = 2; k <= 40; k += 2) events[k] = "red";
-  t.Publish(Knowledge(1, 40, events, kP));
-  t.Publish(Knowledge(1, 40, events, kP2));
-  for (Client* c : clients) REQUIRE_OK(c->ds->Connect());
-  t.DeliverOnly();
-  t.DeliverOnly();
+  std::vector<Client*> clients = BackAtTwoPubends(t, {"a", "b", "c"});
   REQUIRE(t.shb().catching_up() == 6);  // three subscriptions at two pubends
   auto at = [&](PubendId p) {           // the ticks the subscribers have reached at p, together
     Tick n = 0;
@@ -699,17 +706,7 @@ TEST_CASE("a Flush whose slice is spent before any step steps one pubend's catch
     return t.now;
   };
   t.Open();
-  std::vector<Client*> clients;
-  for (const char* name : {"a", "b"}) clients.push_back(&t.Subscribe(name, ""));
-  for (Client* c : clients) REQUIRE_OK(c->ds->Disconnect());
-  t.Pump();
-  std::map<Tick, std::string> events;
-  for (Tick k = 2; k <= 40; k += 2) events[k] = "red";
-  t.Publish(Knowledge(1, 40, events, kP));
-  t.Publish(Knowledge(1, 40, events, kP2));
-  for (Client* c : clients) REQUIRE_OK(c->ds->Connect());
-  t.DeliverOnly();
-  t.DeliverOnly();
+  std::vector<Client*> clients = BackAtTwoPubends(t, {"a", "b"});
   REQUIRE(t.shb().catching_up() == 4);
   auto at = [&](PubendId p) {
     Tick n = 0;
